@@ -1,0 +1,38 @@
+//! Builds the BPF object from `bpf/slowpath.bpf.c` with clang and generates
+//! its Rust skeleton (`OUT_DIR/slowpath.skel.rs`). The skeleton embeds the
+//! object, so the agent binary is self-contained.
+
+use std::env;
+use std::path::PathBuf;
+
+use libbpf_cargo::SkeletonBuilder;
+
+const BPF_DIR: &str = "../bpf";
+const SOURCE: &str = "../bpf/slowpath.bpf.c";
+
+fn main() {
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
+    // One committed vmlinux.h per architecture (bpftool btf dump ... format c).
+    let vmlinux_arch = match arch.as_str() {
+        "x86_64" => "x86",
+        other => panic!(
+            "no bpf/vmlinux/<arch>/vmlinux.h for target arch {other}: generate one with \
+             `bpftool btf dump file /sys/kernel/btf/vmlinux format c`"
+        ),
+    };
+    SkeletonBuilder::new()
+        .source(SOURCE)
+        // clang_args replaces earlier arguments: pass every extra flag here.
+        .clang_args([
+            format!("-I{BPF_DIR}"),
+            format!("-I{BPF_DIR}/vmlinux/{vmlinux_arch}"),
+            "-Wall".to_string(),
+            "-Werror".to_string(),
+        ])
+        .build_and_generate(out_dir.join("slowpath.skel.rs"))
+        .expect("building bpf/slowpath.bpf.c (is clang installed? run scripts/setup.sh)");
+    println!("cargo:rerun-if-changed={BPF_DIR}/slowpath.bpf.c");
+    println!("cargo:rerun-if-changed={BPF_DIR}/slowpath.h");
+    println!("cargo:rerun-if-changed={BPF_DIR}/classify.h");
+}

@@ -1,0 +1,102 @@
+//! The vDSO canary: the agent reads each vDSO clock through libc in a small
+//! batch, times it, and checks its own BPF counts. If the batch shows up as
+//! `clock_gettime` syscalls of that clock in the agent's own `procs` entry,
+//! the node's reads of that clock fall off the vDSO (for example a `xen`,
+//! `hpet` or `acpi_pm` clocksource, which the vDSO cannot read).
+
+use std::time::Instant;
+
+use crate::labels::VDSO_CLOCKS;
+
+/// Reads per clock in one canary batch. Costs ~30 us per clock through the
+/// vDSO, a few ms when every read is a syscall.
+pub const BATCH: u64 = 1000;
+
+/// Result of one canary batch for one clock.
+#[derive(Clone, Debug)]
+pub struct ClockCanary {
+    /// `enum sp_clock` index (see `labels::CLOCK_NAMES`).
+    pub clock: usize,
+    /// Mean seconds per libc `clock_gettime` of this clock.
+    pub seconds_per_read: f64,
+    /// Whether the batch entered the kernel; `None` when the syscall probe
+    /// is not attached, so the kernel side could not tell.
+    pub fell_back: Option<bool>,
+}
+
+/// Kernel clockid of an `enum sp_clock` index (they differ only for TAI).
+fn kernel_clockid(clock: usize) -> libc::clockid_t {
+    match clock {
+        10 => libc::CLOCK_TAI,
+        other => other as libc::clockid_t,
+    }
+}
+
+/// Time `BATCH` libc reads of `clock`; returns mean seconds per read.
+pub fn time_reads(clock: usize) -> f64 {
+    let id = kernel_clockid(clock);
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let start = Instant::now();
+    for _ in 0..BATCH {
+        // SAFETY: `ts` is a valid, writable timespec for the whole call.
+        unsafe { libc::clock_gettime(id, &mut ts) };
+    }
+    start.elapsed().as_secs_f64() / BATCH as f64
+}
+
+/// Run one batch per vDSO clock. `own_syscalls(clock)` returns the agent's
+/// own `clock_gettime` syscall count for that clock so far, or `None` when
+/// it cannot be known.
+pub fn run(mut own_syscalls: impl FnMut(usize) -> Option<u64>) -> Vec<ClockCanary> {
+    VDSO_CLOCKS
+        .iter()
+        .map(|&clock| {
+            let before = own_syscalls(clock);
+            let seconds_per_read = time_reads(clock);
+            let after = own_syscalls(clock);
+            let fell_back = match (before, after) {
+                (Some(b), Some(a)) => Some(a.saturating_sub(b) >= BATCH),
+                _ => None,
+            };
+            ClockCanary {
+                clock,
+                seconds_per_read,
+                fell_back,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_clockids_match_libc() {
+        assert_eq!(kernel_clockid(0), libc::CLOCK_REALTIME);
+        assert_eq!(kernel_clockid(1), libc::CLOCK_MONOTONIC);
+        assert_eq!(kernel_clockid(4), libc::CLOCK_MONOTONIC_RAW);
+        assert_eq!(kernel_clockid(7), libc::CLOCK_BOOTTIME);
+        assert_eq!(kernel_clockid(10), libc::CLOCK_TAI);
+    }
+
+    #[test]
+    fn fallback_needs_the_whole_batch_in_the_kernel() {
+        let mut calls = 0u64;
+        // Every read counted as a syscall: fell back.
+        let result = run(|_| {
+            calls += BATCH;
+            Some(calls)
+        });
+        assert!(result.iter().all(|c| c.fell_back == Some(true)));
+        // No syscalls: served by the vDSO.
+        let result = run(|_| Some(7));
+        assert!(result.iter().all(|c| c.fell_back == Some(false)));
+        assert!(result.iter().all(|c| c.seconds_per_read > 0.0));
+        // Unknown counts: unknown verdict.
+        assert!(run(|_| None).iter().all(|c| c.fell_back.is_none()));
+    }
+}

@@ -1,0 +1,111 @@
+//! Command-line flags, named after the Prometheus exporter convention.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::bpf::{AttachType, KERNEL_BTF};
+
+/// slowpath: counts, per process, the kernel slow paths that cheap-looking
+/// calls fall into (vDSO clock fallbacks, rt_sigprocmask storms, sleep
+/// loops, THP faults, memory compaction) and serves them as Prometheus metrics.
+#[derive(Parser, Debug)]
+#[command(name = "slowpath", version, about, long_about = None)]
+pub struct Cli {
+    /// Address to serve metrics on: [HOST]:PORT; ":9891" listens on every IPv4 address.
+    #[arg(long = "web.listen-address", default_value = ":9891", value_name = "[HOST]:PORT")]
+    pub listen_address: String,
+
+    /// Path under which to expose metrics.
+    #[arg(long = "web.telemetry-path", default_value = "/metrics", value_name = "PATH")]
+    pub telemetry_path: String,
+
+    /// Log level.
+    #[arg(long = "log.level", default_value = "info",
+          value_parser = ["error", "warn", "info", "debug", "trace"])]
+    pub log_level: String,
+
+    /// Add a `pid` label (the tgid) to per-process series. Off by default:
+    /// every process then gets its own series, and series of exited
+    /// processes are kept for the agent's life.
+    #[arg(long = "metrics.pid-label")]
+    pub pid_label: bool,
+
+    /// Capacity of the kernel's process table (thread groups tracked at
+    /// once; 880 bytes each, preallocated). Beyond it events are counted in
+    /// slowpath_lost_events_total{reason="process_table_full"}.
+    #[arg(long = "bpf.max-processes", default_value_t = 16384, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
+    pub max_processes: u32,
+
+    /// Capacity of the in-flight compaction table (tasks compacting at once).
+    #[arg(long = "bpf.max-compactions", default_value_t = 4096, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(16..=1_048_576))]
+    pub max_compactions: u32,
+
+    /// Size in bytes of the ring buffer that carries the final counts of
+    /// exiting processes (a power of two, at least 4096).
+    #[arg(long = "bpf.ringbuf-bytes", default_value_t = 1 << 20, value_name = "BYTES",
+          value_parser = parse_ringbuf_bytes)]
+    pub ringbuf_bytes: u32,
+
+    /// Attach every probe with this type instead of probing the kernel
+    /// (default: tp_btf where the kernel has it, else raw_tp).
+    #[arg(long = "bpf.attach-type", value_enum, value_name = "TYPE")]
+    pub attach_type: Option<AttachType>,
+
+    /// Kernel BTF used for CO-RE relocations (for kernels without
+    /// /sys/kernel/btf/vmlinux, a BTF file for the exact running kernel).
+    #[arg(long = "bpf.btf-path", default_value = KERNEL_BTF, value_name = "FILE")]
+    pub btf_path: PathBuf,
+
+    /// Root of sysfs (clocksource and THP settings); "/host/sys" in a container.
+    #[arg(long = "path.sysfs", default_value = "/sys", value_name = "DIR")]
+    pub sysfs: PathBuf,
+
+    /// Period of the vDSO canary (a timed batch of libc clock reads per vDSO clock).
+    #[arg(long = "canary.interval", default_value = "15s", value_name = "DURATION",
+          value_parser = parse_duration)]
+    pub canary_interval: Duration,
+}
+
+fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
+    if n < 4096 || !n.is_power_of_two() {
+        return Err(format!("{n} is not a power of two >= 4096"));
+    }
+    Ok(n)
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 15s, 500ms, 1m)"))?;
+    if d < Duration::from_millis(100) {
+        return Err("must be at least 100ms".into());
+    }
+    Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_follow_the_exporter_convention() {
+        let cli = Cli::try_parse_from(["slowpath"]).unwrap();
+        assert_eq!(cli.listen_address, ":9891");
+        assert_eq!(cli.telemetry_path, "/metrics");
+        assert!(!cli.pid_label);
+        assert_eq!(cli.canary_interval, Duration::from_secs(15));
+        assert_eq!(cli.attach_type, None);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(Cli::try_parse_from(["slowpath", "--no-such-flag"]).is_err());
+        assert!(Cli::try_parse_from(["slowpath", "--bpf.ringbuf-bytes", "5000"]).is_err());
+        assert!(Cli::try_parse_from(["slowpath", "--canary.interval", "soon"]).is_err());
+        let raw = Cli::try_parse_from(["slowpath", "--bpf.attach-type", "raw-tp"]).unwrap();
+        assert_eq!(raw.attach_type, Some(AttachType::RawTp));
+    }
+}

@@ -1,0 +1,141 @@
+//! slowpath: an eBPF agent that counts, per process, the kernel slow paths
+//! that cheap-looking calls fall into, and serves them as Prometheus metrics.
+//!
+//! Start-up order keeps failures clean: flags are parsed, the listen address
+//! is bound, privileges and BTF are checked, and only then are BPF programs
+//! loaded and attached. Any error before serving exits non-zero with one
+//! line on stderr and nothing left attached.
+
+mod bpf;
+mod canary;
+mod cgroup;
+mod cli;
+mod labels;
+mod metrics;
+mod node;
+mod preflight;
+mod procs;
+mod server;
+mod worker;
+
+use std::io::ErrorKind;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use libbpf_rs::PrintLevel;
+use prometheus::Registry;
+use tracing::{debug, info, trace, warn};
+
+use crate::cli::Cli;
+use crate::worker::{Worker, WorkerOptions};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("slowpath: error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(format!("slowpath={level}")))
+        .init();
+    // libbpf's own messages (verifier logs on failure) go through tracing.
+    let libbpf_level = match level {
+        "debug" | "trace" => PrintLevel::Debug,
+        _ => PrintLevel::Warn,
+    };
+    libbpf_rs::set_print(Some((libbpf_level, libbpf_log)));
+}
+
+fn libbpf_log(level: PrintLevel, msg: String) {
+    let msg = msg.trim_end();
+    match level {
+        PrintLevel::Warn => warn!(target: "slowpath::libbpf", "{msg}"),
+        PrintLevel::Info => debug!(target: "slowpath::libbpf", "{msg}"),
+        PrintLevel::Debug => trace!(target: "slowpath::libbpf", "{msg}"),
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    if !cli.telemetry_path.starts_with('/') || cli.telemetry_path.len() < 2 {
+        bail!(
+            "bad --web.telemetry-path {:?}: it must start with / and name a path, e.g. /metrics",
+            cli.telemetry_path
+        );
+    }
+    let addr = preflight::parse_listen_address(&cli.listen_address)?;
+    let listener = std::net::TcpListener::bind(addr).map_err(|err| match err.kind() {
+        ErrorKind::AddrInUse => anyhow!(
+            "cannot listen on {addr}: address already in use: stop the process using it \
+             or pass another --web.listen-address"
+        ),
+        ErrorKind::PermissionDenied => {
+            anyhow!("cannot listen on {addr}: permission denied: use a port above 1023")
+        }
+        _ => anyhow!("cannot listen on {addr}: {err}"),
+    })?;
+    listener.set_nonblocking(true).context("listener")?;
+    preflight::check_capabilities()?;
+    bpf::check_btf(&cli.btf_path)?;
+
+    let worker = Arc::new(Worker::start(WorkerOptions {
+        load: bpf::LoadOptions {
+            max_processes: cli.max_processes,
+            max_compactions: cli.max_compactions,
+            ringbuf_bytes: cli.ringbuf_bytes,
+            force_attach: cli.attach_type,
+            btf_path: cli.btf_path.clone(),
+        },
+        pid_label: cli.pid_label,
+        canary_interval: cli.canary_interval,
+    })?);
+    let probes = worker.probes().to_vec();
+    let attached: Vec<String> = probes
+        .iter()
+        .filter(|p| p.attached())
+        .map(|p| format!("{}={}", p.probe, p.attach_type))
+        .collect();
+    info!(attached = %attached.join(" "), "BPF programs attached");
+
+    let registry = Registry::new();
+    let collector = metrics::SlowpathCollector::new(worker.clone(), cli.sysfs.clone())?;
+    registry.register(Box::new(collector.errors_counter()))?;
+    registry.register(Box::new(collector))?;
+    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(server::serve(
+        listener,
+        cli.telemetry_path,
+        registry,
+        probes,
+        shutdown_signal(),
+    ))?;
+    info!("shutting down: detaching BPF programs");
+    // The registry (and the collector's worker handle) went with the server;
+    // dropping the last handle detaches everything.
+    drop(worker);
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}

@@ -1,0 +1,108 @@
+//! Checks made before anything is attached, each failing with one line that
+//! says the cause and the fix.
+
+use std::fs;
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use anyhow::{anyhow, bail, Result};
+
+/// Capability numbers (include/uapi/linux/capability.h).
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Parse `--web.listen-address`: `:PORT` (every IPv4 address), `HOST:PORT`,
+/// `[V6]:PORT`.
+pub fn parse_listen_address(s: &str) -> Result<SocketAddr> {
+    let bad = || {
+        anyhow!(
+            "bad --web.listen-address {s:?}: expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891"
+        )
+    };
+    let with_host = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    let (_, port) = with_host.rsplit_once(':').ok_or_else(bad)?;
+    port.parse::<u16>().map_err(|_| bad())?;
+    with_host
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}
+
+/// Effective capability set of this process, from /proc/self/status.
+fn effective_caps() -> Result<u64> {
+    let status = fs::read_to_string("/proc/self/status")?;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .ok_or_else(|| anyhow!("no CapEff line in /proc/self/status"))?;
+    Ok(u64::from_str_radix(hex.trim(), 16)?)
+}
+
+/// Names of the capabilities missing to load and attach tracing programs:
+/// CAP_BPF and CAP_PERFMON (kernel 5.8+), or CAP_SYS_ADMIN.
+pub fn missing_capabilities(caps: u64) -> Vec<&'static str> {
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if has(CAP_SYS_ADMIN) {
+        return vec![];
+    }
+    let mut missing = vec![];
+    if !has(CAP_BPF) {
+        missing.push("CAP_BPF");
+    }
+    if !has(CAP_PERFMON) {
+        missing.push("CAP_PERFMON");
+    }
+    missing
+}
+
+pub fn check_capabilities() -> Result<()> {
+    let missing = missing_capabilities(effective_caps()?);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "missing capability {}: run as root, or grant CAP_BPF and CAP_PERFMON \
+         (e.g. `setcap cap_bpf,cap_perfmon+ep slowpath`, or AmbientCapabilities= in the \
+         systemd unit); kernels older than 5.8 need CAP_SYS_ADMIN",
+        missing.join(" and ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen_address(":9891").unwrap(),
+            "0.0.0.0:9891".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_address("127.0.0.1:1").unwrap(),
+            "127.0.0.1:1".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_address("[::1]:9891").unwrap(),
+            "[::1]:9891".parse().unwrap()
+        );
+        for bad in ["9891", ":99999", "nohost:", ":http"] {
+            let err = parse_listen_address(bad).unwrap_err().to_string();
+            assert!(err.contains("bad --web.listen-address"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn capabilities_needed() {
+        let bit = |c: u32| 1u64 << c;
+        assert!(missing_capabilities(bit(CAP_SYS_ADMIN)).is_empty());
+        assert!(missing_capabilities(bit(CAP_BPF) | bit(CAP_PERFMON)).is_empty());
+        assert_eq!(missing_capabilities(bit(CAP_BPF)), vec!["CAP_PERFMON"]);
+        assert_eq!(missing_capabilities(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+    }
+}

@@ -1,0 +1,131 @@
+//! HTTP endpoints: the metrics page, `/healthz` (alive) and `/readyz`
+//! (probes attached), served with axum on the listener bound at start.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus::{Encoder, Histogram, HistogramOpts, Registry, TextEncoder};
+use tracing::{error, info};
+
+use crate::bpf::ProbeStatus;
+
+/// How long in-flight scrapes may finish after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
+
+struct AppState {
+    registry: Registry,
+    scrape_seconds: Histogram,
+    probes: Vec<ProbeStatus>,
+    telemetry_path: String,
+}
+
+impl AppState {
+    /// Gather and encode every family (blocking: reads the kernel tables).
+    fn render(&self) -> Result<Vec<u8>> {
+        let timer = self.scrape_seconds.start_timer();
+        let families = self.registry.gather();
+        let mut body = Vec::with_capacity(64 * 1024);
+        TextEncoder::new()
+            .encode(&families, &mut body)
+            .context("encoding metrics")?;
+        timer.observe_duration();
+        Ok(body)
+    }
+}
+
+/// Serve until `shutdown` resolves, then give in-flight requests
+/// [`SHUTDOWN_GRACE`] to finish.
+pub async fn serve(
+    listener: std::net::TcpListener,
+    telemetry_path: String,
+    registry: Registry,
+    probes: Vec<ProbeStatus>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let scrape_seconds = Histogram::with_opts(
+        HistogramOpts::new(
+            "slowpath_scrape_duration_seconds",
+            "Time to gather and encode one scrape, in seconds (reads the kernel tables)",
+        )
+        .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]),
+    )?;
+    registry.register(Box::new(scrape_seconds.clone()))?;
+    let state = Arc::new(AppState {
+        registry,
+        scrape_seconds,
+        probes,
+        telemetry_path: telemetry_path.clone(),
+    });
+    let app = Router::new()
+        .route(&telemetry_path, get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/", get(landing))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::from_std(listener).context("listener")?;
+    info!(address = %listener.local_addr()?, path = %telemetry_path, "serving metrics");
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    shutdown.await;
+    let _ = stop_tx.send(());
+    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+        Ok(Ok(Ok(()))) | Err(_) => Ok(()),
+        Ok(Ok(Err(err))) => Err(err).context("serving HTTP"),
+        Ok(Err(join)) => Err(join).context("HTTP server task"),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let rendering = state.clone();
+    match tokio::task::spawn_blocking(move || rendering.render()).await {
+        Ok(Ok(body)) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
+        Ok(Err(err)) => {
+            error!(error = %format!("{err:#}"), "scrape failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("{err:#}\n")).into_response()
+        }
+        Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
+    }
+}
+
+/// 200 when every probe is attached; 200 with the list when some are not
+/// (the agent still counts what it can); 503 when none is.
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let down: Vec<String> = state
+        .probes
+        .iter()
+        .filter(|p| !p.attached())
+        .map(|p| format!("{} ({})", p.probe, p.attach_type))
+        .collect();
+    if down.is_empty() {
+        return (StatusCode::OK, "ready\n").into_response();
+    }
+    let status = if down.len() == state.probes.len() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (status, format!("degraded: not attached: {}\n", down.join(", "))).into_response()
+}
+
+async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {
+    Html(format!(
+        "<html><head><title>slowpath</title></head><body><h1>slowpath</h1>\
+         <p><a href=\"{0}\">{0}</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; \
+         <a href=\"/readyz\">/readyz</a></p></body></html>\n",
+        state.telemetry_path
+    ))
+}

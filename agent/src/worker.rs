@@ -1,0 +1,247 @@
+//! The BPF worker thread: it owns the loaded skeleton (libbpf objects stay on
+//! one thread), answers snapshot requests from the scrape path, drains the
+//! ring buffer on a short timer, and runs the vDSO canary.
+
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+use std::rc::Rc;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context, Result};
+use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use tracing::{debug, error, info, warn};
+
+use crate::bpf::{self, types, LoadOptions, ProbeStatus};
+use crate::canary::{self, ClockCanary};
+use crate::labels::{SeriesKey, LOST_REASONS};
+use crate::procs::{Aggregator, PendingRecords};
+
+/// How often the ring buffer is drained between scrapes, so it never fills
+/// under process churn.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(500);
+/// How often entries of vanished processes are looked for (only needed when
+/// the exit probe is not attached).
+const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Worker settings.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    pub load: LoadOptions,
+    pub pid_label: bool,
+    /// Period of the vDSO canary.
+    pub canary_interval: Duration,
+}
+
+/// Everything the metrics need from the kernel side at one instant.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Per-process totals, sorted by series key.
+    pub series: Vec<(SeriesKey, types::sp_counters)>,
+    /// Live entries in the kernel's process table.
+    pub tracked_processes: usize,
+    /// Lost-event counters by `enum sp_lost_reason`.
+    pub lost: [u64; LOST_REASONS.len()],
+    pub probes: Vec<ProbeStatus>,
+    /// Last vDSO canary results (empty until the first run).
+    pub canary: Vec<ClockCanary>,
+}
+
+enum Request {
+    Snapshot(SyncSender<Result<Arc<Snapshot>, String>>),
+    Stop(SyncSender<()>),
+}
+
+/// Handle to the worker thread.
+pub struct Worker {
+    tx: Sender<Request>,
+    thread: Option<JoinHandle<()>>,
+    probes: Vec<ProbeStatus>,
+}
+
+impl Worker {
+    /// Start the thread and wait until the programs are loaded and attached.
+    pub fn start(opts: WorkerOptions) -> Result<Self> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let thread = std::thread::Builder::new()
+            .name("slowpath-bpf".into())
+            .spawn(move || run(opts, rx, ready_tx))
+            .context("starting the BPF worker thread")?;
+        match ready_rx.recv() {
+            Ok(Ok(probes)) => Ok(Self {
+                tx,
+                thread: Some(thread),
+                probes,
+            }),
+            Ok(Err(err)) => {
+                let _ = thread.join();
+                Err(err)
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(anyhow!("the BPF worker thread died while loading"))
+            }
+        }
+    }
+
+    /// Attach results, as at start.
+    pub fn probes(&self) -> &[ProbeStatus] {
+        &self.probes
+    }
+
+    /// Read the kernel tables now (blocking; call off the async executor).
+    pub fn snapshot(&self) -> Result<Arc<Snapshot>> {
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Request::Snapshot(reply_tx))
+            .map_err(|_| anyhow!("the BPF worker thread is gone"))?;
+        reply_rx
+            .recv()
+            .map_err(|_| anyhow!("the BPF worker thread is gone"))?
+            .map_err(|e| anyhow!(e))
+    }
+
+}
+
+impl Drop for Worker {
+    /// Detach every program and join the thread.
+    fn drop(&mut self) {
+        let (ack_tx, ack_rx) = mpsc::sync_channel(1);
+        if self.tx.send(Request::Stop(ack_tx)).is_ok() {
+            let _ = ack_rx.recv();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<ProbeStatus>>>) {
+    let mut storage: bpf::ObjectStorage = [MaybeUninit::uninit(), MaybeUninit::uninit()];
+    let loaded = match bpf::load(&mut storage, &opts.load) {
+        Ok(loaded) => loaded,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
+        }
+    };
+    let pending: PendingRecords = Rc::new(RefCell::new(Vec::new()));
+    let ring = {
+        let pending = pending.clone();
+        let mut builder = RingBufferBuilder::new();
+        let added = builder
+            .add(&loaded.skel.maps.proc_events, move |data: &[u8]| {
+            let mut event = types::sp_proc_event {
+                tgid: 0,
+                kind: 0,
+                proc: Default::default(),
+            };
+            if plain::copy_from_bytes(&mut event, data).is_ok() {
+                pending.borrow_mut().push(event);
+            }
+            0
+            })
+            .map(|_| ());
+        match added.and_then(|()| builder.build()) {
+            Ok(ring) => ring,
+            Err(err) => {
+                let _ = ready.send(Err(anyhow!(err).context("opening the proc_events ring buffer")));
+                return;
+            }
+        }
+    };
+    let _ = ready.send(Ok(loaded.probes.clone()));
+
+    let procs = &loaded.skel.maps.procs;
+    let sys_enter_attached = loaded
+        .probes
+        .iter()
+        .any(|p| p.probe == "sys_enter" && p.attached());
+    let mut agg = Aggregator::new(opts.pid_label);
+    let mut canary_results = Vec::new();
+    let mut next_canary = Instant::now();
+    let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
+    let own_tgid = std::process::id();
+
+    loop {
+        let now = Instant::now();
+        if now >= next_canary {
+            canary_results = canary::run(|clock| {
+                sys_enter_attached.then(|| own_clock_syscalls(procs, own_tgid, clock))
+            });
+            next_canary = now + opts.canary_interval;
+        }
+        if now >= next_sweep {
+            match agg.sweep_dead(procs) {
+                Ok(0) => {}
+                Ok(n) => info!(entries = n, "folded entries of processes that left no exit record"),
+                Err(err) => warn!(error = %format!("{err:#}"), "sweeping the process table"),
+            }
+            next_sweep = now + SWEEP_INTERVAL;
+        }
+        match rx.recv_timeout(DRAIN_INTERVAL) {
+            Ok(Request::Snapshot(reply)) => {
+                let result = agg
+                    .refresh(procs, || ring.consume().map_err(Into::into), &pending)
+                    .map(|r| {
+                        Arc::new(Snapshot {
+                            series: r.series,
+                            tracked_processes: r.tracked_processes,
+                            lost: read_lost(&loaded.skel.maps.lost),
+                            probes: loaded.probes.clone(),
+                            canary: canary_results.clone(),
+                        })
+                    })
+                    .map_err(|e| format!("{e:#}"));
+                if let Err(err) = &result {
+                    error!(error = %err, "reading the kernel tables");
+                }
+                let _ = reply.send(result);
+            }
+            Ok(Request::Stop(ack)) => {
+                debug!("detaching BPF programs");
+                drop(ring);
+                drop(loaded);
+                let _ = ack.send(());
+                return;
+            }
+            Err(RecvTimeoutError::Timeout) => {
+                if let Err(err) = ring.consume() {
+                    warn!(error = %err, "draining the proc_events ring buffer");
+                }
+                agg.fold_records(&pending);
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// The agent's own `clock_gettime` syscall count for `clock`.
+fn own_clock_syscalls(procs: &dyn MapCore, tgid: u32, clock: usize) -> u64 {
+    let Ok(Some(bytes)) = procs.lookup(&tgid.to_ne_bytes(), MapFlags::ANY) else {
+        return 0; // no entry yet: no counted syscall yet
+    };
+    let mut p = types::sp_proc::default();
+    match plain::copy_from_bytes(&mut p, &bytes) {
+        Ok(()) => p.c.clock_gettime[clock],
+        Err(_) => 0,
+    }
+}
+
+/// Sum the per-CPU lost-event counters.
+fn read_lost(map: &dyn MapCore) -> [u64; LOST_REASONS.len()] {
+    let mut out = [0u64; LOST_REASONS.len()];
+    for (reason, slot) in out.iter_mut().enumerate() {
+        let key = (reason as u32).to_ne_bytes();
+        if let Ok(Some(per_cpu)) = map.lookup_percpu(&key, MapFlags::ANY) {
+            *slot = per_cpu
+                .iter()
+                .filter_map(|v| v.as_slice().try_into().ok().map(u64::from_ne_bytes))
+                .sum();
+        }
+    }
+    out
+}

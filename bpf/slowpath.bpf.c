@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * slowpath: per-process counters of kernel slow paths, aggregated in the
+ * kernel. User space reads the `procs` map at scrape time; the only records
+ * sent through the ring buffer are the final counts of a process image when
+ * it exits or execs (not per event).
+ *
+ * Every hook has two twins: a BTF raw tracepoint (tp_btf, cheapest: direct
+ * loads of arguments) and a plain raw tracepoint (raw_tp, for kernels that
+ * refuse tp_btf). The agent probes at start and sets autoload on one twin.
+ * Both twins run the same __always_inline handler with `btf` a compile-time
+ * constant that picks direct loads or CO-RE probe reads.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "slowpath.h"
+#include "classify.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* Syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl,
+ * include/uapi/asm-generic/unistd.h). */
+#if defined(__TARGET_ARCH_x86)
+#define SP_NR_rt_sigprocmask 14
+#define SP_NR_nanosleep 35
+#define SP_NR_gettimeofday 96
+#define SP_NR_time 201
+#define SP_NR_clock_gettime 228
+#define SP_NR_clock_nanosleep 230
+#define SP_NR_madvise 28
+#define SP_NR_process_madvise 440
+#define SP_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h: in an ia32 syscall */
+#define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#elif defined(__TARGET_ARCH_arm64)
+#define SP_NR_rt_sigprocmask 135
+#define SP_NR_nanosleep 101
+#define SP_NR_gettimeofday 169
+#define SP_NR_time (-1000) /* no time(2) on arm64 */
+#define SP_NR_clock_gettime 113
+#define SP_NR_clock_nanosleep 115
+#define SP_NR_madvise 233
+#define SP_NR_process_madvise 440
+#define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#else
+#error "slowpath supports x86_64 and arm64"
+#endif
+
+#define SP_EEXIST 17
+#define SP_PF_KTHREAD 0x00200000 /* include/linux/sched.h */
+#define SP_MADV_COLLAPSE 25
+
+/*
+ * THP fault allocations are recognised on kmem:mm_page_alloc by order and
+ * gfp mask. The kernel has no tracepoint on the THP fault path itself
+ * (do_huge_pmd_anonymous_page); fentry/kprobe on it would be exact too but
+ * are not allowed everywhere, and mm_page_alloc is a tracepoint that exists
+ * on every kernel with BTF. Its cost on ordinary 4 KiB faults is one
+ * compare on `order` (see the benchmark).
+ *
+ * gfp bit values from include/linux/gfp_types.h, unchanged from v4.x to
+ * v6.18 for the bits used here.
+ */
+#define SP_HPAGE_PMD_ORDER 9 /* 2 MiB with 4 KiB pages */
+#define SP_GFP_HIGHMEM 0x02u
+#define SP_GFP_DIRECT_RECLAIM 0x400u
+#define SP_GFP_NOWARN 0x2000u
+#define SP_GFP_COMP 0x40000u
+#define SP_GFP_NOMEMALLOC 0x80000u
+#define SP_GFP_HARDWALL 0x100000u
+#define SP_GFP_THISNODE 0x200000u
+/*
+ * Bits every THP fault mask has: vma_thp_gfp_mask() builds it from
+ * GFP_TRANSHUGE_LIGHT = GFP_HIGHUSER_MOVABLE | __GFP_COMP | __GFP_NOMEMALLOC
+ * | __GFP_NOWARN. __GFP_IO/__GFP_FS/__GFP_MOVABLE are left out because
+ * memalloc_nofs/noio/pin scopes may clear them. hugetlbfs masks lack
+ * __GFP_NOMEMALLOC, so hugetlb pages never match.
+ */
+#define SP_GFP_THP_FAULT_BITS                                                  \
+	(SP_GFP_HIGHMEM | SP_GFP_HARDWALL | SP_GFP_COMP | SP_GFP_NOMEMALLOC |    \
+	 SP_GFP_NOWARN)
+
+/* Default capacities; the agent overrides them with set_max_entries. */
+#define SP_DEFAULT_MAX_PROCS 16384
+#define SP_DEFAULT_MAX_COMPACTIONS 4096
+#define SP_DEFAULT_RINGBUF_BYTES (1 << 20)
+
+/* Counters per thread group (tgid). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DEFAULT_MAX_PROCS);
+	__type(key, __u32);
+	__type(value, struct sp_proc);
+} procs SEC(".maps");
+
+/* Compaction runs in progress, by tid (begin/end come from the same task). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DEFAULT_MAX_COMPACTIONS);
+	__type(key, __u32);
+	__type(value, struct sp_compaction_start);
+} compaction_starts SEC(".maps");
+
+/* Lost-event counters by enum sp_lost_reason. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_LOST_REASON_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+/* Final counts of exited or exec'd process images (struct sp_proc_event). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, SP_DEFAULT_RINGBUF_BYTES);
+} proc_events SEC(".maps");
+
+/* Scratch to build a new `procs` value off the 512-byte BPF stack. The
+ * counters in it are never written, so they stay zero. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sp_proc);
+} proc_scratch SEC(".maps");
+
+/* Keeps struct sp_proc_event in the object's BTF so that the skeleton
+ * generates its Rust type (ring buffer records have no map value type). */
+struct sp_proc_event sp_proc_event_btf_anchor SEC(".bss");
+
+/* arr[idx] += 1 with a bounds check the verifier can follow: barrier_var()
+ * stops the compiler from checking one copy of idx and indexing with another. */
+#define SP_INC_AT(arr, idx)                                                    \
+	do {                                                                   \
+		__u32 __i = (idx);                                             \
+		barrier_var(__i);                                              \
+		if (__i < sizeof(arr) / sizeof((arr)[0]))                      \
+			__sync_fetch_and_add(&(arr)[__i], 1);                  \
+	} while (0)
+
+static __always_inline void lost_inc(__u32 reason)
+{
+	__u64 *v = bpf_map_lookup_elem(&lost, &reason);
+
+	if (v)
+		*v += 1; /* per-CPU slot: no atomic needed */
+}
+
+/* Insert a zeroed entry for the current thread group. Slow path: once per
+ * process image. */
+static __noinline struct sp_proc *proc_create(__u32 tgid)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u32 zero = 0;
+	struct sp_proc *tmpl;
+	long err;
+
+	tmpl = bpf_map_lookup_elem(&proc_scratch, &zero);
+	if (!tmpl)
+		return NULL;
+	tmpl->start_boottime_ns = BPF_CORE_READ(task, group_leader, start_boottime);
+	tmpl->cgroup_id = bpf_get_current_cgroup_id();
+	BPF_CORE_READ_INTO(&tmpl->comm, task, group_leader, comm);
+	err = bpf_map_update_elem(&procs, &tgid, tmpl, BPF_NOEXIST);
+	if (err && err != -SP_EEXIST) {
+		lost_inc(SP_LOST_PROCESS_TABLE_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&procs, &tgid);
+}
+
+static __always_inline struct sp_proc *proc_current(void)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct sp_proc *p = bpf_map_lookup_elem(&procs, &tgid);
+
+	return p ? p : proc_create(tgid);
+}
+
+/* ---- syscalls: clock reads, rt_sigprocmask, sleeps ---------------------- */
+
+/* Syscall argument n of the user registers: direct load under tp_btf,
+ * CO-RE probe read under raw_tp. */
+#define SP_SYSCALL_ARG(btf, regs, n)                                           \
+	((btf) ? (unsigned long)PT_REGS_PARM##n##_SYSCALL(regs)                \
+	       : (unsigned long)PT_REGS_PARM##n##_CORE_SYSCALL(regs))
+
+static __always_inline bool in_compat_syscall(const bool btf)
+{
+#if defined(__TARGET_ARCH_x86)
+	/* ia32 tasks use other syscall numbers: never count them as ours */
+	if (btf)
+		return bpf_get_current_task_btf()->thread_info.status & SP_TS_COMPAT;
+	return BPF_CORE_READ((struct task_struct *)bpf_get_current_task(),
+			     thread_info.status) &
+	       SP_TS_COMPAT;
+#else
+	return false;
+#endif
+}
+
+static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 clock,
+					__u32 mode, const void *rqtp)
+{
+	struct __kernel_timespec ts;
+	__u64 sec, *calls;
+	__u32 slot;
+	int b;
+
+	if (syscall >= SP_SLEEP_SYSCALL_COUNT)
+		return;
+	/* one flat, bounds-checked index into sleep_calls[syscall][clock][mode] */
+	calls = &p->c.sleep_calls[syscall][0][0];
+	slot = clock * SP_SLEEP_MODE_COUNT + mode;
+	barrier_var(slot);
+	if (slot >= SP_CLOCK_COUNT * SP_SLEEP_MODE_COUNT)
+		return;
+	__sync_fetch_and_add(&calls[slot], 1);
+	if (mode != SP_SLEEP_RELATIVE)
+		return;
+	if (bpf_probe_read_user(&ts, sizeof(ts), rqtp)) {
+		lost_inc(SP_LOST_SLEEP_UNREADABLE);
+		return;
+	}
+	b = sp_sleep_bucket(ts.tv_sec, ts.tv_nsec);
+	if (b < 0)
+		return; /* EINVAL request: counted as a call, not a duration */
+	SP_INC_AT(p->c.sleep_buckets[syscall], b);
+	/* cap at ~136 years so the sum cannot wrap on absurd requests */
+	sec = ts.tv_sec > 0xffffffffLL ? 0xffffffffULL : (__u64)ts.tv_sec;
+	__sync_fetch_and_add(&p->c.sleep_requested_ns[syscall],
+			     sec * SP_NSEC_PER_SEC + (__u64)ts.tv_nsec);
+}
+
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const bool btf)
+{
+	struct sp_proc *p;
+	__u32 idx;
+
+	/* Untraced syscalls leave here: this is the cost every syscall pays. */
+	switch (id) {
+	case SP_NR_clock_gettime:
+	case SP_NR_gettimeofday:
+	case SP_NR_time:
+	case SP_NR_rt_sigprocmask:
+	case SP_NR_nanosleep:
+	case SP_NR_clock_nanosleep:
+		break;
+	default:
+		return 0;
+	}
+	if (in_compat_syscall(btf))
+		return 0;
+	p = proc_current();
+	if (!p)
+		return 0;
+
+	switch (id) {
+	case SP_NR_clock_gettime:
+		idx = sp_classify_clockid((__s32)SP_SYSCALL_ARG(btf, regs, 1));
+		SP_INC_AT(p->c.clock_gettime, idx);
+		break;
+	case SP_NR_gettimeofday:
+		__sync_fetch_and_add(&p->c.gettimeofday, 1);
+		break;
+	case SP_NR_time:
+		__sync_fetch_and_add(&p->c.time, 1);
+		break;
+	case SP_NR_rt_sigprocmask:
+		idx = sp_classify_sigmask((__s32)SP_SYSCALL_ARG(btf, regs, 1),
+					  SP_SYSCALL_ARG(btf, regs, 2) == 0);
+		SP_INC_AT(p->c.sigprocmask, idx);
+		break;
+	case SP_NR_nanosleep: /* hrtimer_nanosleep(..., CLOCK_MONOTONIC) */
+		count_sleep(p, SP_SLEEP_NANOSLEEP, SP_CLOCK_MONOTONIC, SP_SLEEP_RELATIVE,
+			    (const void *)SP_SYSCALL_ARG(btf, regs, 1));
+		break;
+	case SP_NR_clock_nanosleep:
+		count_sleep(p, SP_SLEEP_CLOCK_NANOSLEEP,
+			    sp_classify_clockid((__s32)SP_SYSCALL_ARG(btf, regs, 1)),
+			    (SP_SYSCALL_ARG(btf, regs, 2) & SP_TIMER_ABSTIME) ? SP_SLEEP_ABSOLUTE
+									      : SP_SLEEP_RELATIVE,
+			    (const void *)SP_SYSCALL_ARG(btf, regs, 3));
+		break;
+	}
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, true);
+}
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, false);
+}
+
+/* ---- THP faults -------------------------------------------------------- */
+
+/* MADV_COLLAPSE allocates huge pages in process context with a THP-like
+ * mask but is a collapse, not a fault: recognise it by the syscall the
+ * task is in. */
+static __always_inline bool in_madv_collapse(struct task_struct *task)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
+	long nr = SP_SYSCALL_NR(regs);
+
+	if (nr == SP_NR_madvise)
+		return PT_REGS_PARM3_CORE_SYSCALL(regs) == SP_MADV_COLLAPSE;
+	if (nr == SP_NR_process_madvise)
+		return PT_REGS_PARM4_CORE_SYSCALL(regs) == SP_MADV_COLLAPSE;
+	return false;
+}
+
+static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t gfp)
+{
+	struct task_struct *task;
+	struct sp_proc *p;
+
+	if (order != SP_HPAGE_PMD_ORDER)
+		return 0; /* every 4 KiB allocation leaves here */
+	if ((gfp & SP_GFP_THP_FAULT_BITS) != SP_GFP_THP_FAULT_BITS)
+		return 0;
+	task = bpf_get_current_task_btf();
+	if (BPF_CORE_READ(task, flags) & SP_PF_KTHREAD)
+		return 0; /* khugepaged and other kernel threads */
+	if (in_madv_collapse(task))
+		return 0;
+	/*
+	 * A failed first attempt that carries __GFP_THISNODE with direct reclaim
+	 * allowed is retried without __GFP_THISNODE by alloc_pages_mpol()
+	 * (mm/mempolicy.c): only the last attempt decides success or fallback.
+	 */
+	if (failed && (gfp & SP_GFP_THISNODE) && (gfp & SP_GFP_DIRECT_RECLAIM))
+		return 0;
+	p = proc_current();
+	if (!p)
+		return 0;
+	if (failed)
+		__sync_fetch_and_add(&p->c.thp_fault_fallback, 1);
+	else
+		__sync_fetch_and_add(&p->c.thp_fault_alloc, 1);
+	return 0;
+}
+
+SEC("tp_btf/mm_page_alloc")
+int BPF_PROG(mm_page_alloc_btf, struct page *page, unsigned int order, gfp_t gfp)
+{
+	return on_page_alloc(page == NULL, order, gfp);
+}
+
+SEC("raw_tp/mm_page_alloc")
+int BPF_PROG(mm_page_alloc_raw, struct page *page, unsigned int order, gfp_t gfp)
+{
+	return on_page_alloc(page == NULL, order, gfp);
+}
+
+/* ---- compaction -------------------------------------------------------- */
+
+static __always_inline int on_compaction_begin(struct compact_control *cc)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct sp_compaction_start s = {};
+
+	s.start_ns = bpf_ktime_get_ns();
+	/* compact_zone_order() sets direct_compaction; kcompactd (including
+	 * proactive compaction) is a kernel thread; what is left is a process
+	 * writing /proc/sys/vm/compact_memory or a node's sysfs compact file. */
+	if (BPF_CORE_READ(cc, direct_compaction))
+		s.trigger = SP_COMPACTION_DIRECT;
+	else if (BPF_CORE_READ(task, flags) & SP_PF_KTHREAD)
+		s.trigger = SP_COMPACTION_KCOMPACTD;
+	else
+		s.trigger = SP_COMPACTION_MANUAL;
+	if (bpf_map_update_elem(&compaction_starts, &tid, &s, BPF_ANY))
+		lost_inc(SP_LOST_COMPACTION_TABLE_FULL);
+	return 0;
+}
+
+static __always_inline int on_compaction_end(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct sp_compaction_start *s;
+	struct sp_proc *p;
+	__u64 elapsed;
+	__u32 trigger;
+
+	s = bpf_map_lookup_elem(&compaction_starts, &tid);
+	if (!s)
+		return 0; /* began before we attached */
+	elapsed = bpf_ktime_get_ns() - s->start_ns;
+	trigger = s->trigger;
+	bpf_map_delete_elem(&compaction_starts, &tid);
+	p = proc_current();
+	if (!p)
+		return 0;
+	barrier_var(trigger);
+	if (trigger >= SP_COMPACTION_TRIGGER_COUNT)
+		return 0;
+	__sync_fetch_and_add(&p->c.compaction_runs[trigger], 1);
+	__sync_fetch_and_add(&p->c.compaction_ns[trigger], elapsed);
+	return 0;
+}
+
+SEC("tp_btf/mm_compaction_begin")
+int BPF_PROG(mm_compaction_begin_btf, struct compact_control *cc)
+{
+	return on_compaction_begin(cc);
+}
+
+SEC("raw_tp/mm_compaction_begin")
+int BPF_PROG(mm_compaction_begin_raw, struct compact_control *cc)
+{
+	return on_compaction_begin(cc);
+}
+
+SEC("tp_btf/mm_compaction_end")
+int BPF_PROG(mm_compaction_end_btf)
+{
+	return on_compaction_end();
+}
+
+SEC("raw_tp/mm_compaction_end")
+int BPF_PROG(mm_compaction_end_raw)
+{
+	return on_compaction_end();
+}
+
+/* ---- process lifecycle: fold final counts, free the entry --------------- */
+
+/* Send the final counts of `tgid` to user space, then free its entry. The
+ * record is submitted before the delete, so a reader that misses the entry
+ * in the map finds the record in the ring buffer. */
+static __always_inline void proc_retire(__u32 tgid, __u32 kind)
+{
+	struct sp_proc *p = bpf_map_lookup_elem(&procs, &tgid);
+	struct sp_proc_event *e;
+
+	if (!p)
+		return;
+	e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
+	if (!e) {
+		if (kind == SP_EVENT_EXIT) {
+			/* nothing lost: the agent folds flagged entries itself */
+			p->flags |= SP_PROC_EXITED;
+		} else {
+			/* cannot split: later counts join this entry, under the new comm */
+			lost_inc(SP_LOST_RINGBUF_FULL);
+			BPF_CORE_READ_INTO(&p->comm, (struct task_struct *)bpf_get_current_task(),
+					   group_leader, comm);
+		}
+		return;
+	}
+	e->tgid = tgid;
+	e->kind = kind;
+	bpf_probe_read_kernel(&e->proc, sizeof(e->proc), p);
+	bpf_ringbuf_submit(e, 0);
+	bpf_map_delete_elem(&procs, &tgid);
+}
+
+static __always_inline int on_process_exit(struct task_struct *task)
+{
+	/* do_exit() decremented signal->live before this tracepoint: zero
+	 * means this was the last thread of the group. */
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXIT);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit_btf, struct task_struct *task)
+{
+	return on_process_exit(task);
+}
+
+SEC("raw_tp/sched_process_exit")
+int BPF_PROG(sched_process_exit_raw, struct task_struct *task)
+{
+	return on_process_exit(task);
+}
+
+static __always_inline int on_process_exec(struct task_struct *task)
+{
+	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXEC);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(sched_process_exec_btf, struct task_struct *task)
+{
+	return on_process_exec(task);
+}
+
+SEC("raw_tp/sched_process_exec")
+int BPF_PROG(sched_process_exec_raw, struct task_struct *task)
+{
+	return on_process_exec(task);
+}
