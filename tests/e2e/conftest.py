@@ -1,0 +1,181 @@
+"""Shared fixtures of the end-to-end tests.
+
+The tests start the real `slowpath` binary (as root: it loads BPF programs
+into the running kernel), run the C workloads of tests/workloads, scrape
+/metrics over HTTP and compare exact deltas with independent oracles
+(`strace -c`, /proc/vmstat, /proc/zoneinfo).
+
+Environment:
+  SLOWPATH_BIN   agent binary (default: target/release/slowpath)
+  SP_WORKLOAD    workload binary (default: built here into tests/workloads/bin)
+"""
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+REPO = Path(__file__).resolve().parents[2]
+WORKLOAD_SRC = REPO / "tests" / "workloads" / "sp-workload.c"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.geteuid() == 0:
+        return
+    skip = pytest.mark.skip(reason="needs root: loads BPF programs into the kernel")
+    for item in items:
+        item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def agent_bin():
+    path = Path(os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"))
+    assert path.exists(), f"{path} missing: build it with cargo build --release"
+    return path
+
+
+@pytest.fixture(scope="session")
+def workload_bin():
+    if "SP_WORKLOAD" in os.environ:
+        return Path(os.environ["SP_WORKLOAD"])
+    out = REPO / "tests" / "workloads" / "bin" / "sp-workload"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Werror", "-pthread", str(WORKLOAD_SRC), "-o", str(out)],
+        check=True,
+    )
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Scrape:
+    """One parsed /metrics page."""
+
+    def __init__(self, text):
+        self.text = text
+        self.samples = [
+            s for fam in text_string_to_metric_families(text) for s in fam.samples
+        ]
+
+    def select(self, name, **labels):
+        want = {k: str(v) for k, v in labels.items()}
+        return [
+            s
+            for s in self.samples
+            if s.name == name and all(s.labels.get(k) == v for k, v in want.items())
+        ]
+
+    def value(self, name, **labels):
+        """Sum of the samples of `name` whose labels include `labels` (0 if none)."""
+        return sum(s.value for s in self.select(name, **labels))
+
+
+class Agent:
+    """A running slowpath process."""
+
+    def __init__(self, binary, args, log_path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen(
+            [str(binary), f"--web.listen-address=127.0.0.1:{self.port}", *args],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.wait_ready()
+
+    def get(self, path, timeout=10):
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+
+    def wait_ready(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"agent exited {self.proc.returncode}: {self.log_text()}")
+            try:
+                status, _ = self.get("/readyz", timeout=1)
+                if status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"agent not ready after {timeout}s: {self.log_text()}")
+
+    def scrape(self):
+        status, text = self.get("/metrics")
+        assert status == 200
+        return Scrape(text)
+
+    def log_text(self):
+        self.log.flush()
+        return Path(self.log_path).read_text(errors="replace")
+
+    def stop(self, timeout=5):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module", params=["tp-btf", "raw-tp"])
+def agent(request, agent_bin, tmp_path_factory):
+    """The agent with per-pid series, once per attach type."""
+    log = tmp_path_factory.mktemp("agent") / "agent.log"
+    a = Agent(
+        agent_bin,
+        ["--metrics.pid-label", f"--bpf.attach-type={request.param}", "--canary.interval=1s"],
+        log,
+    )
+    a.attach_type = request.param.replace("-", "_")
+    yield a
+    assert a.stop() == 0, a.log_text()
+
+
+def run_workload(workload_bin, *args, strace=None):
+    """Run the workload to completion; returns its pid (and strace counts
+    by syscall when `strace` is a path for `strace -f -c -o`)."""
+    cmd = [str(workload_bin), *map(str, args)]
+    if strace is not None:
+        cmd = ["strace", "-f", "-c", "-o", str(strace), *cmd]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    pid = int(re.search(r"pid=(\d+)", out).group(1))
+    if strace is None:
+        return pid
+    return pid, strace_counts(Path(strace).read_text())
+
+
+def strace_counts(text):
+    """{syscall: calls} from an `strace -c` summary."""
+    counts = {}
+    for line in text.splitlines():
+        fields = line.split()
+        # % time, seconds, usecs/call, calls, [errors], syscall
+        if len(fields) >= 5 and fields[-1] != "total" and fields[3].isdigit():
+            counts[fields[-1]] = int(fields[3])
+    return counts
+
+
+def vmstat():
+    return {
+        k: int(v)
+        for k, v in (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+    }
