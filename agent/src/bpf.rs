@@ -100,7 +100,13 @@ pub struct LoadOptions {
     pub force_attach: Option<AttachType>,
     /// Kernel BTF used for CO-RE and for probing tracepoints.
     pub btf_path: PathBuf,
+    /// Fault injection for tests: attach this probe as raw_tp to a
+    /// tracepoint that does not exist, so the kernel refuses it for real.
+    pub break_probe: Option<String>,
 }
+
+/// Tracepoint name used by `break_probe`.
+const MISSING_TRACEPOINT: &str = "slowpath_no_such_tracepoint";
 
 /// The loaded object and its links. Dropping it detaches every program.
 pub struct Loaded<'obj> {
@@ -128,7 +134,7 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
         }
         Err(err) => return Err(err),
     };
-    let (links, probes) = attach_all(&skel, &chosen_after_load(&skel));
+    let (links, probes) = attach_all(&skel, &chosen_after_load(&skel), opts);
     if links.is_empty() {
         let reasons: Vec<String> = probes
             .iter()
@@ -145,6 +151,18 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
 
 /// For each probe, the cheapest attach type the kernel's BTF says will work.
 fn choose_attach_types(opts: &LoadOptions) -> Result<[AttachType; PROBES.len()]> {
+    let mut chosen = probe_attach_types(opts)?;
+    if let Some(broken) = &opts.break_probe {
+        let idx = PROBES
+            .iter()
+            .position(|p| p == broken)
+            .with_context(|| format!("--bpf.test-break-probe {broken}: not one of {PROBES:?}"))?;
+        chosen[idx] = AttachType::RawTp;
+    }
+    Ok(chosen)
+}
+
+fn probe_attach_types(opts: &LoadOptions) -> Result<[AttachType; PROBES.len()]> {
     if let Some(forced) = opts.force_attach {
         return Ok([forced; PROBES.len()]);
     }
@@ -195,7 +213,8 @@ fn open_and_load<'obj>(
         let idx = PROBES.iter().position(|&p| p == probe).expect("checked");
         prog.set_autoload(chosen[idx] == attach_type);
     }
-    open.load().context("loading the BPF programs into the kernel")
+    open.load()
+        .context("loading the BPF programs into the kernel")
 }
 
 /// Which twin of each probe the loaded object carries.
@@ -210,6 +229,7 @@ fn chosen_after_load(skel: &SlowpathSkel<'_>) -> Vec<(&'static str, AttachType)>
 fn attach_all(
     skel: &SlowpathSkel<'_>,
     chosen: &[(&'static str, AttachType)],
+    opts: &LoadOptions,
 ) -> (Vec<Link>, Vec<ProbeStatus>) {
     let mut links = Vec::new();
     let mut probes = Vec::new();
@@ -220,7 +240,12 @@ fn attach_all(
         if !chosen.contains(&(probe, attach_type)) {
             continue;
         }
-        let error = match prog.attach() {
+        let attached = if opts.break_probe.as_deref() == Some(probe) {
+            prog.attach_raw_tracepoint(MISSING_TRACEPOINT)
+        } else {
+            prog.attach()
+        };
+        let error = match attached {
             Ok(link) => {
                 links.push(link);
                 info!(probe, %attach_type, "attached");

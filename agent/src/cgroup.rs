@@ -72,9 +72,13 @@ impl CgroupResolver {
         let mut stack = vec![(root.to_path_buf(), String::from("/"))];
         while let Some((dir, rel)) = stack.pop() {
             // Cgroups come and go while we walk: skip what vanished.
-            let Ok(meta) = fs::metadata(&dir) else { continue };
+            let Ok(meta) = fs::metadata(&dir) else {
+                continue;
+            };
             self.paths.insert(meta.ino(), rel.clone());
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for entry in entries.flatten() {
                 if entry.file_type().is_ok_and(|t| t.is_dir()) {
                     let name = entry.file_name().to_string_lossy().into_owned();

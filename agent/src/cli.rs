@@ -14,11 +14,19 @@ use crate::bpf::{AttachType, KERNEL_BTF};
 #[command(name = "slowpath", version, about, long_about = None)]
 pub struct Cli {
     /// Address to serve metrics on: [HOST]:PORT; ":9891" listens on every IPv4 address.
-    #[arg(long = "web.listen-address", default_value = ":9891", value_name = "[HOST]:PORT")]
+    #[arg(
+        long = "web.listen-address",
+        default_value = ":9891",
+        value_name = "[HOST]:PORT"
+    )]
     pub listen_address: String,
 
     /// Path under which to expose metrics.
-    #[arg(long = "web.telemetry-path", default_value = "/metrics", value_name = "PATH")]
+    #[arg(
+        long = "web.telemetry-path",
+        default_value = "/metrics",
+        value_name = "PATH"
+    )]
     pub telemetry_path: String,
 
     /// Log level.
@@ -68,6 +76,11 @@ pub struct Cli {
     #[arg(long = "canary.interval", default_value = "15s", value_name = "DURATION",
           value_parser = parse_duration)]
     pub canary_interval: Duration,
+
+    /// Testing only: make the kernel refuse this probe (attached as raw_tp to
+    /// a tracepoint that does not exist) to exercise degraded operation.
+    #[arg(long = "bpf.test-break-probe", hide = true, value_name = "PROBE")]
+    pub break_probe: Option<String>,
 }
 
 fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {

@@ -46,7 +46,9 @@ fn main() -> ExitCode {
 fn init_logging(level: &str) {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(format!("slowpath={level}")))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
+            "slowpath={level}"
+        )))
         .init();
     // libbpf's own messages (verifier logs on failure) go through tracing.
     let libbpf_level = match level {
@@ -94,6 +96,7 @@ fn run(cli: Cli) -> Result<()> {
             ringbuf_bytes: cli.ringbuf_bytes,
             force_attach: cli.attach_type,
             btf_path: cli.btf_path.clone(),
+            break_probe: cli.break_probe.clone(),
         },
         pid_label: cli.pid_label,
         canary_interval: cli.canary_interval,
@@ -110,7 +113,9 @@ fn run(cli: Cli) -> Result<()> {
     let collector = metrics::SlowpathCollector::new(worker.clone(), cli.sysfs.clone())?;
     registry.register(Box::new(collector.errors_counter()))?;
     registry.register(Box::new(collector))?;
-    registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self()))?;
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -14,8 +14,8 @@ use tracing::error;
 
 use crate::bpf::types::sp_counters;
 use crate::labels::{
-    cumulative_buckets, is_vdso_clock, SeriesKey, CLOCK_NAMES, COMPACTION_TRIGGERS,
-    LOST_REASONS, SIGMASK_OPS, SLEEP_MODES, SLEEP_SYSCALLS,
+    cumulative_buckets, is_vdso_clock, SeriesKey, CLOCK_NAMES, COMPACTION_TRIGGERS, LOST_REASONS,
+    SIGMASK_OPS, SLEEP_MODES, SLEEP_SYSCALLS,
 };
 use crate::node;
 use crate::worker::{Snapshot, Worker};
@@ -268,7 +268,11 @@ fn per_process_families(series: &[(SeriesKey, sp_counters)]) -> Vec<MetricFamily
         }
         sleep_series(&mut sleeps, &mut hist, key, c);
         push_nonzero(&mut thp_allocs, with(key, &[]), c.thp_fault_alloc as f64);
-        push_nonzero(&mut thp_fallbacks, with(key, &[]), c.thp_fault_fallback as f64);
+        push_nonzero(
+            &mut thp_fallbacks,
+            with(key, &[]),
+            c.thp_fault_fallback as f64,
+        );
         for (i, trigger) in COMPACTION_TRIGGERS.iter().enumerate() {
             let runs = c.compaction_runs[i] as f64;
             push_nonzero(&mut comp_runs, with(key, &[("trigger", trigger)]), runs);
@@ -318,12 +322,7 @@ fn clock_series(out: &mut Vec<Metric>, key: &SeriesKey, c: &sp_counters) {
     }
 }
 
-fn sleep_series(
-    calls: &mut Vec<Metric>,
-    hist: &mut Vec<Metric>,
-    key: &SeriesKey,
-    c: &sp_counters,
-) {
+fn sleep_series(calls: &mut Vec<Metric>, hist: &mut Vec<Metric>, key: &SeriesKey, c: &sp_counters) {
     for (s, syscall) in SLEEP_SYSCALLS.iter().enumerate() {
         for (clk, clock) in CLOCK_NAMES.iter().enumerate() {
             for (m, mode) in SLEEP_MODES.iter().enumerate() {
@@ -485,8 +484,14 @@ mod tests {
         let mono = by_clock("monotonic", "clock_gettime");
         assert_eq!(label(mono, "fallback"), "true");
         assert_eq!(mono.get_counter().get_value(), 100_000.0);
-        assert_eq!(label(by_clock("process_cputime", "clock_gettime"), "fallback"), "false");
-        assert_eq!(label(by_clock("realtime", "gettimeofday"), "fallback"), "true");
+        assert_eq!(
+            label(by_clock("process_cputime", "clock_gettime"), "fallback"),
+            "false"
+        );
+        assert_eq!(
+            label(by_clock("realtime", "gettimeofday"), "fallback"),
+            "true"
+        );
         assert_eq!(label(mono, "comm"), "ticker");
     }
 
@@ -504,9 +509,9 @@ mod tests {
         let le = |bound: f64| {
             h.get_bucket()
                 .iter()
-                .find(|b| b.get_upper_bound() == bound)
+                .find(|b| b.upper_bound() == bound)
                 .unwrap()
-                .get_cumulative_count()
+                .cumulative_count()
         };
         assert_eq!(le(1e-4), 0);
         assert_eq!(le(1e-3), 1000);

@@ -85,7 +85,11 @@ mod tests {
         fs::write(cs.join("current_clocksource"), "xen\n").unwrap();
         fs::write(cs.join("available_clocksource"), "xen tsc hpet acpi_pm \n").unwrap();
         fs::write(thp.join("enabled"), "[always] madvise never\n").unwrap();
-        fs::write(thp.join("defrag"), "always defer [defer+madvise] madvise never\n").unwrap();
+        fs::write(
+            thp.join("defrag"),
+            "always defer [defer+madvise] madvise never\n",
+        )
+        .unwrap();
         assert_eq!(
             read_clocksources(&root),
             Clocksources {
@@ -100,7 +104,10 @@ mod tests {
                 defrag: Some("defer+madvise".into()),
             }
         );
-        assert_eq!(read_clocksources(&root.join("missing")), Clocksources::default());
+        assert_eq!(
+            read_clocksources(&root.join("missing")),
+            Clocksources::default()
+        );
         fs::remove_dir_all(&root).unwrap();
     }
 }

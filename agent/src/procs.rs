@@ -42,9 +42,7 @@ fn words(c: &sp_counters) -> &[u64] {
 
 fn words_mut(c: &mut sp_counters) -> &mut [u64] {
     // SAFETY: as in `words`; the exclusive borrow of `c` covers the slice.
-    unsafe {
-        std::slice::from_raw_parts_mut((c as *mut sp_counters).cast::<u64>(), COUNTER_WORDS)
-    }
+    unsafe { std::slice::from_raw_parts_mut((c as *mut sp_counters).cast::<u64>(), COUNTER_WORDS) }
 }
 
 /// `into += from`, element by element.
@@ -194,7 +192,10 @@ impl Aggregator {
             plain::copy_from_bytes(&mut p, &value)
                 .map_err(|e| anyhow::anyhow!("procs value of unexpected size: {e:?}"))?;
             if p.flags & SP_PROC_EXITED != 0 {
-                debug!(tgid, "folding an exited entry the ring buffer had no room for");
+                debug!(
+                    tgid,
+                    "folding an exited entry the ring buffer had no room for"
+                );
                 self.retire(tgid, &p);
                 let _ = procs.delete(&key);
                 continue;

@@ -54,7 +54,9 @@ pub async fn serve(
             "slowpath_scrape_duration_seconds",
             "Time to gather and encode one scrape, in seconds (reads the kernel tables)",
         )
-        .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0]),
+        .buckets(vec![
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+        ]),
     )?;
     registry.register(Box::new(scrape_seconds.clone()))?;
     let state = Arc::new(AppState {
@@ -118,7 +120,11 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     } else {
         StatusCode::OK
     };
-    (status, format!("degraded: not attached: {}\n", down.join(", "))).into_response()
+    (
+        status,
+        format!("degraded: not attached: {}\n", down.join(", ")),
+    )
+        .into_response()
 }
 
 async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {

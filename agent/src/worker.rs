@@ -103,7 +103,6 @@ impl Worker {
             .map_err(|_| anyhow!("the BPF worker thread is gone"))?
             .map_err(|e| anyhow!(e))
     }
-
 }
 
 impl Drop for Worker {
@@ -134,21 +133,23 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
         let mut builder = RingBufferBuilder::new();
         let added = builder
             .add(&loaded.skel.maps.proc_events, move |data: &[u8]| {
-            let mut event = types::sp_proc_event {
-                tgid: 0,
-                kind: 0,
-                proc: Default::default(),
-            };
-            if plain::copy_from_bytes(&mut event, data).is_ok() {
-                pending.borrow_mut().push(event);
-            }
-            0
+                let mut event = types::sp_proc_event {
+                    tgid: 0,
+                    kind: 0,
+                    proc: Default::default(),
+                };
+                if plain::copy_from_bytes(&mut event, data).is_ok() {
+                    pending.borrow_mut().push(event);
+                }
+                0
             })
             .map(|_| ());
         match added.and_then(|()| builder.build()) {
             Ok(ring) => ring,
             Err(err) => {
-                let _ = ready.send(Err(anyhow!(err).context("opening the proc_events ring buffer")));
+                let _ = ready.send(Err(
+                    anyhow!(err).context("opening the proc_events ring buffer")
+                ));
                 return;
             }
         }
@@ -165,6 +166,7 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
     let mut next_canary = Instant::now();
     let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
     let own_tgid = std::process::id();
+    let mut lost_seen = [0u64; LOST_REASONS.len()];
 
     loop {
         let now = Instant::now();
@@ -177,7 +179,10 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
         if now >= next_sweep {
             match agg.sweep_dead(procs) {
                 Ok(0) => {}
-                Ok(n) => info!(entries = n, "folded entries of processes that left no exit record"),
+                Ok(n) => info!(
+                    entries = n,
+                    "folded entries of processes that left no exit record"
+                ),
                 Err(err) => warn!(error = %format!("{err:#}"), "sweeping the process table"),
             }
             next_sweep = now + SWEEP_INTERVAL;
@@ -213,6 +218,7 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
                     warn!(error = %err, "draining the proc_events ring buffer");
                 }
                 agg.fold_records(&pending);
+                log_new_losses(&read_lost(&loaded.skel.maps.lost), &mut lost_seen);
             }
             Err(RecvTimeoutError::Disconnected) => return,
         }
@@ -228,6 +234,21 @@ fn own_clock_syscalls(procs: &dyn MapCore, tgid: u32, clock: usize) -> u64 {
     match plain::copy_from_bytes(&mut p, &bytes) {
         Ok(()) => p.c.clock_gettime[clock],
         Err(_) => 0,
+    }
+}
+
+/// Log lost-event counters that grew since the last call.
+fn log_new_losses(now: &[u64; LOST_REASONS.len()], seen: &mut [u64; LOST_REASONS.len()]) {
+    for ((reason, &n), last) in LOST_REASONS.iter().zip(now).zip(seen.iter_mut()) {
+        if n > *last {
+            warn!(
+                reason,
+                new = n - *last,
+                total = n,
+                "events lost (slowpath_lost_events_total): raise the table capacity flags if this repeats"
+            );
+            *last = n;
+        }
     }
 }
 

@@ -1,0 +1,155 @@
+"""Bad input gets one clear line and a non-zero exit with nothing attached;
+a probe the kernel refuses degrades the agent instead of killing it;
+SIGTERM detaches everything and exits 0 within a second."""
+
+import json
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from conftest import Agent, free_port, run_workload
+
+# Our programs as bpftool shows them (names are cut at 15 characters).
+OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e")
+
+
+def our_program_ids():
+    """Ids of loaded BPF programs named like ours (any slowpath instance)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return {p["id"] for p in json.loads(out) if p.get("name", "").startswith(OUR_PROGRAMS)}
+
+
+def run_agent(agent_bin, *args, prefix=(), timeout=20):
+    port = free_port()
+    return subprocess.run(
+        [*prefix, str(agent_bin), f"--web.listen-address=127.0.0.1:{port}", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def error_line(result):
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert lines, "no message on stderr"
+    return lines[-1]
+
+
+def wait_unloaded(ids, timeout=5.0):
+    """The kernel frees a closed program after an RCU grace period: poll."""
+    deadline = time.monotonic() + timeout
+    while ids & our_program_ids():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_attached():
+    before = our_program_ids()
+    yield
+    assert wait_unloaded(our_program_ids() - before), "a test left BPF programs loaded"
+
+
+def test_unknown_flag(agent_bin):
+    result = run_agent(agent_bin, "--no-such-flag")
+    assert result.returncode == 2
+    assert "unexpected argument '--no-such-flag'" in result.stderr
+
+
+@pytest.mark.parametrize("address", ["9891", "127.0.0.1:99999", "localhost:http"])
+def test_bad_listen_address(agent_bin, address):
+    result = subprocess.run([str(agent_bin), f"--web.listen-address={address}"], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert error_line(result).startswith("slowpath: error: bad --web.listen-address")
+
+
+def test_port_in_use(agent_bin):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [str(agent_bin), f"--web.listen-address=127.0.0.1:{port}"], capture_output=True, text=True
+        )
+    assert result.returncode == 1
+    assert error_line(result) == (
+        f"slowpath: error: cannot listen on 127.0.0.1:{port}: address already in use: "
+        "stop the process using it or pass another --web.listen-address"
+    )
+
+
+def test_not_root_names_both_capabilities(agent_bin):
+    result = run_agent(
+        agent_bin, prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
+    )
+    assert result.returncode == 1
+    assert error_line(result).startswith("slowpath: error: missing capability CAP_BPF and CAP_PERFMON:")
+
+
+def test_cap_bpf_alone_names_cap_perfmon(agent_bin):
+    result = run_agent(
+        agent_bin,
+        prefix=["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                "--inh-caps=-all,+bpf", "--ambient-caps=+bpf"],
+    )
+    assert result.returncode == 1
+    assert error_line(result).startswith("slowpath: error: missing capability CAP_PERFMON:")
+
+
+def test_kernel_without_btf(agent_bin):
+    # A private mount namespace where /sys/kernel/btf is empty: the host is untouched.
+    port = free_port()
+    script = f"mount -t tmpfs none /sys/kernel/btf && exec {agent_bin} --web.listen-address=127.0.0.1:{port}"
+    result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            capture_output=True, text=True, timeout=20)
+    assert result.returncode == 1
+    assert error_line(result).startswith(
+        "slowpath: error: kernel BTF not found at /sys/kernel/btf/vmlinux: "
+        "this kernel was built without CONFIG_DEBUG_INFO_BTF=y"
+    )
+
+
+def test_btf_path_that_does_not_exist(agent_bin):
+    result = run_agent(agent_bin, "--bpf.btf-path=/nonexistent/vmlinux")
+    assert result.returncode == 1
+    assert "BTF file /nonexistent/vmlinux does not exist" in error_line(result)
+
+
+def test_refused_probe_degrades_and_the_rest_keep_counting(agent_bin, workload_bin, tmp_path):
+    agent = Agent(agent_bin, ["--metrics.pid-label", "--bpf.test-break-probe=mm_compaction_end"],
+                  tmp_path / "agent.log")
+    try:
+        status, body = agent.get("/readyz")
+        assert status == 200 and "not attached: mm_compaction_end (raw_tp)" in body
+        scrape = agent.scrape()
+        attached = {s.labels["probe"]: s.value for s in scrape.select("slowpath_probe_attached")}
+        assert attached.pop("mm_compaction_end") == 0
+        assert set(attached.values()) == {1}
+        pid = run_workload(workload_bin, "clock-raw", 1000)
+        assert agent.scrape().value("slowpath_clock_syscalls_total", pid=pid) == 1000
+        assert "probe not attached" in agent.log_text() and "mm_compaction_end" in agent.log_text()
+    finally:
+        assert agent.stop() == 0
+
+
+def test_sigterm_detaches_and_exits_zero_within_a_second(agent_bin, tmp_path):
+    before = our_program_ids()
+    agent = Agent(agent_bin, [], tmp_path / "agent.log")
+    mine = our_program_ids() - before
+    assert len(mine) == 6  # one twin per probe, the other never loaded
+    start = time.monotonic()
+    agent.proc.send_signal(signal.SIGTERM)
+    assert agent.proc.wait(timeout=5) == 0
+    assert time.monotonic() - start < 1.0
+    agent.stop()
+    assert wait_unloaded(mine)
+
+
+def test_sigint_too(agent_bin, tmp_path):
+    agent = Agent(agent_bin, [], tmp_path / "agent.log")
+    agent.proc.send_signal(signal.SIGINT)
+    assert agent.proc.wait(timeout=5) == 0
+    agent.stop()
