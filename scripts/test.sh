@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Quick start: install what is needed, build, and run the whole test suite
+# (as root: the end-to-end tests load BPF programs into the running kernel).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test
+source "$HOME/.cargo/env" 2>/dev/null || true
+
+echo "== style: cargo fmt, clippy"
+cargo fmt --all -- --check
+cargo clippy --locked --all-targets -- -D warnings
+
+echo "== unit tests: Rust"
+cargo test --locked
+
+echo "== unit tests: BPF classifiers (bpf/classify.h) on the host"
+mkdir -p target/host-tests
+gcc -O2 -Wall -Werror -I bpf tests/unit/classify_test.c -o target/host-tests/classify_test
+target/host-tests/classify_test
+
+echo "== end-to-end tests against the real kernel"
+cargo build --release --locked -p slowpath
+mkdir -p tests/workloads/bin
+gcc -O2 -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
+SLOWPATH_BIN="$PWD/target/release/slowpath" SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
+  /usr/bin/python3 -m pytest -p no:cacheprovider -ra tests/e2e "$@"
