@@ -3,18 +3,17 @@
 //! The BPF side records `bpf_get_current_cgroup_id()`, the id of the task's
 //! cgroup in the v2 (unified) hierarchy, which is the inode number of that
 //! cgroup's directory in cgroup2fs. We map ids back to paths by walking the
-//! cgroup2 mount, on a miss and at most once per [`WALK_INTERVAL`].
+//! cgroup2 mount on a miss, at most once per round (one refresh of the
+//! kernel tables): a cgroup exists before any task in it runs, so a walk
+//! made after its id was seen finds it unless it was already removed.
 
 use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-/// Minimum time between two walks of the cgroup tree.
-pub const WALK_INTERVAL: Duration = Duration::from_secs(1);
 /// Label value of an id whose directory was not found (cgroup removed before
 /// any walk saw it).
 pub const UNKNOWN: &str = "unknown";
@@ -25,7 +24,7 @@ const MAX_CACHED: usize = 65_536;
 pub struct CgroupResolver {
     root: Option<PathBuf>,
     paths: HashMap<u64, String>,
-    last_walk: Option<Instant>,
+    walked_this_round: bool,
 }
 
 impl CgroupResolver {
@@ -42,8 +41,13 @@ impl CgroupResolver {
         Self {
             root,
             paths: HashMap::new(),
-            last_walk: None,
+            walked_this_round: false,
         }
+    }
+
+    /// Start a round: the next miss may walk the tree again.
+    pub fn new_round(&mut self) {
+        self.walked_this_round = false;
     }
 
     /// Path of cgroup `id`, e.g. `/system.slice/cron.service`.
@@ -54,8 +58,7 @@ impl CgroupResolver {
         let Some(root) = self.root.clone() else {
             return "/".to_string();
         };
-        let due = self.last_walk.is_none_or(|t| t.elapsed() >= WALK_INTERVAL);
-        if due {
+        if !self.walked_this_round {
             self.walk(&root);
         }
         self.paths
@@ -65,7 +68,7 @@ impl CgroupResolver {
     }
 
     fn walk(&mut self, root: &Path) {
-        self.last_walk = Some(Instant::now());
+        self.walked_this_round = true;
         if self.paths.len() > MAX_CACHED {
             self.paths.clear();
         }
@@ -172,7 +175,7 @@ mod tests {
         let mut r = CgroupResolver {
             root: Some(dir.clone()),
             paths: HashMap::new(),
-            last_walk: None,
+            walked_this_round: false,
         };
         let ino = fs::metadata(dir.join("a.slice/b.scope")).unwrap().ino();
         let root_ino = fs::metadata(&dir).unwrap().ino();

@@ -123,6 +123,7 @@ impl Aggregator {
 
     /// Fold the records waiting in `pending` (after a ring buffer consume).
     pub fn fold_records(&mut self, pending: &PendingRecords) {
+        self.cgroups.new_round();
         let records = std::mem::take(&mut *pending.borrow_mut());
         let now = Instant::now();
         for event in &records {
@@ -144,6 +145,7 @@ impl Aggregator {
         drain: impl FnOnce() -> Result<()>,
         pending: &PendingRecords,
     ) -> Result<Refreshed> {
+        self.cgroups.new_round();
         let live = self.read_table(procs)?;
         drain().context("draining the proc_events ring buffer")?;
         self.fold_records(pending);

@@ -180,3 +180,31 @@ def test_own_canary_reports_no_fallback_on_tsc(agent):
     assert all(s.value == 0 for s in fallback)
     for s in scrape.select("slowpath_clock_read_seconds"):
         assert 0 < s.value < 2e-6, s
+
+
+def cgroup2_root():
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup2":
+            return Path(left.split()[4])
+    return None
+
+
+@pytest.mark.skipif(cgroup2_root() is None, reason="no cgroup2 mount")
+def test_cgroup_label_is_the_cgroup2_path(agent, workload_bin):
+    name = f"slowpath-test-{agent.port}"
+    cg = cgroup2_root() / name / "inner.scope"
+    cg.mkdir(parents=True)
+    try:
+        # Join the cgroup, then exec the workload: its image starts there.
+        out = subprocess.run(
+            ["sh", "-c", f'echo $$ > {cg}/cgroup.procs && exec "$0" clock-raw 777', str(workload_bin)],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        pid = int(re.search(r"pid=(\d+)", out).group(1))
+        series = agent.scrape().select(CLOCK, pid=pid, comm="sp-workload")
+        assert [s.labels["cgroup"] for s in series] == [f"/{name}/inner.scope"]
+        assert series[0].value == 777
+    finally:
+        cg.rmdir()
+        cg.parent.rmdir()
