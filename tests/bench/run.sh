@@ -1,0 +1,330 @@
+#!/usr/bin/env bash
+# Overhead benchmark: slowpath against no BPF and against an equivalent bpftrace
+# one-liner, then the agent's own CPU and memory under ~1M traced events/s.
+#
+# Usage (root):  tests/bench/run.sh
+# Knobs (environment): ROUNDS=11 (rounds of the three configurations),
+#   REPS=31 (repetitions inside one overhead run), CPU=1 (CPU the measuring
+#   process is pinned to), LOAD_RATE=1000000 LOAD_SECONDS=10 LOAD_THREADS=2,
+#   SLOWPATH_BIN=target/release/slowpath, BPF_STATS=1 (enable
+#   kernel.bpf_stats_enabled during the load phase only, to report the
+#   in-kernel cost per program run; restored afterwards), RESULTS=FILE
+#   (keep the raw per-round results: "round configuration name ns").
+# Everything built or written goes to a temporary directory that is removed
+# at exit. Targets are informational: the script exits 0 when it ran.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+AGENT=${SLOWPATH_BIN:-$repo/target/release/slowpath}
+ROUNDS=${ROUNDS:-11}
+REPS=${REPS:-31}
+CPU=${CPU:-1}
+LOAD_RATE=${LOAD_RATE:-1000000}
+LOAD_SECONDS=${LOAD_SECONDS:-10}
+LOAD_THREADS=${LOAD_THREADS:-2}
+BPF_STATS=${BPF_STATS:-1}
+
+# Same counting as the agent's sys_enter and mm_page_alloc programs: the six
+# time/signal/sleep syscalls (x86_64 numbers) per (pid, syscall), and order-9
+# page allocations per pid. Classic tracepoints: bpftrace 0.17 reads args->.
+BT_PROG='tracepoint:raw_syscalls:sys_enter
+  /args->id == 228 || args->id == 96 || args->id == 201 || args->id == 14 || args->id == 35 || args->id == 230/
+  { @[pid, args->id] = count(); }
+tracepoint:kmem:mm_page_alloc /args->order == 9/ { @thp[pid] = count(); }'
+
+die() { echo "run.sh: $*" >&2; exit 1; }
+[[ $(id -u) -eq 0 ]] || die "needs root (loads BPF programs)"
+for t in gcc curl bpftrace bpftool ss mountpoint; do
+    command -v "$t" >/dev/null || die "missing tool: $t"
+done
+nproc_=$(nproc)
+(( CPU < nproc_ )) || CPU=$((nproc_ - 1))
+
+work=$(mktemp -d /tmp/slowpath-bench.XXXXXX)
+agent_pid="" bt_pid="" load_pid="" mounted_tracefs=0 stats_old=""
+
+# Cleanup: only what this script started or changed.
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM
+    for pid in $load_pid $bt_pid $agent_pid; do
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -TERM "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    if [[ -n $stats_old ]]; then
+        echo "$stats_old" >/proc/sys/kernel/bpf_stats_enabled || true
+    fi
+    if (( mounted_tracefs )); then
+        umount /sys/kernel/tracing || echo "run.sh: could not unmount tracefs" >&2
+    fi
+    # No program this script loaded may still exist.
+    if [[ -s $work/our_prog_ids ]]; then
+        # The kernel frees a program asynchronously after its last fd
+        # closes: give it a few seconds.
+        local left=""
+        for _ in $(seq 50); do
+            left=""
+            for id in $(sort -un "$work/our_prog_ids"); do
+                bpftool prog show id "$id" >/dev/null 2>&1 && left+=" $id"
+            done
+            [[ -z $left ]] && break
+            sleep 0.1
+        done
+        if [[ -n $left ]]; then
+            echo "cleanup: BPF programs still loaded:$left" >&2
+            rc=1
+        else
+            echo "cleanup: all $(sort -un "$work/our_prog_ids" | wc -l) BPF programs loaded by the benchmark are gone"
+        fi
+    fi
+    rm -rf "$work"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Record the BPF programs a process holds (from its fds), to check at exit.
+note_prog_ids() {
+    grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' >>"$work/our_prog_ids" || true
+}
+
+free_port() {
+    local p
+    for _ in $(seq 100); do
+        p=$((20000 + RANDOM % 40000))
+        [[ -z $(ss -Htln "sport = :$p") ]] && { echo "$p"; return; }
+    done
+    die "no free port found"
+}
+
+start_agent() {
+    port=$(free_port)
+    # Started directly (not in a subshell) so that $! is the agent itself.
+    "$AGENT" --web.listen-address "127.0.0.1:$port" >>"$work/agent.log" 2>&1 &
+    agent_pid=$!
+    for _ in $(seq 300); do
+        kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "agent exited"; }
+        [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]] && break
+        sleep 0.1
+    done
+    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]] \
+        || { cat "$work/agent.log" >&2; die "agent not ready after 30 s"; }
+    note_prog_ids "$agent_pid"
+}
+
+stop_pid() { # SIGTERM, then wait until it has exited (and detached)
+    kill -TERM "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+start_bpftrace() {
+    bpftrace -e "$BT_PROG" >"$work/bpftrace.out" 2>&1 &
+    bt_pid=$!
+    # "Attaching 2 probes..." is printed before attaching: wait instead until
+    # both perf-event attachments of this pid exist.
+    for _ in $(seq 300); do
+        kill -0 "$bt_pid" 2>/dev/null || { cat "$work/bpftrace.out" >&2; die "bpftrace exited"; }
+        (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= 2 )) && break
+        sleep 0.1
+    done
+    (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= 2 )) \
+        || { cat "$work/bpftrace.out" >&2; die "bpftrace did not attach in 30 s"; }
+    note_prog_ids "$bt_pid"
+}
+
+# Median of numbers on stdin (mawk has no asort: sort first).
+median() {
+    sort -g | awk '{ a[NR] = $1 } END { if (NR == 0) print "nan";
+        else if (NR % 2) print a[(NR + 1) / 2]; else print (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# --- build -------------------------------------------------------------------
+echo "== build"
+gcc -O2 -Wall -o "$work/sp-bench-ovh" "$here/overhead.c"
+gcc -O2 -Wall -pthread -o "$work/sp-bench-load" "$here/load.c"
+if [[ ! -x $AGENT ]]; then
+    echo "building the agent (release)"
+    (cd "$repo" && cargo build --release -p slowpath)
+fi
+echo "agent: $AGENT"
+echo "bpftrace: $(bpftrace --version)   kernel: $(uname -r)   cpus: $nproc_   pinned to cpu $CPU"
+
+# Foreign syscall tracing makes the no-BPF baseline meaningless: warn.
+foreign=$(bpftool link list 2>/dev/null | grep -cE "tp '(sys_enter|mm_page_alloc)'" || true)
+foreign=$(( foreign + $(bpftool perf list 2>/dev/null | grep -cE 'sys_enter|mm_page_alloc' || true) ))
+(( foreign == 0 )) || echo "WARNING: $foreign sys_enter/mm_page_alloc attachments already exist: baseline is not BPF-free"
+
+# bpftrace's tracepoint probes need tracefs (the agent's tp_btf ones do not).
+if ! mountpoint -q /sys/kernel/tracing; then
+    mount -t tracefs nodev /sys/kernel/tracing
+    mounted_tracefs=1
+fi
+
+# --- overhead rounds -----------------------------------------------------------
+# One overhead run per configuration per round. The order rotates each round
+# so that no configuration always runs first (after a tool's start-up) or last.
+run_overhead() { # $1 = round, $2 = configuration
+    "$work/sp-bench-ovh" -c "$CPU" -r "$REPS" | while read -r name ns; do
+        echo "$1 $2 $name $ns"
+    done >>"$work/results"
+}
+
+configs=(none slowpath bpftrace)
+echo "== overhead: $ROUNDS rounds x 3 configurations, $REPS repetitions each"
+for ((r = 1; r <= ROUNDS; r++)); do
+    line="round $r:"
+    for ((k = 0; k < 3; k++)); do
+        cfg=${configs[$(((r - 1 + k) % 3))]}
+        case $cfg in
+            none) run_overhead "$r" none ;;
+            slowpath)
+                start_agent
+                sleep 0.5 # let start-up work (first canary, etc.) settle
+                run_overhead "$r" slowpath
+                stop_pid "$agent_pid"; agent_pid="" ;;
+            bpftrace)
+                start_bpftrace
+                sleep 0.5 # let bpftrace finish its start-up work
+                run_overhead "$r" bpftrace
+                stop_pid "$bt_pid"; bt_pid="" ;;
+        esac
+        line+=" $cfg[$(awk -v r="$r" -v c="$cfg" '$1 == r && $2 == c && $3 !~ /_min$/ { printf "%s=%s ", $3, $4 }' "$work/results" | sed 's/ $//')]"
+    done
+    echo "$line"
+done
+
+[[ -z ${RESULTS:-} ]] || cp "$work/results" "$RESULTS"
+
+# --- table ---------------------------------------------------------------------
+# ns: median over rounds. delta: median over rounds of (configuration - no BPF
+# in the same round), which cancels drift between rounds.
+val() { awk -v c="$1" -v m="$2" '$2 == c && $3 == m { print $4 }' "$work/results" | median; }
+deltas() {
+    awk -v c="$1" -v m="$2" '$3 == m && $2 == "none" { b[$1] = $4 } $3 == m && $2 == c { v[$1] = $4 }
+        END { for (r in v) if (r in b) print v[r] - b[r] }' "$work/results"
+}
+delta() { deltas "$1" "$2" | median; }
+# 25th..75th percentile (nearest rank) of the per-round deltas: the noise.
+iqr() {
+    deltas "$1" "$2" | sort -g | awk '{ a[NR] = $1 } END {
+        lo = int(NR / 4 + 0.75); hi = int(3 * NR / 4 + 0.75); if (lo < 1) lo = 1; if (hi < 1) hi = 1
+        printf "%+.0f..%+.0f", a[lo], a[hi] }'
+}
+
+echo
+echo "== per-call cost (ns; median of $ROUNDS rounds; delta = median of per-round differences)"
+printf '%-22s %10s   %8s %-15s   %8s %-15s\n' "" "no BPF" "slowpath" "(+delta, ratio)" "bpftrace" "(+delta, ratio)"
+rows=("clock_gettime_raw:traced syscall" "getppid:untraced syscall" "page_fault_4k:4 KiB page fault")
+declare -A d_sp d_bt
+# "ns (+delta, xratio)"; ratio = (base + delta) / base
+cell() { printf '%8.1f (%+6.1f, x%.2f)' "$1" "$2" "$(awk -v b="$3" -v d="$2" 'BEGIN { print (b + d) / b }')"; }
+for row in "${rows[@]}"; do
+    m=${row%%:*} label=${row#*:}
+    b=$(val none "$m"); s=$(val slowpath "$m"); t=$(val bpftrace "$m")
+    ds=$(delta slowpath "$m"); dt=$(delta bpftrace "$m")
+    d_sp[$m]=$ds d_bt[$m]=$dt
+    printf '%-22s %10.1f   %s   %s\n' "$label" "$b" "$(cell "$s" "$ds" "$b")" "$(cell "$t" "$dt" "$b")"
+done
+
+mark() { awk "BEGIN { exit !($1) }" && echo PASS || echo FAIL; }
+sgn() { printf '%+.1f' "$1"; }
+echo
+echo "== targets (informational)"
+printf '  %-58s %s\n' "traced syscall: slowpath $(sgn "${d_sp[clock_gettime_raw]}") ns <= +60 ns" \
+    "$(mark "${d_sp[clock_gettime_raw]} <= 60")"
+printf '  %-58s %s\n' "untraced syscall: slowpath $(sgn "${d_sp[getppid]}") ns <= +25 ns" \
+    "$(mark "${d_sp[getppid]} <= 25")"
+for row in "${rows[@]}"; do
+    m=${row%%:*} label=${row#*:}
+    printf '  %-58s %s\n' "$label: slowpath $(sgn "${d_sp[$m]}") ns <= bpftrace $(sgn "${d_bt[$m]}") ns" \
+        "$(mark "${d_sp[$m]} <= ${d_bt[$m]}")"
+done
+echo "  noise, 25th..75th percentile of the per-round deltas (ns):"
+for row in "${rows[@]}"; do
+    m=${row%%:*} label=${row#*:}
+    printf '    %-20s slowpath %-12s bpftrace %s\n' "$label" "$(iqr slowpath "$m")" "$(iqr bpftrace "$m")"
+done
+
+# --- agent CPU and memory under load ----------------------------------------------
+# utime and stime: fields 14 and 15 of /proc/PID/stat, counted after the
+# ")" that closes the command name (which may contain spaces).
+cpu_ticks() { sed 's/.*) //' /proc/"$1"/stat | awk '{ print $12, $13 }'; }
+# utime/stime are tick-sampled (10 ms): also sum the threads' schedstat
+# run time (ns, user + system together) for a precise total. Threads that
+# exit during the window are missed.
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d", s }'; }
+status_kb() { awk -v k="$2:" '$1 == k { print $2 }' /proc/"$1"/status; }
+# Bash's own clock: no fork of date(1) (forks would add exec/exit events).
+now() { echo "$EPOCHREALTIME"; }
+mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
+
+echo
+echo "== agent under load: $LOAD_RATE traced syscalls/s target, $LOAD_THREADS threads, ${LOAD_SECONDS}s"
+start_agent
+sleep 2 # past start-up
+if (( BPF_STATS )) && [[ -w /proc/sys/kernel/bpf_stats_enabled ]]; then
+    stats_old=$(cat /proc/sys/kernel/bpf_stats_enabled)
+    echo 1 >/proc/sys/kernel/bpf_stats_enabled
+fi
+hz=$(getconf CLK_TCK)
+read -r u0 s0 < <(cpu_ticks "$agent_pid")
+n0=$(cpu_ns "$agent_pid")
+rss0=$(status_kb "$agent_pid" VmRSS)
+t0=$(now)
+"$work/sp-bench-load" "$LOAD_RATE" "$LOAD_SECONDS" "$LOAD_THREADS" >"$work/load.out" &
+load_pid=$!
+# Scrape every 2 s while the load runs, so that scrape cost is in the
+# figures; then block in wait, so that the window ends with the load.
+scrapes=0 scrape_times=""
+for ((i = 0; i < (${LOAD_SECONDS%.*} - 1) / 2; i++)); do
+    sleep 2
+    kill -0 "$load_pid" 2>/dev/null || break
+    st=$(curl -s -o "$work/metrics" -w '%{time_total}' "http://127.0.0.1:$port/metrics") || continue
+    scrapes=$((scrapes + 1)) scrape_times+=" ${st}s"
+done
+wait "$load_pid"; load_pid=""
+t1=$(now)
+read -r u1 s1 < <(cpu_ticks "$agent_pid")
+n1=$(cpu_ns "$agent_pid")
+rss1=$(status_kb "$agent_pid" VmRSS)
+hwm=$(status_kb "$agent_pid" VmHWM)
+if [[ -n $stats_old ]]; then
+    # In-kernel cost per run of each agent program (needs bpf_stats_enabled).
+    prog_stats=$(for id in $(grep -h '^prog_id:' /proc/"$agent_pid"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
+        bpftool prog show id "$id" | awk 'NR == 1 { for (i = 1; i <= NF; i++) {
+            if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) } }
+            END { if (c > 0) printf "  %-26s %12d runs %8.1f ns/run\n", n, c, t / c }'
+    done)
+    echo "$stats_old" >/proc/sys/kernel/bpf_stats_enabled
+    stats_old=""
+fi
+# The agent's own count of the load's syscalls, as a cross-check.
+counted=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^slowpath_clock_syscalls_total\{/ && /comm="sp-bench-load"/ && /syscall="clock_gettime"/ { s += $NF } END { printf "%d", s }')
+stop_pid "$agent_pid"; agent_pid=""
+
+wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+awk -v f="$work/load.out" 'BEGIN { while ((getline l < f) > 0) { split(l, a, " "); v[a[1]] = a[2] }
+    printf "  load: %d calls in %.2f s = %.0f calls/s achieved\n", v["load_calls"], v["load_seconds"], v["load_rate"] }'
+echo "  agent counted for the load process: $counted clock_gettime calls"
+echo "  scrapes of /metrics during the load: $scrapes (took$scrape_times)"
+awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$hz" -v w="$wall" 'BEGIN {
+    printf "  agent CPU over %.2f s (/proc/PID/stat, resolution %.2f%%): user %.2f%% of one core (%d ticks), system %.2f%% (%d ticks)\n",
+        w, 100 / hz / w, 100 * u / hz / w, u, 100 * s / hz / w, s }'
+awk -v n="$((n1 - n0))" -v w="$wall" 'BEGIN {
+    printf "  agent on-CPU time (schedstat, user + system): %.1f ms = %.3f%% of one core\n", n / 1e6, 100 * n / 1e9 / w }'
+echo "  agent RSS: $(mib "$rss0") MiB before, $(mib "$rss1") MiB after, peak since start (VmHWM) $(mib "$hwm") MiB"
+if [[ -n ${prog_stats:-} ]]; then
+    echo "  in-kernel cost of the agent's programs during the load (kernel.bpf_stats_enabled;"
+    echo "  includes the stats' own two clock reads per run, so an upper bound):"
+    echo "$prog_stats"
+fi
+user_pct=$(awk -v u="$((u1 - u0))" -v hz="$hz" -v w="$wall" 'BEGIN { printf "%.2f", 100 * u / hz / w }')
+echo
+echo "== targets (informational)"
+printf '  %-58s %s\n' "agent user CPU ${user_pct}% < 1% of one core" "$(mark "$user_pct < 1")"
+printf '  %-58s %s\n' "agent RSS $(mib "$rss1") MiB (peak $(mib "$hwm") MiB) < 50 MiB" "$(mark "$hwm < 50 * 1024")"
+echo
