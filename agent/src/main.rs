@@ -18,7 +18,7 @@ mod procs;
 mod server;
 mod worker;
 
-use std::io::ErrorKind;
+use std::io::{ErrorKind, IsTerminal};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -46,6 +46,8 @@ fn main() -> ExitCode {
 fn init_logging(level: &str) {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        // colour only on a terminal, never in journald or container logs
+        .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
             "slowpath={level}"
         )))

@@ -153,3 +153,34 @@ def test_sigint_too(agent_bin, tmp_path):
     agent.proc.send_signal(signal.SIGINT)
     assert agent.proc.wait(timeout=5) == 0
     agent.stop()
+
+
+def test_full_process_table_is_counted_and_logged(agent_bin, workload_bin, tmp_path):
+    agent = Agent(agent_bin, ["--bpf.max-processes=64"], tmp_path / "agent.log")
+    try:
+        # 100 processes alive at once, each sleeping once: more than 64 entries.
+        sleepers = [subprocess.Popen([str(workload_bin), "sleep", "1", "300000"], stdout=subprocess.DEVNULL)
+                    for _ in range(100)]
+        for p in sleepers:
+            assert p.wait(timeout=30) == 0
+        deadline = time.monotonic() + 5
+        while "events lost" not in agent.log_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        lost = agent.scrape().value("slowpath_lost_events_total", reason="process_table_full")
+        assert lost > 0
+        assert "process_table_full" in agent.log_text()
+    finally:
+        assert agent.stop() == 0
+
+
+def test_tiny_ring_buffer_still_loses_no_exit(agent_bin, workload_bin, tmp_path):
+    """Exit records that do not fit the ring buffer are flagged in the table
+    and folded by the agent: the sum stays exact."""
+    agent = Agent(agent_bin, ["--bpf.ringbuf-bytes=4096"], tmp_path / "agent.log")
+    try:
+        before = agent.scrape().value("slowpath_clock_syscalls_total", comm="sp-churn")
+        run_workload(workload_bin, "churn", 300, 100)
+        after = agent.scrape().value("slowpath_clock_syscalls_total", comm="sp-churn")
+        assert after - before == 300 * 100
+    finally:
+        assert agent.stop() == 0
