@@ -233,25 +233,12 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 			     sec * SP_NSEC_PER_SEC + (__u64)ts.tv_nsec);
 }
 
-static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const bool btf)
+/* Count one of our six syscalls, `id`, entered with user registers `regs`. */
+static __always_inline int count_syscall(struct pt_regs *regs, long id, const bool btf)
 {
 	struct sp_proc *p;
 	__u32 idx;
 
-	/* Untraced syscalls leave here: this is the cost every syscall pays. */
-	switch (id) {
-	case SP_NR_clock_gettime:
-	case SP_NR_gettimeofday:
-	case SP_NR_time:
-	case SP_NR_rt_sigprocmask:
-	case SP_NR_nanosleep:
-	case SP_NR_clock_nanosleep:
-		break;
-	default:
-		return 0;
-	}
-	if (in_compat_syscall(btf))
-		return 0;
 	p = proc_current();
 	if (!p)
 		return 0;
@@ -287,6 +274,25 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const boo
 	return 0;
 }
 
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const bool btf)
+{
+	/* Untraced syscalls leave here: this is the cost every syscall pays. */
+	switch (id) {
+	case SP_NR_clock_gettime:
+	case SP_NR_gettimeofday:
+	case SP_NR_time:
+	case SP_NR_rt_sigprocmask:
+	case SP_NR_nanosleep:
+	case SP_NR_clock_nanosleep:
+		break;
+	default:
+		return 0;
+	}
+	if (in_compat_syscall(btf))
+		return 0;
+	return count_syscall(regs, id, btf);
+}
+
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id)
 {
@@ -298,6 +304,29 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 {
 	return on_sys_enter(regs, id, false);
 }
+
+/*
+ * fentry twins of sys_enter: one program on each of the six syscall
+ * functions. Cheaper where the kernel allows fentry: no syscall tracepoint is
+ * enabled, so the other syscalls keep the fast syscall path and pay nothing,
+ * and ia32 syscalls enter other functions (__ia32_sys_*). The argument is the
+ * user register set, as for sys_enter.
+ */
+#if defined(__TARGET_ARCH_x86)
+#define SP_SYSCALL_FENTRY(name)                                                \
+	SEC("fentry/__x64_sys_" #name)                                         \
+	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
+	{                                                                      \
+		return count_syscall(regs, SP_NR_##name, true);                \
+	}
+
+SP_SYSCALL_FENTRY(clock_gettime)
+SP_SYSCALL_FENTRY(gettimeofday)
+SP_SYSCALL_FENTRY(time)
+SP_SYSCALL_FENTRY(rt_sigprocmask)
+SP_SYSCALL_FENTRY(nanosleep)
+SP_SYSCALL_FENTRY(clock_nanosleep)
+#endif
 
 /* ---- THP faults -------------------------------------------------------- */
 

@@ -45,6 +45,9 @@ pub const PROBES: [&str; 6] = [
 /// How a program is attached (the `attach_type` label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AttachType {
+    /// fentry on the kernel function itself (`SEC("fentry/...")`), kernel
+    /// 5.5+ where allowed; only the syscall hook has fentry programs.
+    Fentry,
     /// BTF-enabled raw tracepoint (`SEC("tp_btf/...")`), kernel 5.5+.
     TpBtf,
     /// Raw tracepoint (`SEC("raw_tp/...")`), kernel 4.17+.
@@ -54,12 +57,14 @@ pub enum AttachType {
 impl AttachType {
     fn suffix(self) -> &'static str {
         match self {
+            AttachType::Fentry => "_fentry",
             AttachType::TpBtf => "_btf",
             AttachType::RawTp => "_raw",
         }
     }
     pub fn as_str(self) -> &'static str {
         match self {
+            AttachType::Fentry => "fentry",
             AttachType::TpBtf => "tp_btf",
             AttachType::RawTp => "raw_tp",
         }
@@ -115,26 +120,45 @@ pub struct Loaded<'obj> {
     _links: Vec<Link>,
 }
 
-/// Storage for the open object: a second slot is used only when the kernel
-/// refuses the `tp_btf` programs and the object is opened again.
-pub type ObjectStorage = [MaybeUninit<OpenObject>; 2];
+/// Storage for the open object, one slot per load attempt (fentry plan,
+/// tracepoint plan, raw_tp plan).
+pub type ObjectStorage = [MaybeUninit<OpenObject>; 3];
 
-/// Open, load and attach. Fails only when nothing could be loaded or
-/// nothing attached; a single probe's failure is reported in `probes`.
+/// One attach type per probe, indexed like [`PROBES`].
+type Plan = [AttachType; PROBES.len()];
+
+/// Open, load and attach, trying the cheapest plan first and falling back
+/// when the kernel refuses a plan at load time. Fails only when no plan
+/// loads or nothing attaches; a single probe's failure is in `probes`.
 pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Result<Loaded<'obj>> {
-    let chosen = choose_attach_types(opts)?;
-    let [first, second] = storage;
-    let skel = match open_and_load(first, opts, &chosen) {
-        Ok(skel) => skel,
-        Err(err) if opts.force_attach.is_none() && chosen.contains(&AttachType::TpBtf) => {
-            warn!(error = %format!("{err:#}"), "tp_btf programs refused; falling back to raw_tp");
-            let fallback = [AttachType::RawTp; PROBES.len()];
-            open_and_load(second, opts, &fallback)
-                .context("loading the BPF programs as raw_tp after tp_btf failed")?
+    let plans = plans(opts)?;
+    let mut failures = Vec::new();
+    for (i, (slot, plan)) in storage.iter_mut().zip(&plans).enumerate() {
+        let last = i + 1 == plans.len();
+        // A refused plan with a fallback after it is expected on many
+        // kernels (fentry is often not allowed): keep libbpf quiet then.
+        let saved_print = (!last).then(|| libbpf_rs::set_print(None));
+        let loaded = open_and_load(slot, opts, plan);
+        if let Some(saved) = saved_print {
+            libbpf_rs::set_print(saved);
         }
-        Err(err) => return Err(err),
-    };
-    let (links, probes) = attach_all(&skel, &chosen_after_load(&skel), opts);
+        match loaded {
+            Ok(skel) => return attach(skel, opts),
+            Err(err) if !last => {
+                info!(plan = %describe(plan), error = %format!("{err:#}"),
+                      "kernel refused this attach plan; trying the next");
+                failures.push(err);
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    Err(failures
+        .pop()
+        .unwrap_or_else(|| anyhow::anyhow!("no attach plan to try")))
+}
+
+fn attach<'obj>(skel: SlowpathSkel<'obj>, opts: &LoadOptions) -> Result<Loaded<'obj>> {
+    let (links, probes) = attach_all(&skel, opts);
     if links.is_empty() {
         let reasons: Vec<String> = probes
             .iter()
@@ -149,46 +173,100 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
     })
 }
 
-/// For each probe, the cheapest attach type the kernel's BTF says will work.
-fn choose_attach_types(opts: &LoadOptions) -> Result<[AttachType; PROBES.len()]> {
-    let mut chosen = probe_attach_types(opts)?;
+fn describe(plan: &Plan) -> String {
+    PROBES
+        .iter()
+        .zip(plan)
+        .map(|(p, t)| format!("{p}={t}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Attach types a probe has programs for, cheapest first.
+fn supported(probe: &str) -> &'static [AttachType] {
+    if probe == "sys_enter" && cfg!(target_arch = "x86_64") {
+        &[AttachType::Fentry, AttachType::TpBtf, AttachType::RawTp]
+    } else {
+        &[AttachType::TpBtf, AttachType::RawTp]
+    }
+}
+
+/// The plans to try, in order.
+fn plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
+    let mut plans = match opts.force_attach {
+        // Forced: that type where the probe has it, else the next cheaper one.
+        Some(forced) => vec![PROBES.map(|probe| {
+            let types = supported(probe);
+            let at = types.iter().position(|&t| t == forced).unwrap_or(0);
+            types[at]
+        })],
+        None => auto_plans(opts)?,
+    };
     if let Some(broken) = &opts.break_probe {
         let idx = PROBES
             .iter()
             .position(|p| p == broken)
             .with_context(|| format!("--bpf.test-break-probe {broken}: not one of {PROBES:?}"))?;
-        chosen[idx] = AttachType::RawTp;
+        for plan in &mut plans {
+            plan[idx] = AttachType::RawTp;
+        }
     }
-    Ok(chosen)
+    plans.dedup();
+    Ok(plans)
 }
 
-fn probe_attach_types(opts: &LoadOptions) -> Result<[AttachType; PROBES.len()]> {
-    if let Some(forced) = opts.force_attach {
-        return Ok([forced; PROBES.len()]);
-    }
+/// Cheapest plan the kernel's BTF allows, then without fentry, then raw_tp
+/// everywhere. fentry needs the syscall functions in BTF (and may still be
+/// refused at load, e.g. under lockdown); tp_btf needs `btf_trace_<name>`.
+fn auto_plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
     let btf = Btf::from_path(&opts.btf_path).with_context(|| {
         format!(
             "reading kernel BTF from {}: is it a BTF blob?",
             opts.btf_path.display()
         )
     })?;
-    Ok(PROBES.map(|probe| {
-        let has_btf_trace = btf
-            .type_by_name::<libbpf_rs::btf::BtfType<'_>>(&format!("btf_trace_{probe}"))
-            .is_some();
-        if has_btf_trace {
+    let has = |name: &str| {
+        btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>(name)
+            .is_some()
+    };
+    let fentry_ok = FENTRY_TARGETS.iter().all(|f| has(f));
+    let tracepoint = PROBES.map(|probe| {
+        if has(&format!("btf_trace_{probe}")) {
             AttachType::TpBtf
         } else {
             info!(probe, "no btf_trace_{probe} in kernel BTF: using raw_tp");
             AttachType::RawTp
         }
-    }))
+    });
+    let mut cheapest = tracepoint;
+    if fentry_ok {
+        for (i, probe) in PROBES.iter().enumerate() {
+            if supported(probe).contains(&AttachType::Fentry) {
+                cheapest[i] = AttachType::Fentry;
+            }
+        }
+    }
+    Ok(vec![
+        cheapest,
+        tracepoint,
+        [AttachType::RawTp; PROBES.len()],
+    ])
 }
+
+/// Kernel functions the fentry programs attach to.
+const FENTRY_TARGETS: [&str; 6] = [
+    "__x64_sys_clock_gettime",
+    "__x64_sys_gettimeofday",
+    "__x64_sys_time",
+    "__x64_sys_rt_sigprocmask",
+    "__x64_sys_nanosleep",
+    "__x64_sys_clock_nanosleep",
+];
 
 fn open_and_load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     opts: &LoadOptions,
-    chosen: &[AttachType; PROBES.len()],
+    plan: &Plan,
 ) -> Result<SlowpathSkel<'obj>> {
     let mut builder = SlowpathSkelBuilder::default();
     builder
@@ -209,37 +287,29 @@ fn open_and_load<'obj>(
         .set_max_entries(opts.ringbuf_bytes)
         .context("sizing the proc_events ring buffer")?;
     for mut prog in open.open_object_mut().progs_mut() {
-        let (probe, attach_type) = split_program_name(prog.name())?;
-        let idx = PROBES.iter().position(|&p| p == probe).expect("checked");
-        prog.set_autoload(chosen[idx] == attach_type);
+        let (probe, attach_type) = classify_program(prog.name())?;
+        let idx = PROBES
+            .iter()
+            .position(|&p| p == probe)
+            .expect("known probe");
+        prog.set_autoload(plan[idx] == attach_type);
     }
     open.load()
         .context("loading the BPF programs into the kernel")
 }
 
-/// Which twin of each probe the loaded object carries.
-fn chosen_after_load(skel: &SlowpathSkel<'_>) -> Vec<(&'static str, AttachType)> {
-    skel.object()
-        .progs()
-        .filter(|prog| prog.autoload())
-        .filter_map(|prog| split_program_name(prog.name()).ok())
-        .collect()
-}
-
-fn attach_all(
-    skel: &SlowpathSkel<'_>,
-    chosen: &[(&'static str, AttachType)],
-    opts: &LoadOptions,
-) -> (Vec<Link>, Vec<ProbeStatus>) {
+/// Attach every loaded program; one status per probe (a probe attached with
+/// fentry is attached when all of its programs are).
+fn attach_all(skel: &SlowpathSkel<'_>, opts: &LoadOptions) -> (Vec<Link>, Vec<ProbeStatus>) {
     let mut links = Vec::new();
-    let mut probes = Vec::new();
+    let mut probes: Vec<ProbeStatus> = Vec::new();
     for prog in skel.object().progs_mut() {
-        let Ok((probe, attach_type)) = split_program_name(prog.name()) else {
-            continue;
-        };
-        if !chosen.contains(&(probe, attach_type)) {
+        if !prog.autoload() {
             continue;
         }
+        let Ok((probe, attach_type)) = classify_program(prog.name()) else {
+            continue;
+        };
         let attached = if opts.break_probe.as_deref() == Some(probe) {
             prog.attach_raw_tracepoint(MISSING_TRACEPOINT)
         } else {
@@ -248,27 +318,37 @@ fn attach_all(
         let error = match attached {
             Ok(link) => {
                 links.push(link);
-                info!(probe, %attach_type, "attached");
                 None
             }
             Err(err) => {
-                warn!(probe, %attach_type, error = %err, "probe not attached; the others keep working");
+                warn!(probe, program = %prog.name().to_string_lossy(), %attach_type, error = %err,
+                      "probe not attached; the others keep working");
                 Some(err.to_string())
             }
         };
-        probes.push(ProbeStatus {
-            probe,
-            attach_type,
-            error,
-        });
+        match probes.iter_mut().find(|p| p.probe == probe) {
+            Some(status) => status.error = status.error.take().or(error),
+            None => probes.push(ProbeStatus {
+                probe,
+                attach_type,
+                error,
+            }),
+        }
+    }
+    for p in probes.iter().filter(|p| p.attached()) {
+        info!(probe = p.probe, attach_type = %p.attach_type, "attached");
     }
     probes.sort_by_key(|p| PROBES.iter().position(|&n| n == p.probe));
     (links, probes)
 }
 
-/// `sys_enter_btf` -> (`sys_enter`, TpBtf).
-fn split_program_name(name: &OsStr) -> Result<(&'static str, AttachType)> {
+/// `sys_enter_btf` -> (`sys_enter`, TpBtf); `sys_enter_fentry_time` ->
+/// (`sys_enter`, Fentry).
+fn classify_program(name: &OsStr) -> Result<(&'static str, AttachType)> {
     let name = name.to_string_lossy();
+    if name.starts_with("sys_enter_fentry_") {
+        return Ok(("sys_enter", AttachType::Fentry));
+    }
     for attach_type in [AttachType::TpBtf, AttachType::RawTp] {
         if let Some(probe) = name.strip_suffix(attach_type.suffix()) {
             if let Some(&known) = PROBES.iter().find(|&&p| p == probe) {
@@ -276,7 +356,7 @@ fn split_program_name(name: &OsStr) -> Result<(&'static str, AttachType)> {
             }
         }
     }
-    bail!("BPF program {name} is not named <probe>_btf or <probe>_raw")
+    bail!("BPF program {name} is not named <probe>_btf, <probe>_raw or sys_enter_fentry_<syscall>")
 }
 
 /// Where the kernel exposes its own BTF.
@@ -307,15 +387,42 @@ mod tests {
 
     #[test]
     fn program_names_split_into_probe_and_attach_type() {
+        let classify = |n: &str| classify_program(OsStr::new(n));
         assert_eq!(
-            split_program_name(OsStr::new("sys_enter_btf")).unwrap(),
+            classify("sys_enter_btf").unwrap(),
             ("sys_enter", AttachType::TpBtf)
         );
         assert_eq!(
-            split_program_name(OsStr::new("mm_compaction_end_raw")).unwrap(),
+            classify("sys_enter_fentry_clock_gettime").unwrap(),
+            ("sys_enter", AttachType::Fentry)
+        );
+        assert_eq!(
+            classify("mm_compaction_end_raw").unwrap(),
             ("mm_compaction_end", AttachType::RawTp)
         );
-        assert!(split_program_name(OsStr::new("handler")).is_err());
-        assert!(split_program_name(OsStr::new("unknown_btf")).is_err());
+        assert!(classify("handler").is_err());
+        assert!(classify("unknown_btf").is_err());
+    }
+
+    fn opts(force: Option<AttachType>, broken: Option<&str>) -> LoadOptions {
+        LoadOptions {
+            max_processes: 64,
+            max_compactions: 16,
+            ringbuf_bytes: 4096,
+            force_attach: force,
+            btf_path: KERNEL_BTF.into(),
+            break_probe: broken.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn forced_attach_types_fall_back_per_probe() {
+        let fentry = plans(&opts(Some(AttachType::Fentry), None)).unwrap();
+        assert_eq!(fentry.len(), 1);
+        assert_eq!(fentry[0][0], AttachType::Fentry);
+        assert!(fentry[0][1..].iter().all(|&t| t == AttachType::TpBtf));
+        let raw = plans(&opts(Some(AttachType::RawTp), Some("mm_page_alloc"))).unwrap();
+        assert_eq!(raw, vec![[AttachType::RawTp; PROBES.len()]]);
+        assert!(plans(&opts(None, Some("no_such_probe"))).is_err());
     }
 }

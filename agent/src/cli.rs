@@ -58,8 +58,10 @@ pub struct Cli {
           value_parser = parse_ringbuf_bytes)]
     pub ringbuf_bytes: u32,
 
-    /// Attach every probe with this type instead of probing the kernel
-    /// (default: tp_btf where the kernel has it, else raw_tp).
+    /// Attach with this type instead of probing the kernel (default: the
+    /// cheapest the kernel accepts: fentry for the syscall hook, then tp_btf,
+    /// then raw_tp). Only the syscall hook has fentry programs; with
+    /// `fentry` the tracepoint hooks use tp_btf.
     #[arg(long = "bpf.attach-type", value_enum, value_name = "TYPE")]
     pub attach_type: Option<AttachType>,
 

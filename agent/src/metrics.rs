@@ -30,17 +30,17 @@ struct Family {
 
 const CLOCK_SYSCALLS: Family = Family {
     name: "slowpath_clock_syscalls_total",
-    help: "clock_gettime/gettimeofday/time calls that entered the kernel (tracepoint raw_syscalls:sys_enter), by clock; fallback=\"true\" when the vDSO could have served the clock",
+    help: "clock_gettime/gettimeofday/time calls that entered the kernel (raw_syscalls:sys_enter, or fentry on the syscall functions), by clock; fallback=\"true\" when the vDSO could have served the clock",
     kind: MetricType::COUNTER,
 };
 const SIGPROCMASK: Family = Family {
     name: "slowpath_rt_sigprocmask_calls_total",
-    help: "rt_sigprocmask calls (tracepoint raw_syscalls:sys_enter) by operation; query = NULL new set, the glibc getcontext() signature",
+    help: "rt_sigprocmask calls (raw_syscalls:sys_enter, or fentry) by operation; query = NULL new set, the glibc getcontext() signature",
     kind: MetricType::COUNTER,
 };
 const SLEEP_CALLS: Family = Family {
     name: "slowpath_sleep_calls_total",
-    help: "nanosleep/clock_nanosleep calls (tracepoint raw_syscalls:sys_enter) by clock and relative/absolute (TIMER_ABSTIME) mode",
+    help: "nanosleep/clock_nanosleep calls (raw_syscalls:sys_enter, or fentry) by clock and relative/absolute (TIMER_ABSTIME) mode",
     kind: MetricType::COUNTER,
 };
 const SLEEP_REQUESTED: Family = Family {
@@ -100,7 +100,7 @@ const BUILD_INFO: Family = Family {
 };
 const PROBE_ATTACHED: Family = Family {
     name: "slowpath_probe_attached",
-    help: "1 when the BPF program for this kernel hook is attached, 0 when it failed (see the agent log); attach_type is tp_btf or raw_tp",
+    help: "1 when the BPF program for this kernel hook is attached, 0 when it failed (see the agent log); attach_type is fentry, tp_btf or raw_tp",
     kind: MetricType::GAUGE,
 };
 const TRACKED: Family = Family {

@@ -119,7 +119,7 @@ impl Drop for Worker {
 }
 
 fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<ProbeStatus>>>) {
-    let mut storage: bpf::ObjectStorage = [MaybeUninit::uninit(), MaybeUninit::uninit()];
+    let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; 3];
     let loaded = match bpf::load(&mut storage, &opts.load) {
         Ok(loaded) => loaded,
         Err(err) => {

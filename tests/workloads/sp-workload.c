@@ -9,6 +9,7 @@
  * exits 0. Modes:
  *   clock-vdso N          N libc clock_gettime(CLOCK_MONOTONIC): vDSO, no syscall
  *   clock-raw N [CLOCK]   N syscall(SYS_clock_gettime, CLOCK) (default MONOTONIC)
+ *   gettimeofday-libc N   N libc gettimeofday(): vDSO, no syscall
  *   gettimeofday-raw N    N syscall(SYS_gettimeofday)
  *   time-raw N            N syscall(SYS_time)
  *   cputime N             N libc clock_gettime of PROCESS_CPUTIME, THREAD_CPUTIME
@@ -191,6 +192,11 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "clock-raw")) {
 		raw_clock_loop(n, argc > 3 ? (clockid_t)m : CLOCK_MONOTONIC);
+		return 0;
+	}
+	if (!strcmp(mode, "gettimeofday-libc")) {
+		for (long i = 0; i < n; i++)
+			gettimeofday(&tv, NULL);
 		return 0;
 	}
 	if (!strcmp(mode, "gettimeofday-raw")) {

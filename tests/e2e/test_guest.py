@@ -1,0 +1,175 @@
+"""Real kernels: Debian's 6.1 cloud kernel in a QEMU guest (TCG).
+
+- The real vDSO fallback: with the acpi_pm or hpet clocksource, libc
+  clock_gettime(CLOCK_MONOTONIC) and gettimeofday() really enter the kernel.
+  Exact counts, the canary, the clocksource info and the measured read cost,
+  then a switch to tsc inside the same guest: the canary returns to 0 and the
+  fallback counts stop growing.
+- Attach paths: the 6.1 kernel allows fentry, so the agent attaches the
+  syscall hook with fentry, and the exact-count workloads pass there; the same
+  with tp_btf forced.
+Each scenario is one boot (about 10 s).
+"""
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import Scrape
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
+import harness  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("qemu-system-x86_64") is None or shutil.which("busybox") is None,
+    reason="needs qemu-system-x86 and busybox-static (scripts/setup.sh --test)",
+)
+
+N = 20_000  # syscalls are slow under TCG: keep loops small
+CLOCK = "slowpath_clock_syscalls_total"
+CS = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
+
+FALLBACK_SCENARIO = f"""
+agent_start
+sleep 1.5
+section w_clock sp-workload clock-vdso {N}
+section w_gtod sp-workload gettimeofday-libc {N}
+sleep 1.5
+scrape slow
+echo tsc > {CS}
+section switched cat {CS}
+sleep 2.5
+scrape tsc1
+section w_clock_tsc sp-workload clock-vdso {N}
+sleep 1.5
+scrape tsc2
+agent_stop
+"""
+
+
+def pid_of(secs, name):
+    return int(re.search(r"pid=(\d+)", secs[name]).group(1))
+
+
+def boot(agent_bin, scenario, clocksource):
+    console, secs = harness.run_scenario(agent_bin, scenario, clocksource=clocksource,
+                                         extra_cmdline="tsc=reliable")
+    assert harness.guest_rc(console) == 0, console[-4000:]
+    assert "agent exit 0" in console, console[-4000:]
+    return secs
+
+
+@pytest.fixture(scope="module", params=["acpi_pm", "hpet"])
+def fallback(request, agent_bin):
+    secs = boot(agent_bin, FALLBACK_SCENARIO, request.param)
+    secs["clocksource"] = request.param
+    return secs
+
+
+def test_libc_clock_reads_fall_back_exactly(fallback):
+    slow = Scrape(fallback["slow"])
+    clock_pid, gtod_pid = pid_of(fallback, "w_clock"), pid_of(fallback, "w_gtod")
+    assert slow.value(CLOCK, pid=clock_pid, syscall="clock_gettime", clock="monotonic", fallback="true") == N
+    assert slow.value(CLOCK, pid=clock_pid) == N
+    assert slow.value(CLOCK, pid=gtod_pid, syscall="gettimeofday", fallback="true") == N
+    assert slow.value(CLOCK, pid=gtod_pid) == N
+
+
+def test_canary_and_clocksource_show_the_fallback(fallback):
+    slow = Scrape(fallback["slow"])
+    assert slow.value("slowpath_clocksource_current_info", clocksource=fallback["clocksource"]) == 1
+    assert slow.value("slowpath_clocksource_available_info", clocksource="tsc") == 1
+    assert slow.value("slowpath_vdso_fallback", clock="monotonic") == 1
+    assert slow.value("slowpath_vdso_fallback", clock="realtime") == 1
+
+
+def test_switch_to_tsc_stops_the_fallback(fallback):
+    assert fallback["switched"].strip() == "tsc"
+    tsc1, tsc2 = Scrape(fallback["tsc1"]), Scrape(fallback["tsc2"])
+    assert tsc2.value("slowpath_clocksource_current_info", clocksource="tsc") == 1
+    for sample in tsc2.select("slowpath_vdso_fallback"):
+        assert sample.value == 0, sample
+    assert tsc2.select(CLOCK, pid=pid_of(fallback, "w_clock_tsc")) == []
+    # Nothing on the node falls back any more: the totals stand still.
+    assert tsc1.value(CLOCK, fallback="true") == tsc2.value(CLOCK, fallback="true")
+
+
+def test_read_cost_is_many_times_the_tsc_cost(fallback):
+    slow = Scrape(fallback["slow"]).value("slowpath_clock_read_seconds", clock="monotonic")
+    fast = Scrape(fallback["tsc2"]).value("slowpath_clock_read_seconds", clock="monotonic")
+    assert slow > 3 * fast, (slow, fast)
+
+
+ATTACH_SCENARIO = f"""
+agent_start
+section w_raw sp-workload clock-raw {N}
+section w_ctx sp-workload context 5000
+section w_sleep sp-workload sleep 100 1000
+section w_cpu sp-workload cputime 2000
+section w_thr sp-workload threads 4 5000
+section w_churn sp-workload churn 50 100
+section vm_before cat /proc/vmstat
+section w_thp sp-workload thp 64
+section vm_after cat /proc/vmstat
+scrape auto
+agent_stop
+agent_start --bpf.attach-type=tp-btf
+section w_raw_tp sp-workload clock-raw {N}
+section w_ctx_tp sp-workload context 5000
+scrape tp_btf
+agent_stop
+"""
+
+
+@pytest.fixture(scope="module")
+def attach(agent_bin):
+    return boot(agent_bin, ATTACH_SCENARIO, "tsc")
+
+
+def vmstat(text):
+    return {k: int(v) for k, v in (line.split() for line in text.strip().splitlines())}
+
+
+def test_agent_prefers_fentry_where_the_kernel_allows_it(attach):
+    auto = Scrape(attach["auto"])
+    types = {s.labels["probe"]: s.labels["attach_type"] for s in auto.select("slowpath_probe_attached")}
+    assert types["sys_enter"] == "fentry"
+    assert {t for p, t in types.items() if p != "sys_enter"} == {"tp_btf"}
+    assert all(s.value == 1 for s in auto.select("slowpath_probe_attached"))
+    forced = Scrape(attach["tp_btf"])
+    assert {s.labels["attach_type"] for s in forced.select("slowpath_probe_attached")} == {"tp_btf"}
+
+
+def test_exact_counts_with_fentry(attach):
+    auto = Scrape(attach["auto"])
+    own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(attach, section), **labels)
+    assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
+    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="query") == 5000
+    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="setmask") == 5000
+    assert own("slowpath_sleep_calls_total", "w_sleep", syscall="clock_nanosleep", mode="relative") == 100
+    assert own("slowpath_sleep_requested_seconds_bucket", "w_sleep", le="0.001") == 100
+    assert own("slowpath_sleep_requested_seconds_bucket", "w_sleep", le="0.0001") == 0
+    for clock in ["process_cputime", "thread_cputime", "cpu_clock"]:
+        assert own(CLOCK, "w_cpu", clock=clock, fallback="false") == 2000
+    assert own(CLOCK, "w_thr") == 4 * 5000
+    assert auto.value(CLOCK, comm="sp-churn") == 50 * 100
+
+
+def test_thp_faults_match_vmstat_on_61(attach):
+    auto = Scrape(attach["auto"])
+    before, after = vmstat(attach["vm_before"]), vmstat(attach["vm_after"])
+    pid = pid_of(attach, "w_thp")
+    allocs = after["thp_fault_alloc"] - before["thp_fault_alloc"]
+    fallbacks = after["thp_fault_fallback"] - before["thp_fault_fallback"]
+    assert allocs + fallbacks >= 32  # 64 MiB of MADV_HUGEPAGE memory
+    assert auto.value("slowpath_thp_fault_allocs_total", pid=pid) == allocs
+    assert auto.value("slowpath_thp_fault_fallbacks_total", pid=pid) == fallbacks
+
+
+def test_exact_counts_with_tp_btf(attach):
+    forced = Scrape(attach["tp_btf"])
+    assert forced.value(CLOCK, pid=pid_of(attach, "w_raw_tp"), fallback="true") == N
+    assert forced.value("slowpath_rt_sigprocmask_calls_total", pid=pid_of(attach, "w_ctx_tp")) == 2 * 5000

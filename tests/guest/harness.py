@@ -1,0 +1,210 @@
+"""Guest-VM harness: boot another kernel under QEMU (TCG) with the agent and
+the workloads in an initramfs, run a scenario script inside, and bring back
+what it printed between markers on the serial console.
+
+Why a guest: the host's clocksource is vDSO-capable and its kernel forbids
+fentry and kprobes. Debian's cloud kernel in a guest has the hpet and
+acpi_pm clocksources (which the vDSO cannot read, so libc clock reads really
+enter the kernel) and allows fentry.
+
+The kernel package is fetched with apt-get download into a cache outside the
+repository (SLOWPATH_GUEST_CACHE, default /var/cache/slowpath-guest) and
+checked against the SHA256 in apt's package index before use.
+
+Command line (for local runs):
+  python3 tests/guest/harness.py SCENARIO_FILE [--clocksource NAME]
+prints the raw serial output.
+"""
+
+import argparse
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("SLOWPATH_GUEST_CACHE", "/var/cache/slowpath-guest"))
+META_PACKAGE = "linux-image-cloud-amd64"
+BOOT_TIMEOUT = 300  # seconds for one boot-to-poweroff, TCG is slow
+
+INIT = r"""#!/bin/busybox sh
+export PATH=/bin:/usr/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t cgroup2 cgroup2 /sys/fs/cgroup 2>/dev/null
+ifconfig lo 127.0.0.1 up
+echo "===GUEST-START==="
+sh /scenario.sh
+echo "===GUEST-DONE rc=$?==="
+poweroff -f
+"""
+
+# Helpers every scenario script can use.
+PRELUDE = r"""
+section() { name=$1; shift; echo "===BEGIN $name==="; "$@"; echo "===END==="; }
+scrape() { section "$1" wget -q -O - http://127.0.0.1:9891/metrics; }
+agent_start() {
+    slowpath --web.listen-address=127.0.0.1:9891 --metrics.pid-label --canary.interval=1s "$@" \
+        >/tmp/agent.log 2>&1 &
+    AGENT_PID=$!
+    i=0
+    until wget -q -O /dev/null http://127.0.0.1:9891/readyz 2>/dev/null; do
+        i=$((i + 1))
+        if [ $i -gt 600 ]; then section agent_log cat /tmp/agent.log; return 1; fi
+        sleep 0.1
+    done
+}
+agent_stop() { kill -TERM $AGENT_PID; wait $AGENT_PID; echo "agent exit $?"; }
+"""
+
+
+def kernel_package():
+    """Name of the unsigned image package the cloud meta-package points at."""
+    out = subprocess.run(["apt-cache", "depends", META_PACKAGE], capture_output=True, text=True).stdout
+    m = re.search(r"Depends: (linux-image-[\w.-]+-cloud-amd64)", out)
+    if not m:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        out = subprocess.run(["apt-cache", "depends", META_PACKAGE], capture_output=True, text=True).stdout
+        m = re.search(r"Depends: (linux-image-[\w.-]+-cloud-amd64)", out)
+    if not m:
+        raise RuntimeError(f"apt knows no {META_PACKAGE}: add Debian's main archive to apt sources")
+    return m.group(1) + "-unsigned"
+
+
+def expected_sha256(package):
+    out = subprocess.run(["apt-cache", "show", "--no-all-versions", package],
+                         capture_output=True, text=True, check=True).stdout
+    return re.search(r"^SHA256: (\w+)", out, re.M).group(1)
+
+
+def guest_kernel():
+    """Path of the guest vmlinuz, downloaded and verified once."""
+    package = kernel_package()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    debs = sorted(CACHE.glob(f"{package}_*.deb"))
+    if not debs:
+        subprocess.run(["apt-get", "download", package], cwd=CACHE, check=True, capture_output=True)
+        debs = sorted(CACHE.glob(f"{package}_*.deb"))
+    deb = debs[-1]
+    digest = hashlib.sha256(deb.read_bytes()).hexdigest()
+    want = expected_sha256(package)
+    if digest != want:
+        deb.unlink()
+        raise RuntimeError(f"{deb.name}: sha256 {digest} is not apt's {want}; removed, try again")
+    tree = CACHE / deb.stem
+    if not tree.exists():
+        tmp = CACHE / (deb.stem + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], check=True)
+        tmp.rename(tree)
+    return next((tree / "boot").glob("vmlinuz-*"))
+
+
+def ldd_paths(binary):
+    """Shared libraries (and the loader) a dynamic binary needs."""
+    out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
+    return [Path(p) for p in re.findall(r"(/\S+) \(0x", out)]
+
+
+def build_initramfs(out, files, scenario):
+    """`files`: {path inside the guest: host path}. Dynamic binaries get
+    their libraries too."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        for d in ["bin", "usr/bin", "proc", "sys", "dev", "tmp", "lib64"]:
+            (root / d).mkdir(parents=True, exist_ok=True)
+        busybox = shutil.which("busybox") or "/bin/busybox"
+        shutil.copy2(busybox, root / "bin/busybox")
+        applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout
+        for applet in applets.split():
+            if applet != "busybox":  # a busybox -> busybox link loops (ELOOP)
+                os.symlink("busybox", root / "bin" / applet)
+        for dest, src in files.items():
+            target = root / dest.lstrip("/")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+            if is_dynamic(src):
+                for lib in ldd_paths(src):
+                    lib_target = root / str(lib).lstrip("/")
+                    lib_target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(lib.resolve(), lib_target)
+        (root / "init").write_text(INIT)
+        (root / "init").chmod(0o755)
+        (root / "scenario.sh").write_text(PRELUDE + scenario)
+        names = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
+        with open(out, "wb") as f:
+            subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=names, stdout=f, check=True)
+
+
+def is_dynamic(path):
+    return subprocess.run(["ldd", str(path)], capture_output=True).returncode == 0
+
+
+def boot(kernel, initrd, clocksource=None, memory_mib=1024, extra_cmdline=""):
+    """Boot to poweroff; returns the serial console text."""
+    cmdline = "console=ttyS0 loglevel=1 panic=-1 " + extra_cmdline
+    if clocksource:
+        cmdline += f" clocksource={clocksource}"
+    cmd = [
+        "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
+        "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
+        "-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot",
+    ]
+    result = subprocess.run(cmd, capture_output=True, timeout=BOOT_TIMEOUT)
+    return result.stdout.decode(errors="replace").replace("\r", "")
+
+
+def sections(console):
+    """{name: text} of the ===BEGIN name=== ... ===END=== blocks."""
+    found = {}
+    for m in re.finditer(r"^===BEGIN (\S+)===\n(.*?)^===END===$", console, re.M | re.S):
+        found[m.group(1)] = m.group(2)
+    return found
+
+
+def guest_rc(console):
+    m = re.search(r"^===GUEST-DONE rc=(\d+)===$", console, re.M)
+    return int(m.group(1)) if m else None
+
+
+def static_workload(tmpdir):
+    """The workloads, linked statically (libc in a static binary still uses
+    the vDSO for clock reads)."""
+    out = Path(tmpdir) / "sp-workload"
+    subprocess.run(
+        ["gcc", "-O2", "-Wall", "-Werror", "-static", "-pthread",
+         str(REPO / "tests/workloads/sp-workload.c"), "-o", str(out)],
+        check=True,
+    )
+    return out
+
+
+def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_cmdline=""):
+    """Build, boot, and return (console text, sections)."""
+    kernel = guest_kernel()
+    with tempfile.TemporaryDirectory() as tmp:
+        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp)}
+        files.update(extra_files or {})
+        initrd = Path(tmp) / "initrd.cpio"
+        build_initramfs(initrd, files, scenario)
+        console = boot(kernel, initrd, clocksource=clocksource, extra_cmdline=extra_cmdline)
+    return console, sections(console)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("scenario", type=Path, help="shell script run inside the guest")
+    parser.add_argument("--clocksource", help="clocksource= for the guest kernel")
+    parser.add_argument("--agent", type=Path, default=REPO / "target/release/slowpath")
+    args = parser.parse_args()
+    console, _ = run_scenario(args.agent, args.scenario.read_text(), args.clocksource)
+    print(console)
+
+
+if __name__ == "__main__":
+    main()
