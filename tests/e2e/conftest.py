@@ -85,13 +85,13 @@ class Scrape:
 class Agent:
     """A running slowpath process."""
 
-    def __init__(self, binary, args, log_path):
+    def __init__(self, binary, args, log_path, prefix=()):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(
-            [str(binary), f"--web.listen-address=127.0.0.1:{self.port}", *args],
+            [*prefix, str(binary), f"--web.listen-address=127.0.0.1:{self.port}", *args],
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

@@ -184,3 +184,19 @@ def test_tiny_ring_buffer_still_loses_no_exit(agent_bin, workload_bin, tmp_path)
         assert after - before == 300 * 100
     finally:
         assert agent.stop() == 0
+
+
+LEAST = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_least_privilege_cap_bpf_and_cap_perfmon_suffice(agent_bin, workload_bin, tmp_path):
+    """As nobody with only CAP_BPF and CAP_PERFMON (what the unit and chart grant)."""
+    caps = LEAST + ["--inh-caps=-all,+bpf,+perfmon", "--ambient-caps=+bpf,+perfmon", "--bounding-set=-all,+bpf,+perfmon"]
+    agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log", prefix=caps)
+    try:
+        scrape = agent.scrape()
+        assert {s.value for s in scrape.select("slowpath_probe_attached")} == {1}
+        pid = run_workload(workload_bin, "context", 1000)
+        assert agent.scrape().value("slowpath_rt_sigprocmask_calls_total", pid=pid, comm="sp-workload") == 2000
+    finally:
+        assert agent.stop() == 0
