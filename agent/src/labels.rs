@@ -99,18 +99,35 @@ pub fn cumulative_buckets(counts: &[u64; 9]) -> (Vec<(f64, u64)>, u64) {
 }
 
 /// Identity of one exported per-process series: the thread-group leader's
-/// comm, its cgroup path and, with `--metrics.pid-label`, its tgid.
+/// comm, its cgroup path, the systemd unit named by that path (empty when
+/// none) and, with `--metrics.pid-label`, its tgid.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SeriesKey {
     pub comm: String,
     pub cgroup: String,
+    pub unit: String,
     pub pid: Option<u32>,
 }
 
 impl SeriesKey {
+    /// Key of a process image; `unit` comes from the cgroup path.
+    pub fn new(comm: String, cgroup: String, pid: Option<u32>) -> Self {
+        let unit = crate::identity::parse(&cgroup).unit.unwrap_or_default();
+        Self {
+            comm,
+            cgroup,
+            unit,
+            pid,
+        }
+    }
+
     /// Label pairs in export order.
     pub fn label_pairs(&self) -> Vec<(&'static str, String)> {
-        let mut labels = vec![("comm", self.comm.clone()), ("cgroup", self.cgroup.clone())];
+        let mut labels = vec![
+            ("comm", self.comm.clone()),
+            ("cgroup", self.cgroup.clone()),
+            ("unit", self.unit.clone()),
+        ];
         if let Some(pid) = self.pid {
             labels.push(("pid", pid.to_string()));
         }
@@ -167,20 +184,17 @@ mod tests {
 
     #[test]
     fn series_labels_add_pid_only_when_asked() {
-        let mut key = SeriesKey {
-            comm: "java".into(),
-            cgroup: "/system.slice/app.service".into(),
-            pid: None,
-        };
+        let mut key = SeriesKey::new("java".into(), "/system.slice/app.service".into(), None);
         assert_eq!(
             key.label_pairs(),
             vec![
                 ("comm", "java".to_string()),
-                ("cgroup", "/system.slice/app.service".to_string())
+                ("cgroup", "/system.slice/app.service".to_string()),
+                ("unit", "app.service".to_string()),
             ]
         );
         key.pid = Some(42);
-        assert_eq!(key.label_pairs()[2], ("pid", "42".to_string()));
+        assert_eq!(key.label_pairs()[3], ("pid", "42".to_string()));
     }
 
     #[test]

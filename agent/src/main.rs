@@ -10,6 +10,7 @@ mod bpf;
 mod canary;
 mod cgroup;
 mod cli;
+mod identity;
 mod labels;
 mod metrics;
 mod node;

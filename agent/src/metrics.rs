@@ -446,11 +446,7 @@ mod tests {
     use super::*;
 
     fn key() -> SeriesKey {
-        SeriesKey {
-            comm: "ticker".into(),
-            cgroup: "/".into(),
-            pid: None,
-        }
+        SeriesKey::new("ticker".into(), "/".into(), None)
     }
 
     fn find<'a>(fams: &'a [MetricFamily], name: &str) -> &'a MetricFamily {

@@ -106,11 +106,11 @@ impl Aggregator {
         if let Some(key) = self.keys.get(&id) {
             return key.clone();
         }
-        let key = SeriesKey {
-            comm: comm_to_string(&p.comm),
-            cgroup: self.cgroups.resolve(p.cgroup_id),
-            pid: self.pid_label.then_some(tgid),
-        };
+        let key = SeriesKey::new(
+            comm_to_string(&p.comm),
+            self.cgroups.resolve(p.cgroup_id),
+            self.pid_label.then_some(tgid),
+        );
         self.keys.insert(id, key.clone());
         key
     }

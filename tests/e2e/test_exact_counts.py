@@ -191,9 +191,9 @@ def cgroup2_root():
 
 
 @pytest.mark.skipif(cgroup2_root() is None, reason="no cgroup2 mount")
-def test_cgroup_label_is_the_cgroup2_path(agent, workload_bin):
+def test_cgroup_and_unit_labels_come_from_the_cgroup2_path(agent, workload_bin):
     name = f"slowpath-test-{agent.port}"
-    cg = cgroup2_root() / name / "inner.scope"
+    cg = cgroup2_root() / name / "demo.service"
     cg.mkdir(parents=True)
     try:
         # Join the cgroup, then exec the workload: its image starts there.
@@ -203,7 +203,8 @@ def test_cgroup_label_is_the_cgroup2_path(agent, workload_bin):
         ).stdout
         pid = int(re.search(r"pid=(\d+)", out).group(1))
         series = agent.scrape().select(CLOCK, pid=pid, comm="sp-workload")
-        assert [s.labels["cgroup"] for s in series] == [f"/{name}/inner.scope"]
+        assert [s.labels["cgroup"] for s in series] == [f"/{name}/demo.service"]
+        assert series[0].labels["unit"] == "demo.service"  # the systemd unit the path names
         assert series[0].value == 777
     finally:
         cg.rmdir()
