@@ -7,6 +7,11 @@ use clap::Parser;
 
 use crate::bpf::{AttachType, KERNEL_BTF};
 
+/// Every flag can also be set in the environment (`SLOWPATH_WEB_LISTEN_ADDRESS`
+/// for `--web.listen-address`, ...), which is how the container image, the
+/// Helm chart and the systemd unit's `/etc/default/slowpath` configure it; a
+/// flag on the command line wins.
+///
 /// slowpath: counts, per process, the kernel slow paths that cheap-looking
 /// calls fall into (vDSO clock fallbacks, rt_sigprocmask storms, sleep
 /// loops, THP faults, memory compaction) and serves them as Prometheus metrics.
@@ -16,6 +21,7 @@ pub struct Cli {
     /// Address to serve metrics on: [HOST]:PORT; ":9891" listens on every IPv4 address.
     #[arg(
         long = "web.listen-address",
+        env = "SLOWPATH_WEB_LISTEN_ADDRESS",
         default_value = ":9891",
         value_name = "[HOST]:PORT"
     )]
@@ -24,37 +30,38 @@ pub struct Cli {
     /// Path under which to expose metrics.
     #[arg(
         long = "web.telemetry-path",
+        env = "SLOWPATH_WEB_TELEMETRY_PATH",
         default_value = "/metrics",
         value_name = "PATH"
     )]
     pub telemetry_path: String,
 
     /// Log level.
-    #[arg(long = "log.level", default_value = "info",
+    #[arg(long = "log.level", env = "SLOWPATH_LOG_LEVEL", default_value = "info",
           value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub log_level: String,
 
     /// Add a `pid` label (the tgid) to per-process series. Off by default:
     /// every process then gets its own series, and series of exited
     /// processes are kept for the agent's life.
-    #[arg(long = "metrics.pid-label")]
+    #[arg(long = "metrics.pid-label", env = "SLOWPATH_METRICS_PID_LABEL")]
     pub pid_label: bool,
 
     /// Capacity of the kernel's process table (thread groups tracked at
     /// once; 880 bytes each, preallocated). Beyond it events are counted in
     /// slowpath_lost_events_total{reason="process_table_full"}.
-    #[arg(long = "bpf.max-processes", default_value_t = 16384, value_name = "N",
+    #[arg(long = "bpf.max-processes", env = "SLOWPATH_BPF_MAX_PROCESSES", default_value_t = 16384, value_name = "N",
           value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub max_processes: u32,
 
     /// Capacity of the in-flight compaction table (tasks compacting at once).
-    #[arg(long = "bpf.max-compactions", default_value_t = 4096, value_name = "N",
+    #[arg(long = "bpf.max-compactions", env = "SLOWPATH_BPF_MAX_COMPACTIONS", default_value_t = 4096, value_name = "N",
           value_parser = clap::value_parser!(u32).range(16..=1_048_576))]
     pub max_compactions: u32,
 
     /// Size in bytes of the ring buffer that carries the final counts of
     /// exiting processes (a power of two, at least 4096).
-    #[arg(long = "bpf.ringbuf-bytes", default_value_t = 1 << 20, value_name = "BYTES",
+    #[arg(long = "bpf.ringbuf-bytes", env = "SLOWPATH_BPF_RINGBUF_BYTES", default_value_t = 1 << 20, value_name = "BYTES",
           value_parser = parse_ringbuf_bytes)]
     pub ringbuf_bytes: u32,
 
@@ -62,20 +69,30 @@ pub struct Cli {
     /// cheapest the kernel accepts: fentry for the syscall hook, then tp_btf,
     /// then raw_tp). Only the syscall hook has fentry programs; with
     /// `fentry` the tracepoint hooks use tp_btf.
-    #[arg(long = "bpf.attach-type", value_enum, value_name = "TYPE")]
+    #[arg(
+        long = "bpf.attach-type",
+        env = "SLOWPATH_BPF_ATTACH_TYPE",
+        value_enum,
+        value_name = "TYPE"
+    )]
     pub attach_type: Option<AttachType>,
 
     /// Kernel BTF used for CO-RE relocations (for kernels without
     /// /sys/kernel/btf/vmlinux, a BTF file for the exact running kernel).
-    #[arg(long = "bpf.btf-path", default_value = KERNEL_BTF, value_name = "FILE")]
+    #[arg(long = "bpf.btf-path", env = "SLOWPATH_BPF_BTF_PATH", default_value = KERNEL_BTF, value_name = "FILE")]
     pub btf_path: PathBuf,
 
     /// Root of sysfs (clocksource and THP settings); "/host/sys" in a container.
-    #[arg(long = "path.sysfs", default_value = "/sys", value_name = "DIR")]
+    #[arg(
+        long = "path.sysfs",
+        env = "SLOWPATH_PATH_SYSFS",
+        default_value = "/sys",
+        value_name = "DIR"
+    )]
     pub sysfs: PathBuf,
 
     /// Period of the vDSO canary (a timed batch of libc clock reads per vDSO clock).
-    #[arg(long = "canary.interval", default_value = "15s", value_name = "DURATION",
+    #[arg(long = "canary.interval", env = "SLOWPATH_CANARY_INTERVAL", default_value = "15s", value_name = "DURATION",
           value_parser = parse_duration)]
     pub canary_interval: Duration,
 
@@ -113,6 +130,24 @@ mod tests {
         assert!(!cli.pid_label);
         assert_eq!(cli.canary_interval, Duration::from_secs(15));
         assert_eq!(cli.attach_type, None);
+    }
+
+    #[test]
+    fn every_public_flag_has_an_environment_variable() {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        for arg in cmd
+            .get_arguments()
+            .filter(|a| !a.is_hide_set() && a.get_long().is_some())
+        {
+            let long = arg.get_long().unwrap();
+            if matches!(long, "help" | "version") {
+                continue;
+            }
+            let want = format!("SLOWPATH_{}", long.replace(['.', '-'], "_").to_uppercase());
+            let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
+            assert_eq!(env.as_deref(), Some(want.as_str()), "--{long}");
+        }
     }
 
     #[test]
