@@ -149,12 +149,29 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
                       "kernel refused this attach plan; trying the next");
                 failures.push(err);
             }
-            Err(err) => return Err(err),
+            Err(err) => return Err(explain_load_error(err)),
         }
     }
     Err(failures
         .pop()
         .unwrap_or_else(|| anyhow::anyhow!("no attach plan to try")))
+}
+
+/// Add the likely cause and fix to a final load failure.
+fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
+    let eperm = err
+        .chain()
+        .any(|e| e.to_string().contains("Operation not permitted"));
+    if eperm {
+        return err.context(
+            "the kernel refused bpf() with EPERM although the capabilities are present: \
+             a seccomp profile (a container runtime's default one) or kernel lockdown blocks it; \
+             run the container with seccomp unconfined (Kubernetes: \
+             securityContext.seccompProfile.type: Unconfined; podman/docker: \
+             --security-opt seccomp=unconfined)",
+        );
+    }
+    err
 }
 
 fn attach<'obj>(skel: SlowpathSkel<'obj>, opts: &LoadOptions) -> Result<Loaded<'obj>> {

@@ -60,15 +60,36 @@ pub fn missing_capabilities(caps: u64) -> Vec<&'static str> {
     missing
 }
 
+/// Raise CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN into the effective set where
+/// they are permitted but not effective: the container image gives the
+/// binary these as permitted-only file capabilities (`setcap ...=p`), so
+/// that exec never fails where the runtime does not grant them, and the agent
+/// turns them on itself. Must run before any thread is started (capability
+/// sets are per thread and inherited).
+pub fn raise_permitted_capabilities() {
+    use caps::{CapSet, Capability};
+    for cap in [
+        Capability::CAP_BPF,
+        Capability::CAP_PERFMON,
+        Capability::CAP_SYS_ADMIN,
+    ] {
+        if caps::has_cap(None, CapSet::Permitted, cap).unwrap_or(false) {
+            let _ = caps::raise(None, CapSet::Effective, cap);
+        }
+    }
+}
+
 pub fn check_capabilities() -> Result<()> {
+    raise_permitted_capabilities();
     let missing = missing_capabilities(effective_caps()?);
     if missing.is_empty() {
         return Ok(());
     }
     bail!(
         "missing capability {}: run as root, or grant CAP_BPF and CAP_PERFMON \
-         (e.g. `setcap cap_bpf,cap_perfmon+ep slowpath`, or AmbientCapabilities= in the \
-         systemd unit); kernels older than 5.8 need CAP_SYS_ADMIN",
+         (e.g. `setcap cap_bpf,cap_perfmon=p slowpath`, AmbientCapabilities= in the \
+         systemd unit, or the container's capabilities add: [BPF, PERFMON]); kernels older \
+         than 5.8 need CAP_SYS_ADMIN",
         missing.join(" and ")
     )
 }

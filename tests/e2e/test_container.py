@@ -1,0 +1,100 @@
+"""The container image, built with podman from a local base image and run
+as the DaemonSet runs it: host PID namespace, only CAP_BPF and CAP_PERFMON,
+non-root (uid 65534, file capabilities), read-only root filesystem, seccomp
+unconfined, host /sys read-only. A workload on the host must show up in the
+container's /metrics."""
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, Agent, Scrape, free_port, run_workload
+
+pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")
+
+CONF = REPO / "tests" / "deploy" / "containers.conf"
+BASE = "localhost/slowpath-base:bookworm"
+
+
+def podman(*args, check=True, **kwargs):
+    env = {**os.environ, "CONTAINERS_CONF": str(CONF)}
+    return subprocess.run(["podman", *args], env=env, check=check, capture_output=True, text=True, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def image(agent_bin):
+    subprocess.run([str(REPO / "tests/deploy/base-image.sh")], check=True, capture_output=True,
+                   env={**os.environ, "CONTAINERS_CONF": str(CONF)})
+    # The build copies target/release/slowpath: it must be the binary under test.
+    assert Path(agent_bin).resolve() == (REPO / "target/release/slowpath").resolve()
+    tag = f"localhost/slowpath:test-{uuid.uuid4().hex[:8]}"
+    podman("build", "-q", "--build-arg", f"BASE={BASE}", "-f", "deploy/Containerfile", "-t", tag, ".",
+           cwd=REPO, timeout=600)
+    yield tag
+    podman("rmi", "-f", tag, check=False)
+
+
+DAEMONSET_LIKE = [
+    "--pid=host", "--network=host", "--read-only",
+    "--cap-drop=all", "--cap-add=bpf,perfmon",
+    "--security-opt", "seccomp=unconfined",
+    "-v", "/sys:/host/sys:ro", "-e", "SLOWPATH_PATH_SYSFS=/host/sys",
+]
+
+
+def test_image_runs_non_root_with_two_capabilities(image):
+    out = podman("run", "--rm", "--entrypoint", "sh", image, "-c",
+                 "id -u; getcap /usr/bin/slowpath 2>/dev/null || true; /usr/bin/slowpath --version").stdout
+    assert out.splitlines()[0] == "65534"
+    assert "slowpath 0.1.0" in out
+
+
+def test_container_counts_a_host_workload(image, workload_bin):
+    name = f"slowpath-test-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    podman("run", "-d", "--name", name, *DAEMONSET_LIKE,
+           "-e", f"SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:{port}", "-e", "SLOWPATH_METRICS_PID_LABEL=true",
+           image)
+    try:
+        agent = Agent.__new__(Agent)  # reuse the HTTP helpers for a process we did not start
+        agent.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if agent.get("/readyz", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
+            time.sleep(0.1)
+        status = Path(f"/proc/{podman('inspect', '-f', '{{.State.Pid}}', name).stdout.strip()}/status").read_text()
+        assert "CapEff:\t000000c000000000" in status  # CAP_BPF and CAP_PERFMON, nothing else
+        assert "Uid:\t65534" in status
+        pid = run_workload(workload_bin, "clock-raw", 4321)
+        scrape = Scrape(agent.get("/metrics")[1])
+        assert scrape.value("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload") == 4321
+        assert {s.value for s in scrape.select("slowpath_probe_attached")} == {1}
+    finally:
+        podman("stop", "-t", "5", name, check=False)
+        logs = podman("logs", name, check=False).stderr
+        podman("rm", "-f", name, check=False)
+    assert "detaching BPF programs" in logs
+
+
+def test_default_seccomp_profile_gets_an_actionable_error(image):
+    result = podman("run", "--rm", "--pid=host", "--network=host", "--cap-drop=all", "--cap-add=bpf,perfmon",
+                    image, "--web.listen-address=127.0.0.1:0", check=False)
+    assert result.returncode == 1
+    assert "seccomp" in result.stderr.splitlines()[-1]
+
+
+def test_without_the_capabilities_the_error_names_them(image):
+    result = podman("run", "--rm", "--pid=host", "--network=host", "--security-opt", "seccomp=unconfined",
+                    image, "--web.listen-address=127.0.0.1:0", check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1].startswith("slowpath: error: missing capability CAP_BPF and CAP_PERFMON")
