@@ -16,7 +16,8 @@ fi
 
 build_pkgs=(clang libelf-dev zlib1g-dev pkg-config make gcc curl ca-certificates)
 test_pkgs=(strace bpftool python3 python3-pytest python3-prometheus-client prometheus util-linux
-           qemu-system-x86 busybox-static cpio)
+           qemu-system-x86 busybox-static cpio podman debootstrap runc
+           systemd dpkg-dev python3-yaml python3-venv)
 
 pkgs=("${build_pkgs[@]}")
 ((want_test)) && pkgs+=("${test_pkgs[@]}")

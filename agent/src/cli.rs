@@ -96,6 +96,26 @@ pub struct Cli {
           value_parser = parse_duration)]
     pub canary_interval: Duration,
 
+    /// Add `namespace`, `pod` and `container` labels from the Kubernetes API
+    /// (a watch of this node's pods; needs get/list/watch on pods).
+    #[arg(long = "kubernetes.enabled", env = "SLOWPATH_KUBERNETES_ENABLED")]
+    pub kubernetes: bool,
+
+    /// Kubeconfig for the Kubernetes API (default: the in-cluster service
+    /// account, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long = "kubeconfig", env = "KUBECONFIG", value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// This node's name in Kubernetes; in a DaemonSet, NODE_NAME from the
+    /// downward API (spec.nodeName). Default: the host name.
+    #[arg(long = "kubernetes.node-name", env = "NODE_NAME", value_name = "NAME")]
+    pub node_name: Option<String>,
+
+    /// How long series of a deleted pod are kept before they are dropped.
+    #[arg(long = "kubernetes.deleted-pod-grace", env = "SLOWPATH_KUBERNETES_DELETED_POD_GRACE",
+          default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub deleted_pod_grace: Duration,
+
     /// Testing only: make the kernel refuse this probe (attached as raw_tp to
     /// a tracepoint that does not exist) to exercise degraded operation.
     #[arg(long = "bpf.test-break-probe", hide = true, value_name = "PROBE")]
@@ -141,10 +161,13 @@ mod tests {
             .filter(|a| !a.is_hide_set() && a.get_long().is_some())
         {
             let long = arg.get_long().unwrap();
-            if matches!(long, "help" | "version") {
-                continue;
-            }
-            let want = format!("SLOWPATH_{}", long.replace(['.', '-'], "_").to_uppercase());
+            let want = match long {
+                "help" | "version" => continue,
+                // the names every Kubernetes tool and manifest uses
+                "kubeconfig" => "KUBECONFIG".to_string(),
+                "kubernetes.node-name" => "NODE_NAME".to_string(),
+                _ => format!("SLOWPATH_{}", long.replace(['.', '-'], "_").to_uppercase()),
+            };
             let env = arg.get_env().map(|e| e.to_string_lossy().into_owned());
             assert_eq!(env.as_deref(), Some(want.as_str()), "--{long}");
         }

@@ -11,6 +11,7 @@ mod canary;
 mod cgroup;
 mod cli;
 mod identity;
+mod kubernetes;
 mod labels;
 mod metrics;
 mod node;
@@ -92,6 +93,23 @@ fn run(cli: Cli) -> Result<()> {
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
 
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    // A bad Kubernetes configuration fails here, before anything is attached;
+    // an unreachable API server does not (the watch retries).
+    let kube = match cli.kubernetes {
+        true => {
+            let opts = kubernetes::WatchOptions {
+                node_name: cli.node_name.clone().unwrap_or_else(host_name),
+                kubeconfig: cli.kubeconfig.clone(),
+            };
+            let client = runtime.block_on(kubernetes::client(&opts))?;
+            Some((client, opts, kubernetes::KubeState::default()))
+        }
+        false => None,
+    };
     let worker = Arc::new(Worker::start(WorkerOptions {
         load: bpf::LoadOptions {
             max_processes: cli.max_processes,
@@ -103,6 +121,10 @@ fn run(cli: Cli) -> Result<()> {
         },
         pid_label: cli.pid_label,
         canary_interval: cli.canary_interval,
+        pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
+            index: k.index.clone(),
+            deleted_pod_grace: cli.deleted_pod_grace,
+        }),
     })?);
     let probes = worker.probes().to_vec();
     let attached: Vec<String> = probes
@@ -113,29 +135,42 @@ fn run(cli: Cli) -> Result<()> {
     info!(attached = %attached.join(" "), "BPF programs attached");
 
     let registry = Registry::new();
-    let collector = metrics::SlowpathCollector::new(worker.clone(), cli.sysfs.clone())?;
+    let collector = metrics::SlowpathCollector::new(
+        worker.clone(),
+        cli.sysfs.clone(),
+        kube.as_ref().map(|(_, _, k)| k.up.clone()),
+    )?;
     registry.register(Box::new(collector.errors_counter()))?;
     registry.register(Box::new(collector))?;
     registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
     ))?;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    runtime.block_on(server::serve(
-        listener,
-        cli.telemetry_path,
-        registry,
-        probes,
-        shutdown_signal(),
-    ))?;
+    runtime.block_on(async {
+        if let Some((client, opts, state)) = kube {
+            tokio::spawn(kubernetes::watch_pods(client, opts, state));
+        }
+        server::serve(
+            listener,
+            cli.telemetry_path,
+            registry,
+            probes,
+            shutdown_signal(),
+        )
+        .await
+    })?;
     info!("shutting down: detaching BPF programs");
     // The registry (and the collector's worker handle) went with the server;
     // dropping the last handle detaches everything.
     drop(worker);
     Ok(())
+}
+
+/// The kernel's host name, the default Kubernetes node name.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Resolves on SIGINT or SIGTERM.

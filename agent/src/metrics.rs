@@ -4,6 +4,7 @@
 //! process costs no series.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use prometheus::core::{Collector, Desc};
@@ -14,11 +15,11 @@ use tracing::error;
 
 use crate::bpf::types::sp_counters;
 use crate::labels::{
-    cumulative_buckets, is_vdso_clock, SeriesKey, CLOCK_NAMES, COMPACTION_TRIGGERS, LOST_REASONS,
-    SIGMASK_OPS, SLEEP_MODES, SLEEP_SYSCALLS,
+    cumulative_buckets, is_vdso_clock, CLOCK_NAMES, COMPACTION_TRIGGERS, LOST_REASONS, SIGMASK_OPS,
+    SLEEP_MODES, SLEEP_SYSCALLS,
 };
 use crate::node;
-use crate::worker::{Snapshot, Worker};
+use crate::worker::{Series, Snapshot, Worker};
 
 /// One metric family: name, help, type. `PER_PROCESS` families carry the
 /// series labels (`comm`, `cgroup`, optional `pid`) before their own.
@@ -114,8 +115,14 @@ const LOST: Family = Family {
     kind: MetricType::COUNTER,
 };
 
+const KUBERNETES_UP: Family = Family {
+    name: "slowpath_kubernetes_up",
+    help: "1 when the last request of the agent's pod watch to the Kubernetes API succeeded, else 0 (only with --kubernetes.enabled)",
+    kind: MetricType::GAUGE,
+};
+
 /// Families this collector produces.
-const COLLECTED: [&Family; 17] = [
+const COLLECTED: [&Family; 18] = [
     &CLOCK_SYSCALLS,
     &SIGPROCMASK,
     &SLEEP_CALLS,
@@ -133,6 +140,7 @@ const COLLECTED: [&Family; 17] = [
     &PROBE_ATTACHED,
     &TRACKED,
     &LOST,
+    &KUBERNETES_UP,
 ];
 
 /// Scrapes whose kernel-table read failed (a plain counter of this collector).
@@ -146,12 +154,18 @@ const SCRAPE_ERRORS: Family = Family {
 pub struct SlowpathCollector {
     worker: Arc<Worker>,
     sysfs: PathBuf,
+    /// The pod watch's health, when Kubernetes is enabled.
+    kubernetes_up: Option<Arc<AtomicBool>>,
     descs: Vec<Desc>,
     errors: prometheus::IntCounter,
 }
 
 impl SlowpathCollector {
-    pub fn new(worker: Arc<Worker>, sysfs: PathBuf) -> prometheus::Result<Self> {
+    pub fn new(
+        worker: Arc<Worker>,
+        sysfs: PathBuf,
+        kubernetes_up: Option<Arc<AtomicBool>>,
+    ) -> prometheus::Result<Self> {
         let descs = COLLECTED
             .iter()
             .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], Default::default()))
@@ -160,6 +174,7 @@ impl SlowpathCollector {
         Ok(Self {
             worker,
             sysfs,
+            kubernetes_up,
             descs,
             errors,
         })
@@ -191,6 +206,10 @@ impl Collector for SlowpathCollector {
         let mut out = per_process_families(&snapshot.series);
         out.extend(node_families(&snapshot, &self.sysfs));
         out.extend(agent_families(&snapshot));
+        if let Some(up) = &self.kubernetes_up {
+            let value = if up.load(Ordering::Relaxed) { 1.0 } else { 0.0 };
+            out.push(family(&KUBERNETES_UP, vec![gauge(&[], value)]));
+        }
         out.retain(|f| !f.get_metric().is_empty());
         out
     }
@@ -237,9 +256,12 @@ fn family(f: &Family, metrics: Vec<Metric>) -> MetricFamily {
     mf
 }
 
-/// Labels of `key` followed by `extra`.
-fn with(key: &SeriesKey, extra: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-    let mut labels = key.label_pairs();
+/// The series' labels followed by `extra`.
+fn with(
+    key: &[(&'static str, String)],
+    extra: &[(&'static str, &str)],
+) -> Vec<(&'static str, String)> {
+    let mut labels = key.to_vec();
     labels.extend(extra.iter().map(|(n, v)| (*n, v.to_string())));
     labels
 }
@@ -251,7 +273,7 @@ fn push_nonzero(out: &mut Vec<Metric>, labels: Vec<(&'static str, String)>, valu
     }
 }
 
-fn per_process_families(series: &[(SeriesKey, sp_counters)]) -> Vec<MetricFamily> {
+fn per_process_families(series: &[Series]) -> Vec<MetricFamily> {
     let mut clock = Vec::new();
     let mut sigmask = Vec::new();
     let mut sleeps = Vec::new();
@@ -261,7 +283,11 @@ fn per_process_families(series: &[(SeriesKey, sp_counters)]) -> Vec<MetricFamily
     let mut comp_runs = Vec::new();
     let mut comp_secs = Vec::new();
 
-    for (key, c) in series {
+    for Series {
+        labels: key,
+        counters: c,
+    } in series
+    {
         clock_series(&mut clock, key, c);
         for (op, &n) in SIGMASK_OPS.iter().zip(&c.sigprocmask) {
             push_nonzero(&mut sigmask, with(key, &[("op", op)]), n as f64);
@@ -302,7 +328,7 @@ fn fallback_label(clock: usize) -> &'static str {
     }
 }
 
-fn clock_series(out: &mut Vec<Metric>, key: &SeriesKey, c: &sp_counters) {
+fn clock_series(out: &mut Vec<Metric>, key: &[(&'static str, String)], c: &sp_counters) {
     for (i, &n) in c.clock_gettime.iter().enumerate() {
         let labels = [
             ("syscall", "clock_gettime"),
@@ -322,7 +348,12 @@ fn clock_series(out: &mut Vec<Metric>, key: &SeriesKey, c: &sp_counters) {
     }
 }
 
-fn sleep_series(calls: &mut Vec<Metric>, hist: &mut Vec<Metric>, key: &SeriesKey, c: &sp_counters) {
+fn sleep_series(
+    calls: &mut Vec<Metric>,
+    hist: &mut Vec<Metric>,
+    key: &[(&'static str, String)],
+    c: &sp_counters,
+) {
     for (s, syscall) in SLEEP_SYSCALLS.iter().enumerate() {
         for (clk, clock) in CLOCK_NAMES.iter().enumerate() {
             for (m, mode) in SLEEP_MODES.iter().enumerate() {
@@ -445,8 +476,12 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
 mod tests {
     use super::*;
 
-    fn key() -> SeriesKey {
-        SeriesKey::new("ticker".into(), "/".into(), None)
+    fn series(counters: sp_counters) -> Series {
+        let key = crate::labels::SeriesKey::new("ticker".into(), "/".into(), None);
+        Series {
+            labels: key.label_pairs(),
+            counters,
+        }
     }
 
     fn find<'a>(fams: &'a [MetricFamily], name: &str) -> &'a MetricFamily {
@@ -467,7 +502,7 @@ mod tests {
         c.clock_gettime[1] = 100_000; // monotonic
         c.clock_gettime[2] = 3; // process_cputime
         c.gettimeofday = 5;
-        let fams = per_process_families(&[(key(), c)]);
+        let fams = per_process_families(&[series(c)]);
         let clock = find(&fams, "slowpath_clock_syscalls_total");
         assert_eq!(clock.get_metric().len(), 3, "zero series are not emitted");
         let by_clock = |name: &str, syscall: &str| {
@@ -497,7 +532,7 @@ mod tests {
         c.sleep_calls[1][0][0] = 1000;
         c.sleep_buckets[1][3] = 1000;
         c.sleep_requested_ns[1] = 1_000_000_000;
-        let fams = per_process_families(&[(key(), c)]);
+        let fams = per_process_families(&[series(c)]);
         let hist = find(&fams, "slowpath_sleep_requested_seconds");
         let h = hist.get_metric()[0].get_histogram();
         assert_eq!(h.get_sample_count(), 1000);

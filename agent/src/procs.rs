@@ -207,6 +207,11 @@ impl Aggregator {
         Ok(live)
     }
 
+    /// Drop the retired series `expired` says to (series of deleted pods).
+    pub fn drop_retired(&mut self, mut expired: impl FnMut(&SeriesKey) -> bool) {
+        self.retired.retain(|key, _| !expired(key));
+    }
+
     /// Fold and delete entries whose process is gone without an exit record
     /// (possible only when the exit probe is not attached). Costs one read
     /// of `/proc/<tgid>/stat` per entry: run it rarely.

@@ -16,6 +16,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::bpf::{self, types, LoadOptions, ProbeStatus};
 use crate::canary::{self, ClockCanary};
+use crate::identity;
+use crate::kubernetes::SharedPodIndex;
 use crate::labels::{SeriesKey, LOST_REASONS};
 use crate::procs::{Aggregator, PendingRecords};
 
@@ -27,19 +29,36 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(500);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Worker settings.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct WorkerOptions {
     pub load: LoadOptions,
     pub pid_label: bool,
     /// Period of the vDSO canary.
     pub canary_interval: Duration,
+    /// Pod labels, when Kubernetes is enabled.
+    pub pods: Option<PodLabelling>,
+}
+
+/// Pod metadata for the series, and how long a deleted pod's series stay.
+#[derive(Clone)]
+pub struct PodLabelling {
+    pub index: SharedPodIndex,
+    pub deleted_pod_grace: Duration,
+}
+
+/// One exported per-process series.
+#[derive(Clone, Debug)]
+pub struct Series {
+    /// `comm`, `cgroup`, `unit`, [`pid`], [`namespace`, `pod`, `container`].
+    pub labels: Vec<(&'static str, String)>,
+    pub counters: types::sp_counters,
 }
 
 /// Everything the metrics need from the kernel side at one instant.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     /// Per-process totals, sorted by series key.
-    pub series: Vec<(SeriesKey, types::sp_counters)>,
+    pub series: Vec<Series>,
     /// Live entries in the kernel's process table.
     pub tracked_processes: usize,
     /// Lost-event counters by `enum sp_lost_reason`.
@@ -189,11 +208,14 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
         }
         match rx.recv_timeout(DRAIN_INTERVAL) {
             Ok(Request::Snapshot(reply)) => {
+                if let Some(pods) = &opts.pods {
+                    drop_deleted_pods(&mut agg, pods);
+                }
                 let result = agg
                     .refresh(procs, || ring.consume().map_err(Into::into), &pending)
                     .map(|r| {
                         Arc::new(Snapshot {
-                            series: r.series,
+                            series: export(r.series, opts.pods.as_ref()),
                             tracked_processes: r.tracked_processes,
                             lost: read_lost(&loaded.skel.maps.lost),
                             probes: loaded.probes.clone(),
@@ -223,6 +245,43 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
             Err(RecvTimeoutError::Disconnected) => return,
         }
     }
+}
+
+/// Series with their export labels: the key's, then the pod's.
+fn export(
+    series: Vec<(SeriesKey, types::sp_counters)>,
+    pods: Option<&PodLabelling>,
+) -> Vec<Series> {
+    let index = pods.map(|p| p.index.read().unwrap_or_else(|e| e.into_inner()));
+    series
+        .into_iter()
+        .map(|(key, counters)| {
+            let mut labels = key.label_pairs();
+            if let Some(index) = &index {
+                labels.extend(index.labels(&identity::parse(&key.cgroup)));
+            }
+            Series { labels, counters }
+        })
+        .collect()
+}
+
+/// Drop the series of pods deleted more than the grace period ago, then
+/// forget those pods.
+fn drop_deleted_pods(agg: &mut Aggregator, pods: &PodLabelling) {
+    let now = Instant::now();
+    let grace = pods.deleted_pod_grace;
+    {
+        let index = pods.index.read().unwrap_or_else(|e| e.into_inner());
+        agg.drop_retired(|key| {
+            identity::parse(&key.cgroup)
+                .pod_uid
+                .is_some_and(|uid| index.expired(&uid, grace, now))
+        });
+    }
+    pods.index
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .prune(grace, now);
 }
 
 /// The agent's own `clock_gettime` syscall count for `clock`.

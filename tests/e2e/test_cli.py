@@ -200,3 +200,34 @@ def test_least_privilege_cap_bpf_and_cap_perfmon_suffice(agent_bin, workload_bin
         assert agent.scrape().value("slowpath_rt_sigprocmask_calls_total", pid=pid, comm="sp-workload") == 2000
     finally:
         assert agent.stop() == 0
+
+
+def test_unreachable_kubernetes_api_keeps_counting(agent_bin, workload_bin, tmp_path):
+    closed = free_port()  # nothing listens there
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{closed}", insecure-skip-tls-verify: true}}}}]
+users: [{{name: u, user: {{token: not-a-token}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    agent = Agent(agent_bin, ["--metrics.pid-label", "--kubernetes.enabled", f"--kubeconfig={kubeconfig}",
+                              "--kubernetes.node-name=node-1"], tmp_path / "agent.log")
+    try:
+        pid = run_workload(workload_bin, "clock-raw", 500)
+        scrape = agent.scrape()
+        assert scrape.value("slowpath_kubernetes_up") == 0
+        series = scrape.select("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload")
+        assert [s.value for s in series] == [500]
+        assert series[0].labels["pod"] == "" and series[0].labels["namespace"] == ""
+        time.sleep(2)  # the watch retries with backoff: logged once, not per retry
+        assert agent.log_text().count("pod watch failed") == 1
+    finally:
+        assert agent.stop() == 0
+
+
+def test_bad_kubeconfig_fails_before_attaching(agent_bin, tmp_path):
+    result = run_agent(agent_bin, "--kubernetes.enabled", f"--kubeconfig={tmp_path / 'missing'}")
+    assert result.returncode == 1
+    assert error_line(result).startswith(f"slowpath: error: reading kubeconfig {tmp_path / 'missing'}")
