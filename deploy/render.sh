@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Regenerates the plain manifests from the Helm chart with its default values:
+#
+#   deploy/render.sh          writes deploy/kubernetes/slowpath.yaml
+#   deploy/render.sh -        prints them (tests/e2e/test_helm.py compares
+#                             that with the committed file)
+#
+# Uses the pinned helm from tests/deploy/install-tools.sh (built once into
+# /var/cache/slowpath-tools; the output must not depend on whichever helm is
+# on PATH), or $HELM if set.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:-$here/kubernetes/slowpath.yaml}
+helm=${HELM:-$("$here/../tests/deploy/install-tools.sh")/bin/helm}
+
+render() {
+  cat <<'YAML'
+# slowpath: plain Kubernetes manifests, rendered from deploy/helm/slowpath with
+# its default values by deploy/render.sh. Do not edit: change the chart (or
+# its values) and run deploy/render.sh.
+#
+#   kubectl apply -f deploy/kubernetes/slowpath.yaml
+#
+# Set the image first: the default, localhost/slowpath:0.1.0, is a local
+# build of deploy/Containerfile (see the chart's values.yaml).
+#
+# The Namespace comes first because `kubectl apply` does not create one (helm
+# users get it from `helm install --create-namespace`). The agent's pods use
+# hostPID and hostPath volumes, which only the "privileged" Pod Security level
+# admits: the label says so, or the pods would be rejected in clusters that
+# enforce "baseline" or "restricted" by default.
+apiVersion: v1
+kind: Namespace
+metadata:
+  name: slowpath
+  labels:
+    pod-security.kubernetes.io/enforce: privileged
+YAML
+  "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath
+}
+
+if [[ $out == - ]]; then
+  render
+else
+  tmp=$(mktemp "$out.XXXXXX")
+  trap 'rm -f "$tmp"' EXIT
+  render >"$tmp"
+  chmod 644 "$tmp"
+  mv "$tmp" "$out"
+  trap - EXIT
+  echo "render.sh: wrote $out" >&2
+fi

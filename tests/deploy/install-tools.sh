@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# Installs the tools the chart tests (tests/e2e/test_helm.py) need, idempotently,
+# into a cache outside the repository (default /var/cache/slowpath-tools,
+# override with SLOWPATH_TOOLS_CACHE), and prints the cache path on stdout:
+#
+#   bin/helm          helm, built from its Go module (no release tarballs can be
+#                     fetched here: only package registries are reachable)
+#   bin/kubeconform   kubeconform, built from its Go module
+#   bin/sp-crdcheck   strict decoder for ServiceMonitor/PodMonitor/PrometheusRule
+#                     (the prometheus-operator's own Go API types; see below)
+#   venv/             PyPI kubernetes-validate, which bundles the Kubernetes
+#                     JSON schemas for 1.25-1.37 (and validates with them itself)
+#   schemas/          those schemas rewritten for kubeconform (see below)
+#
+# Cold about 3.5 minutes on an idle 2-core machine (helm's build dominates;
+# 7.5 minutes measured while other builds shared the CPUs), warm 0.05 s.
+# Only the Go module proxy and PyPI are used.
+set -euo pipefail
+
+# Pinned versions: bump deliberately, the tests' expectations follow them.
+HELM_VERSION=v3.22.0
+KUBECONFORM_VERSION=v0.8.0
+KUBERNETES_VALIDATE_VERSION=1.37.0          # schemas 1.25 .. 1.37
+PROMETHEUS_OPERATOR_API_VERSION=v0.94.1     # github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
+SIGS_YAML_VERSION=v1.6.0                    # sigs.k8s.io/yaml
+
+cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}
+mkdir -p "$cache/bin"
+cache=$(cd "$cache" && pwd)
+
+# One installer at a time (pytest sessions or humans may race).
+exec 9>"$cache/.install-tools.lock"
+flock 9
+
+log() { echo "install-tools.sh: $*" >&2; }
+
+# A stamp per tool records what was installed; a changed pin reinstalls.
+have() { [[ -e "$cache/$1" && "$(cat "$cache/.stamp-$2" 2>/dev/null)" == "$3" ]]; }
+stamp() { echo "$2" >"$cache/.stamp-$1"; }
+
+# Go builds stay inside the cache too (module and build caches), so a cold run
+# is really cold and nothing outside the cache is touched. GOTOOLCHAIN=local:
+# never try to download another Go toolchain, fail instead.
+export GOPATH="$cache/go" GOMODCACHE="$cache/go/pkg/mod" GOCACHE="$cache/go/build-cache"
+export GOTOOLCHAIN=local GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
+need_go() { command -v go >/dev/null || { log "go is not installed (needed to build $1)"; exit 1; }; }
+
+# helm's release build (its Makefile) stamps its version and the Kubernetes
+# version it assumes without a cluster (.Capabilities.KubeVersion for
+# `helm template`/`lint`) through -ldflags; a bare `go install` leaves the
+# latter at v1.20.0, which our chart's kubeVersion (>=1.25) rejects. Same
+# flags here, the Kubernetes minor taken from helm's client-go like the Makefile.
+if ! have bin/helm helm "$HELM_VERSION"; then
+  log "building helm $HELM_VERSION (about 150 s cold)"
+  need_go helm
+  helm_mod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  k8s_minor=$(awk '$1 == "k8s.io/client-go" { split($2, v, "."); print v[2] }' "$helm_mod")
+  [[ $k8s_minor =~ ^[0-9]+$ ]] || { log "cannot find helm's client-go version in $helm_mod"; exit 1; }
+  GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w \
+    -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
+    -X helm.sh/helm/v3/internal/version.gitTreeState=clean \
+    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$k8s_minor \
+    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$k8s_minor" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  stamp helm "$HELM_VERSION"
+fi
+
+if ! have bin/kubeconform kubeconform "$KUBECONFORM_VERSION"; then
+  log "building kubeconform $KUBECONFORM_VERSION"
+  need_go kubeconform
+  GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
+  stamp kubeconform "$KUBECONFORM_VERSION"
+fi
+
+# kubernetes-validate in its own venv (Debian's Python refuses a system-wide
+# pip install; PEP 668). Its wheel carries the schemas, so nothing is
+# downloaded at validation time.
+if ! have venv/bin/kubernetes-validate kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"; then
+  log "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION into $cache/venv"
+  rm -rf "$cache/venv"
+  /usr/bin/python3 -m venv "$cache/venv"
+  "$cache/venv/bin/pip" install --quiet --disable-pip-version-check \
+    "kubernetes-validate==$KUBERNETES_VALIDATE_VERSION"
+  rm -rf "$cache/schemas"
+  stamp kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"
+fi
+
+# kubeconform reads schemas from a directory laid out like
+# yannh/kubernetes-json-schema: <vX.Y.Z>-standalone-strict/<kind>-<group>-<version>.json.
+# kubernetes-validate's bundle uses the same file names (v1.27.0-local-strict/
+# daemonset-apps-v1.json), but each file declares an "$id" under
+# https://kubernetes.io/api/ and refers to "/api/_definitions.json#/...",
+# which resolves to a URL kubernetes-validate serves from memory and
+# kubeconform would try to download (and, offline, report as "could
+# not find schema"). Turning the $id into a $comment and the refs into
+# sibling-relative ones ("_definitions.json#/...") makes the very same schemas
+# resolve from disk: two independent validators, one set of schemas.
+if [[ ! -e "$cache/schemas/.complete" ]]; then
+  log "preparing kubeconform schemas from kubernetes-validate's bundle"
+  src=$("$cache/venv/bin/python" -c \
+    'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')
+  rm -rf "$cache/schemas.tmp"
+  mkdir -p "$cache/schemas.tmp"
+  for dir in "$src"/v*-local-strict; do
+    name=$(basename "$dir")
+    out="$cache/schemas.tmp/${name%-local-strict}-standalone-strict"
+    cp -r "$dir" "$out"
+    find "$out" -name '*.json' -exec sed -i \
+      -e 's#"\$id": "https://kubernetes\.io/api/#"$comment": "was https://kubernetes.io/api/#' \
+      -e 's#"/api/_definitions\.json\##"_definitions.json\##g' {} +
+  done
+  rm -rf "$cache/schemas"
+  mv "$cache/schemas.tmp" "$cache/schemas"
+  touch "$cache/schemas/.complete"
+fi
+
+# The Prometheus operator's custom resources have no schema in either bundle.
+# sp-crdcheck decodes each ServiceMonitor/PodMonitor/PrometheusRule into the
+# operator's own Go API types with unknown fields and duplicate keys rejected:
+# a misspelt or misplaced field, or a list where a map belongs, fails, as it
+# would against the CRD's structural schema. It does not check the schema's
+# patterns and enums, and (like sigs.k8s.io/yaml) takes a number where a
+# string is expected.
+crdcheck_go_mod() {
+  cat <<EOF
+module slowpath.local/crdcheck
+
+go 1.22
+
+require (
+	github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring $PROMETHEUS_OPERATOR_API_VERSION
+	sigs.k8s.io/yaml $SIGS_YAML_VERSION
+)
+EOF
+}
+crdcheck_main_go() {
+  cat <<'EOF'
+// sp-crdcheck FILE...: strictly decodes every monitoring.coreos.com/v1
+// ServiceMonitor, PodMonitor and PrometheusRule in the YAML streams given
+// into the prometheus-operator's Go types. Prints one line per object;
+// exits 1 if any object fails, 2 on unreadable input. Other kinds are
+// reported as "skip" (they are the Kubernetes schema validators' job).
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+type typeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name string `json:"name"`
+	} `json:"metadata"`
+}
+
+func main() {
+	failed := false
+	for _, path := range os.Args[1:] {
+		f, err := os.Open(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		reader := utilyaml.NewYAMLReader(bufio.NewReader(f))
+		for {
+			doc, err := reader.Read()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, path, err)
+				os.Exit(2)
+			}
+			if len(bytes.TrimSpace(doc)) == 0 {
+				continue
+			}
+			var meta typeMeta
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				fmt.Printf("FAIL %s: %v\n", path, err)
+				failed = true
+				continue
+			}
+			var obj interface{}
+			if meta.APIVersion == "monitoring.coreos.com/v1" {
+				switch meta.Kind {
+				case "ServiceMonitor":
+					obj = &monitoringv1.ServiceMonitor{}
+				case "PodMonitor":
+					obj = &monitoringv1.PodMonitor{}
+				case "PrometheusRule":
+					obj = &monitoringv1.PrometheusRule{}
+				}
+			}
+			id := fmt.Sprintf("%s %s/%s", meta.APIVersion, meta.Kind, meta.Metadata.Name)
+			if obj == nil {
+				fmt.Printf("skip %s\n", id)
+				continue
+			}
+			if err := yaml.UnmarshalStrict(doc, obj); err != nil {
+				fmt.Printf("FAIL %s: %v\n", id, err)
+				failed = true
+				continue
+			}
+			fmt.Printf("ok %s\n", id)
+		}
+		f.Close()
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+EOF
+}
+# Rebuilt when a pin or the source above changes.
+crd_pin="$PROMETHEUS_OPERATOR_API_VERSION $SIGS_YAML_VERSION $( (crdcheck_go_mod; crdcheck_main_go) | sha256sum | cut -c1-16)"
+if ! have bin/sp-crdcheck crdcheck "$crd_pin"; then
+  log "building sp-crdcheck (prometheus-operator API $PROMETHEUS_OPERATOR_API_VERSION)"
+  need_go sp-crdcheck
+  src="$cache/crdcheck-src"
+  rm -rf "$src"
+  mkdir -p "$src"
+  crdcheck_go_mod >"$src/go.mod"
+  crdcheck_main_go >"$src/main.go"
+  (cd "$src" && go mod tidy >&2 && go build -trimpath -ldflags=-s -o "$cache/bin/sp-crdcheck" .)
+  stamp crdcheck "$crd_pin"
+fi
+
+echo "$cache"

@@ -1,0 +1,561 @@
+"""The Helm chart (deploy/helm/slowpath) and the plain manifests rendered from
+it (deploy/kubernetes/slowpath.yaml), checked without a cluster:
+
+- `helm lint --strict` with the default values and with every switch;
+- every rendered object against the Kubernetes API's JSON schemas, strictly
+  (unknown fields are errors), for the oldest, a middle and the newest
+  bundled Kubernetes version, by two validators (kubeconform and
+  kubernetes-validate); the Prometheus operator's objects against its Go API
+  types; negative controls prove each validator rejects a bad object;
+- the committed plain manifests equal a fresh render;
+- what the agent needs is really there: host PID namespace, exactly CAP_BPF
+  and CAP_PERFMON (or privileged when asked), probes, mounts, RBAC;
+- the alert rules load in promtool and fire on the series they are about;
+- the real agent, given the DaemonSet's environment as uid 65534 with only
+  CAP_BPF and CAP_PERFMON, attaches and serves.
+
+The tools come from tests/deploy/install-tools.sh (cached outside the repo,
+about 3-4 minutes the first time). Without them the tests skip, except in CI
+(CI set), where a missing tool is a failure: CI must not pass by skipping.
+"""
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Agent
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "deploy" / "helm" / "slowpath"
+PLAIN = REPO / "deploy" / "kubernetes" / "slowpath.yaml"
+RENDER = REPO / "deploy" / "render.sh"
+INSTALL_TOOLS = REPO / "tests" / "deploy" / "install-tools.sh"
+
+NAMESPACE = "slowpath"
+# Oldest bundled schema (the chart's kubeVersion floor), a middle one, newest.
+K8S_VERSIONS = ["1.25.0", "1.31.0", "1.37.0"]
+# Custom resources: no schema in the Kubernetes bundles, checked by sp-crdcheck.
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+
+# Values exercising every template branch. "custom" flips the remaining
+# switches and fills every list/map value.
+VALUE_SETS = {
+    "default": {},
+    "privileged": {"privileged": True},
+    "monitors": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+    },
+    "custom": {
+        "image": {"repository": "registry.example.com/slowpath", "digest": "sha256:" + "0" * 64},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "agent": {"logLevel": "debug", "pidLabel": True, "maxProcesses": 65536},
+        "kubernetes": {"enabled": False},
+        "extraArgs": ["--bpf.attach-type=raw-tp"],
+        "extraEnv": [{"name": "SLOWPATH_BPF_RINGBUF_BYTES", "value": "4194304"}],
+        "extraVolumes": [{"name": "btf", "hostPath": {"path": "/var/lib/btf", "type": "Directory"}}],
+        "extraVolumeMounts": [{"name": "btf", "mountPath": "/btf", "readOnly": True}],
+        "serviceAccount": {"create": False, "name": "existing"},
+        "rbac": {"create": False},
+        "nodeSelector": {"kubernetes.io/os": "linux", "pool": "general"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+        "priorityClassName": "",
+        "podAnnotations": {"example.com/a": "b"},
+        "podLabels": {"team": "perf"},
+        "updateStrategy": {"maxUnavailable": 1},
+        "service": {"port": 9100, "headless": False, "annotations": {"example.com/c": "d"}},
+        "serviceMonitor": {"enabled": True, "relabelings": [
+            {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node", "action": "replace"}],
+            "metricRelabelings": [{"sourceLabels": ["__name__"], "regex": "process_.*", "action": "drop"}]},
+        "prometheusRule": {"enabled": True, "additionalLabels": {"severity": "info", "team": "perf"}},
+        "fullnameOverride": "agent",
+    },
+}
+
+
+# ---------------------------------------------------------------- tools
+
+
+class Tools:
+    def __init__(self, cache):
+        self.cache = Path(cache)
+        self.helm = self.cache / "bin" / "helm"
+        self.kubeconform = self.cache / "bin" / "kubeconform"
+        self.crdcheck = self.cache / "bin" / "sp-crdcheck"
+        self.kubernetes_validate = self.cache / "venv" / "bin" / "kubernetes-validate"
+        self.schemas = self.cache / "schemas"
+
+
+def _unavailable(reason):
+    if os.environ.get("CI"):
+        pytest.fail(f"chart tools unavailable in CI: {reason}")
+    pytest.skip(f"chart tools unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def tools():
+    try:
+        res = subprocess.run([str(INSTALL_TOOLS)], capture_output=True, text=True, timeout=1200)
+    except subprocess.TimeoutExpired:
+        _unavailable("tests/deploy/install-tools.sh took more than 20 minutes")
+    if res.returncode != 0:
+        _unavailable(f"tests/deploy/install-tools.sh exited {res.returncode}: {res.stderr[-2000:]}")
+    t = Tools(res.stdout.strip().splitlines()[-1])
+    for tool in (t.helm, t.kubeconform, t.crdcheck, t.kubernetes_validate):
+        assert tool.exists(), f"install-tools.sh did not provide {tool}"
+    return t
+
+
+def run(cmd, **kw):
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300, **kw)
+
+
+def values_file(tmp_path, name):
+    path = tmp_path / f"values-{name}.yaml"
+    path.write_text(yaml.safe_dump(VALUE_SETS[name]))
+    return path
+
+
+def render_text(tools, tmp_path, name, *extra):
+    res = run([tools.helm, "template", "slowpath", CHART, "--namespace", NAMESPACE,
+               "-f", values_file(tmp_path, name), *extra])
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def docs_of(text):
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def render(tools, tmp_path, name="default"):
+    return docs_of(render_text(tools, tmp_path, name))
+
+
+def only(docs, kind):
+    found = [d for d in docs if d["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} objects"
+    return found[0]
+
+
+def container_of(docs):
+    ds = only(docs, "DaemonSet")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def env_of(container):
+    return {e["name"]: e for e in container["env"]}
+
+
+# ---------------------------------------------------------------- lint
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_helm_lint_strict(tools, tmp_path, name):
+    res = run([tools.helm, "lint", "--strict", CHART, "--namespace", NAMESPACE,
+               "-f", values_file(tmp_path, name)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "0 chart(s) failed" in res.stdout
+    assert "[WARNING]" not in res.stdout and "[ERROR]" not in res.stdout, res.stdout
+
+
+# ---------------------------------------------------------------- schemas
+
+
+def manifests(tools, tmp_path, name, version):
+    """A file of the objects to validate: a render of value set `name` for
+    Kubernetes `version`, or the committed plain manifests for "plain"."""
+    if name == "plain":
+        return PLAIN, docs_of(PLAIN.read_text())
+    text = render_text(tools, tmp_path, name, "--kube-version", version)
+    path = tmp_path / f"{name}-{version}.yaml"
+    path.write_text(text)
+    return path, docs_of(text)
+
+
+def kubeconform(tools, path, version):
+    location = str(tools.schemas) + \
+        "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    res = run([tools.kubeconform, "-strict", "-output", "json", "-verbose",
+               "-kubernetes-version", version, "-schema-location", location,
+               "-skip", ",".join(sorted(CRD_KINDS)), path])
+    return res, json.loads(res.stdout)["resources"]
+
+
+def kubernetes_validate(tools, docs, path, version):
+    """kubernetes-validate over the non-custom objects only (it merely warns
+    about kinds it has no schema for)."""
+    core = path.with_suffix(".core.yaml")
+    core.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] not in CRD_KINDS]))
+    return run([tools.kubernetes_validate, "--strict", "-k", version, core])
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("name", ["plain", *VALUE_SETS])
+def test_objects_valid_kubeconform(tools, tmp_path, name, version):
+    path, docs = manifests(tools, tmp_path, name, version)
+    res, results = kubeconform(tools, path, version)
+    assert res.returncode == 0, res.stdout + res.stderr
+    statuses = {(r["kind"], r["name"]): r["status"] for r in results}
+    # Every object was seen, each Kubernetes one valid against a schema (an
+    # object without a schema would be "statusError", not silently skipped).
+    assert len(results) == len(docs)
+    for (kind, obj), status in statuses.items():
+        want = "statusSkipped" if kind in CRD_KINDS else "statusValid"
+        assert status == want, f"{kind}/{obj}: {status}"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("name", ["plain", *VALUE_SETS])
+def test_objects_valid_kubernetes_validate(tools, tmp_path, name, version):
+    path, docs = manifests(tools, tmp_path, name, version)
+    res = kubernetes_validate(tools, docs, path, version)
+    assert res.returncode == 0, res.stdout + res.stderr
+    passed = [l for l in res.stdout.splitlines() if " passed for resource " in l]
+    assert len(passed) == sum(d["kind"] not in CRD_KINDS for d in docs), res.stdout
+    assert "WARN" not in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("name", ["monitors", "custom"])
+def test_custom_resources_strict(tools, tmp_path, name):
+    text = render_text(tools, tmp_path, name)
+    path = tmp_path / "rendered.yaml"
+    path.write_text(text)
+    res = run([tools.crdcheck, path])
+    assert res.returncode == 0, res.stdout + res.stderr
+    checked = {l.split()[2].split("/")[0] for l in res.stdout.splitlines() if l.startswith("ok ")}
+    rendered = {d["kind"] for d in docs_of(text)} & CRD_KINDS
+    assert rendered and checked == rendered, res.stdout
+
+
+def test_validators_reject_bad_objects(tools, tmp_path):
+    """Negative controls: a misspelt field, a field at the wrong level and a
+    wrong type are each rejected, so the passes above mean something."""
+    docs = render(tools, tmp_path, "monitors")
+    ds = only(docs, "DaemonSet")
+    bad = {
+        "unknown field": lambda d: d["spec"]["template"]["spec"].__setitem__("hostPid", True),
+        "misplaced field": lambda d: d["spec"].__setitem__("hostPID", True),
+        "wrong type": lambda d: d["spec"]["template"]["spec"]["containers"][0]["ports"][0]
+        .__setitem__("containerPort", "9891"),
+    }
+    for what, spoil in bad.items():
+        obj = copy.deepcopy(ds)
+        spoil(obj)
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(obj))
+        for version in (K8S_VERSIONS[0], K8S_VERSIONS[-1]):
+            res, results = kubeconform(tools, path, version)
+            assert res.returncode != 0 and results[0]["status"] == "statusInvalid", (what, results)
+            res = kubernetes_validate(tools, [obj], path, version)
+            assert res.returncode != 0 and "did not validate" in res.stdout, (what, res.stdout)
+    for kind, spoil in {
+        "ServiceMonitor": lambda d: d["spec"]["endpoints"][0].__setitem__("scrapeInterval", "30s"),
+        "PodMonitor": lambda d: d["spec"].__setitem__("endpoints", d["spec"]["podMetricsEndpoints"]),
+        "PrometheusRule": lambda d: d["spec"]["groups"][0]["rules"][0].__setitem__("labels", ["warning"]),
+    }.items():
+        obj = copy.deepcopy(only(docs, kind))
+        spoil(obj)
+        path = tmp_path / "bad-cr.yaml"
+        path.write_text(yaml.safe_dump(obj))
+        res = run([tools.crdcheck, path])
+        assert res.returncode == 1 and res.stdout.startswith("FAIL "), (kind, res.stdout)
+
+
+# ---------------------------------------------------------------- plain manifests
+
+
+def test_plain_manifests_equal_a_fresh_render(tools):
+    res = run([RENDER, "-"], env={**os.environ, "HELM": str(tools.helm)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == PLAIN.read_text(), \
+        "deploy/kubernetes/slowpath.yaml is stale: run deploy/render.sh"
+
+
+def test_plain_manifests_create_a_privileged_namespace():
+    docs = docs_of(PLAIN.read_text())
+    ns = docs[0]
+    assert (ns["kind"], ns["metadata"]["name"]) == ("Namespace", NAMESPACE)
+    # hostPID and hostPath are admitted only at the "privileged" level.
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    for d in docs[1:]:
+        if d["kind"] not in cluster_scoped:
+            assert d["metadata"]["namespace"] == NAMESPACE, d["kind"]
+
+
+# ---------------------------------------------------------------- structure
+
+
+def test_daemonset_least_privilege(tools, tmp_path):
+    docs = render(tools, tmp_path)
+    ds = only(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    c = container_of(docs)
+    sc = c["securityContext"]
+
+    assert pod["hostPID"] is True
+    assert not pod.get("hostNetwork") and not pod.get("hostIPC")
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
+    assert not sc.get("privileged")
+    assert sc["runAsUser"] == 65534 and sc["runAsGroup"] == 65534
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert "securityContext" not in pod or "runAsUser" not in pod["securityContext"]
+
+
+def test_daemonset_privileged_switch(tools, tmp_path):
+    c = container_of(render(tools, tmp_path, "privileged"))
+    sc = c["securityContext"]
+    assert sc["privileged"] is True
+    assert "capabilities" not in sc
+    # Kubernetes rejects privileged with allowPrivilegeEscalation: false.
+    assert sc.get("allowPrivilegeEscalation", True) is True
+    assert sc["runAsUser"] == 0 and sc["runAsNonRoot"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+
+
+def test_daemonset_environment_probes_and_scheduling(tools, tmp_path):
+    docs = render(tools, tmp_path)
+    ds = only(docs, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    c = container_of(docs)
+    env = env_of(c)
+
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["SLOWPATH_KUBERNETES_ENABLED"]["value"] == "true"
+    assert env["SLOWPATH_PATH_SYSFS"]["value"] == "/host/sys"
+    assert env["SLOWPATH_BPF_BTF_PATH"]["value"] == "/host/sys/kernel/btf/vmlinux"
+    assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9891"
+    assert "SLOWPATH_METRICS_PID_LABEL" not in env
+    assert pod["automountServiceAccountToken"] is True  # the pod watch needs the token
+    assert "args" not in c  # flags an older agent does not know would be fatal
+
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9891, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+
+    assert pod["tolerations"] == [{"operator": "Exists"}]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
+
+    res = c["resources"]
+    assert res["requests"] == {"cpu": "10m", "memory": "32Mi"}
+    assert res["limits"] == {"cpu": "200m", "memory": "128Mi"}
+
+
+def test_daemonset_mounts_only_what_the_agent_reads(tools, tmp_path):
+    docs = render(tools, tmp_path)
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    c = container_of(docs)
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert host == {"sys": "/sys", "cgroup": "/sys/fs/cgroup"}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert {p: host[m["name"]] for p, m in mounts.items()} == {
+        "/host/sys": "/sys",
+        "/sys/fs/cgroup": "/sys/fs/cgroup",
+    }
+    assert all(m.get("readOnly") is True for m in mounts.values())
+
+
+def test_custom_values_reach_the_daemonset(tools, tmp_path):
+    docs = render(tools, tmp_path, "custom")
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    c = container_of(docs)
+    env = env_of(c)
+    assert c["image"] == "registry.example.com/slowpath@sha256:" + "0" * 64
+    assert c["args"] == ["--bpf.attach-type=raw-tp"]
+    assert env["SLOWPATH_METRICS_PID_LABEL"]["value"] == "true"
+    assert env["SLOWPATH_BPF_MAX_PROCESSES"]["value"] == "65536"
+    assert env["SLOWPATH_KUBERNETES_ENABLED"]["value"] == "false"
+    assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9100"
+    assert env["SLOWPATH_BPF_RINGBUF_BYTES"]["value"] == "4194304"
+    assert c["ports"][0]["containerPort"] == 9100
+    assert c["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "existing"
+    assert "priorityClassName" not in pod
+    assert {d["kind"] for d in docs}.isdisjoint({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"})
+    svc = only(docs, "Service")
+    assert svc["spec"].get("clusterIP") != "None" and svc["spec"]["ports"][0]["port"] == 9100
+
+
+def test_rbac_reads_pods_only(tools, tmp_path):
+    docs = render(tools, tmp_path)
+    role = only(docs, "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    binding = only(docs, "ClusterRoleBinding")
+    sa = only(docs, "ServiceAccount")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": NAMESPACE}]
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    assert not [d for d in docs if d["kind"] in ("Role", "RoleBinding")]
+
+
+def test_default_render_has_no_monitoring_objects(tools, tmp_path):
+    kinds = sorted(d["kind"] for d in render(tools, tmp_path))
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service", "ServiceAccount"]
+
+
+def test_service_and_monitors_select_the_agent(tools, tmp_path):
+    docs = render(tools, tmp_path, "monitors")
+    ds = only(docs, "DaemonSet")
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    port_names = {p["name"] for p in container_of(docs)["ports"]}
+
+    def matches(selector, labels):
+        return all(labels.get(k) == v for k, v in selector.items())
+
+    assert matches(ds["spec"]["selector"]["matchLabels"], pod_labels)
+    svc = only(docs, "Service")
+    assert svc["spec"]["clusterIP"] == "None"
+    assert matches(svc["spec"]["selector"], pod_labels)
+    assert svc["spec"]["ports"] == [{"name": "metrics", "port": 9891, "targetPort": "metrics", "protocol": "TCP"}]
+
+    sm = only(docs, "ServiceMonitor")
+    assert matches(sm["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"])
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert {e["port"] for e in sm["spec"]["endpoints"]} <= {p["name"] for p in svc["spec"]["ports"]}
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+    pm = only(docs, "PodMonitor")
+    assert matches(pm["spec"]["selector"]["matchLabels"], pod_labels)
+    assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= port_names
+    for endpoint in sm["spec"]["endpoints"] + pm["spec"]["podMetricsEndpoints"]:
+        assert endpoint["path"] == "/metrics" and endpoint["interval"] == "30s"
+        assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance",
+                "action": "replace"} in endpoint["relabelings"]
+
+
+# ---------------------------------------------------------------- alert rules
+
+
+def rule_groups(tools, tmp_path):
+    return only(render(tools, tmp_path, "monitors"), "PrometheusRule")["spec"]
+
+
+def test_rules_load_in_promtool(tools, tmp_path):
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (Debian package prometheus, scripts/setup.sh --test)")
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump(rule_groups(tools, tmp_path)))
+    res = run(["promtool", "check", "rules", path])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "SUCCESS: 4 rules found" in res.stdout, res.stdout
+
+
+def test_rules_fire_on_their_series(tools, tmp_path):
+    """promtool's rule unit tests: each alert fires after its `for` on the
+    series it is about, with the job names the ServiceMonitor (Service name)
+    and the PodMonitor ("<namespace>/<name>") give, and not before."""
+    if shutil.which("promtool") is None:
+        pytest.skip("promtool not installed (Debian package prometheus, scripts/setup.sh --test)")
+    spec = rule_groups(tools, tmp_path)
+    for rule in spec["groups"][0]["rules"]:
+        rule.pop("annotations")  # tested here: expressions, durations, labels
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
+    sev = {"severity": "warning"}
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": 'up{job="slowpath", instance="node-a"}', "values": "0x20"},
+                {"series": 'up{job="slowpath/slowpath", instance="node-b"}', "values": "1x4 0x20"},
+                {"series": 'up{job="node-exporter", instance="node-c"}', "values": "0x20"},
+                {"series": 'slowpath_probe_attached{probe="mm_page_alloc", attach_type="tp_btf", instance="node-a"}',
+                 "values": "0x20"},
+                {"series": 'slowpath_probe_attached{probe="sys_enter", attach_type="tp_btf", instance="node-a"}',
+                 "values": "1x20"},
+                {"series": 'slowpath_lost_events_total{reason="process_table_full", instance="node-a"}',
+                 "values": "0 0 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3"},
+                {"series": 'slowpath_vdso_fallback{clock="monotonic", instance="node-a"}', "values": "1x20"},
+                {"series": 'slowpath_vdso_fallback{clock="realtime", instance="node-a"}', "values": "1x20"},
+                {"series": 'slowpath_vdso_fallback{clock="monotonic", instance="node-b"}', "values": "0x20"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "4m", "alertname": "SlowpathAgentDown", "exp_alerts": []},
+                {"eval_time": "6m", "alertname": "SlowpathAgentDown", "exp_alerts": [
+                    {"exp_labels": {**sev, "job": "slowpath", "instance": "node-a"}}]},
+                {"eval_time": "10m", "alertname": "SlowpathAgentDown", "exp_alerts": [
+                    {"exp_labels": {**sev, "job": "slowpath", "instance": "node-a"}},
+                    {"exp_labels": {**sev, "job": "slowpath/slowpath", "instance": "node-b"}}]},
+                {"eval_time": "6m", "alertname": "SlowpathProbeNotAttached", "exp_alerts": [
+                    {"exp_labels": {**sev, "probe": "mm_page_alloc", "attach_type": "tp_btf",
+                                    "instance": "node-a"}}]},
+                {"eval_time": "1m", "alertname": "SlowpathEventsLost", "exp_alerts": []},
+                {"eval_time": "3m", "alertname": "SlowpathEventsLost", "exp_alerts": [
+                    {"exp_labels": {**sev, "reason": "process_table_full", "instance": "node-a"}}]},
+                {"eval_time": "15m", "alertname": "SlowpathEventsLost", "exp_alerts": []},
+                {"eval_time": "9m", "alertname": "SlowpathVdsoFallback", "exp_alerts": []},
+                {"eval_time": "11m", "alertname": "SlowpathVdsoFallback", "exp_alerts": [
+                    {"exp_labels": {**sev, "instance": "node-a"}}]},
+            ],
+        }],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    res = run(["promtool", "test", "rules", "tests.yaml"], cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+# ---------------------------------------------------------------- the real agent
+
+
+def test_agent_accepts_the_daemonset_environment(tools, tmp_path, agent_bin, monkeypatch):
+    """The real agent with the DaemonSet's environment, the container's paths
+    mapped back to the host paths its volumes mount, as uid 65534 with only
+    CAP_BPF and CAP_PERFMON and no_new_privs (what the securityContext
+    grants), attaches, serves and reads the node's settings there."""
+    docs = render(tools, tmp_path)
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    c = container_of(docs)
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    to_host = {m["mountPath"]: host[m["name"]] for m in c["volumeMounts"]}
+
+    def host_path(value):
+        for inside, outside in sorted(to_host.items(), key=lambda kv: -len(kv[0])):
+            if value == inside or value.startswith(inside + "/"):
+                return outside + value[len(inside):]
+        return value
+
+    for e in c["env"]:
+        if "value" in e:
+            monkeypatch.setenv(e["name"], host_path(e["value"]))
+    monkeypatch.setenv("NODE_NAME", "test-node")  # the downward API's value
+    # No API server here: the Kubernetes watch (when the agent has it) stays off.
+    monkeypatch.setenv("SLOWPATH_KUBERNETES_ENABLED", "false")
+    assert os.environ["SLOWPATH_PATH_SYSFS"] == "/sys"
+
+    sc = c["securityContext"]
+    caps = ",".join("+" + cap.lower() for cap in sc["capabilities"]["add"])
+    prefix = ["setpriv", f"--reuid={sc['runAsUser']}", f"--regid={sc['runAsGroup']}", "--clear-groups",
+              f"--inh-caps=-all,{caps}", f"--ambient-caps={caps}", f"--bounding-set=-all,{caps}",
+              "--no-new-privs"]
+    # The listen address is the test's own port (a flag wins over the
+    # environment); the chart's ":9891" is checked above.
+    agent = Agent(agent_bin, [], tmp_path / "agent.log", prefix=prefix)
+    try:
+        scrape = agent.scrape()
+        assert {s.value for s in scrape.select("slowpath_probe_attached")} == {1}
+        current = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+        assert scrape.value("slowpath_clocksource_current_info", clocksource=current) == 1
+        status, _ = agent.get("/healthz")
+        assert status == 200
+    finally:
+        assert agent.stop() == 0, agent.log_text()
