@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# Builds a real (small) Kubernetes control plane for the e2e tests
+# (tests/e2e/test_k8s.py via tests/deploy/k8s_cluster.py), idempotently, into a
+# cache outside the repository (default /var/cache/slowpath-tools/k8s, override
+# with SLOWPATH_TOOLS_CACHE), and prints the directory holding the binaries on
+# stdout (progress and timings go to stderr):
+#
+#   bin/kube-apiserver            k8s.io/kubernetes/cmd/kube-apiserver
+#   bin/kube-controller-manager   creates the DaemonSet's pods, ServiceAccount tokens, ...
+#   bin/kube-scheduler            binds the DaemonSet's pods: since ScheduleDaemonSetPods
+#                                 (GA in 1.17) the DaemonSet controller does NOT set
+#                                 spec.nodeName, it pins each pod to its node with a
+#                                 node affinity on metadata.name and the scheduler binds it
+#   bin/kubectl                   same version as the server (the image's kubectl is a
+#                                 google-cloud-sdk dispatcher, 1.27-1.33 only)
+#   bin/etcd                      go.etcd.io/etcd/server/v3/etcdmain
+#   bin/kwok                      sigs.k8s.io/kwok/cmd/kwok: fakes kubelets (node
+#                                 heartbeats, pod status) for fake Node objects
+#   share/kwok-stages.yaml        the Stage objects kwok needs (kwokctl's defaults)
+#
+# No release tarball can be fetched here (only package registries are
+# reachable), so everything is built from the Go module proxy. The wrapper
+# modules (go.mod, main.go) are generated below, inside the cache.
+#
+# Cold about 15-20 minutes on 2 cores (downloads + compiling kubernetes; 19 min
+# measured with other builds competing for the CPUs), warm well under a second. Safe to run concurrently: one builder at a time (flock).
+set -euo pipefail
+
+# Pinned versions: bump deliberately.
+KUBERNETES_VERSION=v1.36.4   # staging modules k8s.io/* at v0.36.4
+ETCD_VERSION=v3.6.8          # what kubernetes 1.36 builds and tests with (build/dependencies.yaml)
+KWOK_VERSION=v0.8.0          # built against k8s.io/* v0.36
+
+# Bump when the build recipe below changes in a way that needs a rebuild.
+RECIPE=1
+
+cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools/k8s}
+mkdir -p "$cache/bin"
+cache=$(cd "$cache" && pwd)
+
+exec 9>"$cache/.lock"
+flock 9
+
+t_start=$SECONDS
+log() { echo "k8s-tools.sh: [$((SECONDS - t_start))s] $*" >&2; }
+
+have() { # stamp-name value binaries...
+  local name=$1 value=$2
+  shift 2
+  [[ "$(cat "$cache/.stamp-$name" 2>/dev/null)" == "$value" ]] || return 1
+  local b
+  for b in "$@"; do [[ -x "$cache/bin/$b" ]] || return 1; done
+}
+stamp() { echo "$2" >"$cache/.stamp-$1"; }
+
+# Go state stays inside the cache (module and build caches); GOTOOLCHAIN=local:
+# never download another Go toolchain, fail instead. Static binaries.
+export GOPATH="$cache/go" GOMODCACHE="$cache/go/pkg/mod" GOCACHE="$cache/go/build-cache"
+export GOTOOLCHAIN=local GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
+export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
+command -v go >/dev/null || [[ ! -x /usr/local/go/bin/go ]] || PATH="/usr/local/go/bin:$PATH"
+command -v go >/dev/null || { log "go is not installed"; exit 1; }
+
+# go build -o DIR of several main packages, then move the results into bin/
+# (a reader never sees a half-written binary).
+build_into_bin() { # module-dir ldflags packages...
+  local dir=$1 ldflags=$2
+  shift 2
+  local out="$cache/bin/.tmp.$$"
+  rm -rf "$out"
+  mkdir -p "$out"
+  (cd "$dir" && go build -mod=mod -trimpath -ldflags "-s -w $ldflags" -o "$out/" "$@")
+  local f
+  for f in "$out"/*; do mv -f "$f" "$cache/bin/"; done
+  rmdir "$out"
+}
+
+# --- kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ---------
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+if ! have kubernetes "$KUBERNETES_VERSION/$RECIPE" "${k8s_bins[@]}"; then
+  t0=$SECONDS
+  log "building kubernetes $KUBERNETES_VERSION: ${k8s_bins[*]} (about 15 min cold)"
+  src="$cache/src/kubernetes"
+  rm -rf "$src"
+  mkdir -p "$src"
+  # k8s.io/kubernetes replaces its staging modules with ./staging/src/k8s.io/X;
+  # replace directives of a dependency are ignored, so the wrapper must pin each
+  # of them to its published release v0.<minor>.<patch>. The list is read from
+  # kubernetes' own go.mod so that a version bump picks up new staging modules.
+  dl=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION") || {
+    log "cannot download k8s.io/kubernetes@$KUBERNETES_VERSION:"; echo "$dl" >&2; exit 1; }
+  k8s_mod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$dl")
+  [[ -f "$k8s_mod" ]] || { log "no go.mod for k8s.io/kubernetes@$KUBERNETES_VERSION:"; echo "$dl" >&2; exit 1; }
+  staging_version="v0.${KUBERNETES_VERSION#v1.}"
+  staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#\1#p' "$k8s_mod")
+  [[ -n "$staging" ]] || { log "no staging replaces found in $k8s_mod"; exit 1; }
+  go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$k8s_mod")
+  {
+    echo "module slowpath.local/k8s-tools"
+    echo
+    echo "go $go_line"
+    echo
+    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m $staging_version"; done
+    echo ")"
+  } >"$src/go.mod"
+  log "wrapper go.mod: $(wc -w <<<"$staging") staging modules pinned to $staging_version"
+  # Version stamps as kubernetes' own build sets them (hack/lib/version.sh);
+  # without them the binaries report v0.0.0-master and kubectl warns of skew.
+  minor=${KUBERNETES_VERSION#v1.}
+  minor=${minor%%.*}
+  ldflags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  build_into_bin "$src" "$ldflags" $(printf 'k8s.io/kubernetes/cmd/%s ' "${k8s_bins[@]}")
+  stamp kubernetes "$KUBERNETES_VERSION/$RECIPE"
+  log "kubernetes built in $((SECONDS - t0))s"
+fi
+
+# --- etcd ---------------------------------------------------------------------
+if ! have etcd "$ETCD_VERSION/$RECIPE" etcd; then
+  t0=$SECONDS
+  log "building etcd $ETCD_VERSION"
+  # go.etcd.io/etcd/server/v3's go.mod replaces its sibling modules with
+  # relative paths, so `go install ...@version` refuses it: a wrapper main.
+  src="$cache/src/etcd"
+  rm -rf "$src"
+  mkdir -p "$src"
+  cat >"$src/go.mod" <<EOF
+module slowpath.local/etcd
+
+go 1.26.0
+
+require (
+	go.etcd.io/etcd/api/v3 $ETCD_VERSION
+	go.etcd.io/etcd/client/pkg/v3 $ETCD_VERSION
+	go.etcd.io/etcd/client/v3 $ETCD_VERSION
+	go.etcd.io/etcd/pkg/v3 $ETCD_VERSION
+	go.etcd.io/etcd/server/v3 $ETCD_VERSION
+)
+EOF
+  cat >"$src/main.go" <<'EOF'
+// etcd, as go.etcd.io/etcd/server/v3's own main.go.
+package main
+
+import (
+	"os"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+)
+
+func main() {
+	etcdmain.Main(os.Args)
+}
+EOF
+  (cd "$src" && go mod tidy)
+  build_into_bin "$src" "" .   # named after the module's last element: etcd
+  stamp etcd "$ETCD_VERSION/$RECIPE"
+  log "etcd built in $((SECONDS - t0))s"
+fi
+
+# --- kwok ---------------------------------------------------------------------
+if ! have kwok "$KWOK_VERSION/$RECIPE" kwok; then
+  t0=$SECONDS
+  log "building kwok $KWOK_VERSION"
+  GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+  stamp kwok "$KWOK_VERSION/$RECIPE"
+  log "kwok built in $((SECONDS - t0))s"
+fi
+
+# --- kwok stages ------------------------------------------------------------------
+# The kwok binary simulates nothing without Stage objects (kwokctl normally
+# writes them). share/kwok-stages.yaml holds kwokctl's defaults for its binary
+# runtime, copied from the module's kustomize/stage: node-initialize (status,
+# Ready condition), node-heartbeat-with-lease (with --node-lease-duration-seconds),
+# pod-ready (a scheduled pod becomes Running/Ready), pod-complete, pod-delete.
+if [[ "$(cat "$cache/.stamp-kwok-stages" 2>/dev/null)" != "$KWOK_VERSION/$RECIPE" ||
+      ! -s "$cache/share/kwok-stages.yaml" ]]; then
+  log "writing share/kwok-stages.yaml from kwok $KWOK_VERSION"
+  dl=$(cd "$cache" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION") || {
+    log "cannot download sigs.k8s.io/kwok@$KWOK_VERSION:"; echo "$dl" >&2; exit 1; }
+  dir=$(sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p' <<<"$dl")
+  mkdir -p "$cache/share"
+  {
+    echo "# kwok $KWOK_VERSION default stages (generated by tests/deploy/k8s-tools.sh)"
+    for f in node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
+             pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml; do
+      echo "---"
+      cat "$dir/kustomize/stage/$f"
+    done
+  } >"$cache/share/kwok-stages.yaml.tmp"
+  mv -f "$cache/share/kwok-stages.yaml.tmp" "$cache/share/kwok-stages.yaml"
+  stamp kwok-stages "$KWOK_VERSION/$RECIPE"
+fi
+
+log "done in $((SECONDS - t_start))s"
+echo "$cache/bin"
