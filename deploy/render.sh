@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates the plain manifests from the Helm chart with its default values:
 #
-#   deploy/render.sh          writes deploy/kubernetes/slowpath.yaml
-#   deploy/render.sh -        prints them (tests/e2e/test_helm.py compares
-#                             that with the committed file)
+#   deploy/render.sh          writes deploy/kubernetes/slowpath.yaml and
+#                             deploy/prometheus/slowpath-rules.yaml (the
+#                             chart's PrometheusRule spec as a plain rules file)
+#   deploy/render.sh -        prints the manifests (tests/e2e/test_helm.py
+#                             compares that with the committed file)
+#   deploy/render.sh rules -  prints the rules file
 #
 # Uses the pinned helm from tests/deploy/install-tools.sh (built once into
 # /var/cache/slowpath-tools; the output must not depend on whichever helm is
@@ -39,6 +42,20 @@ YAML
   "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath
 }
 
+render_rules() {
+  echo "# slowpath alert rules for Prometheus, rendered from the Helm chart's"
+  echo "# PrometheusRule (deploy/helm/slowpath) with default thresholds by"
+  echo "# deploy/render.sh. Thresholds are justified in docs/runbook.md; to change"
+  echo "# them, set prometheusRule.thresholds in the chart or edit this file."
+  "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath \
+    --set prometheusRule.enabled=true --show-only templates/prometheusrule.yaml |
+    python3 -c 'import sys, yaml; print(yaml.safe_dump(yaml.safe_load(sys.stdin)["spec"], sort_keys=False, width=100), end="")'
+}
+
+if [[ $out == rules ]]; then
+  render_rules
+  exit 0
+fi
 if [[ $out == - ]]; then
   render
 else
@@ -49,4 +66,7 @@ else
   mv "$tmp" "$out"
   trap - EXIT
   echo "render.sh: wrote $out" >&2
+  mkdir -p "$here/prometheus"
+  render_rules >"$here/prometheus/slowpath-rules.yaml"
+  echo "render.sh: wrote $here/prometheus/slowpath-rules.yaml" >&2
 fi

@@ -10,7 +10,7 @@ it (deploy/kubernetes/slowpath.yaml), checked without a cluster:
 - the committed plain manifests equal a fresh render;
 - what the agent needs is really there: host PID namespace, exactly CAP_BPF
   and CAP_PERFMON (or privileged when asked), probes, mounts, RBAC;
-- the alert rules load in promtool and fire on the series they are about;
+- (the alert rules are tested in test_alerts.py);
 - the real agent, given the DaemonSet's environment as uid 65534 with only
   CAP_BPF and CAP_PERFMON, attaches and serves.
 
@@ -443,75 +443,8 @@ def test_service_and_monitors_select_the_agent(tools, tmp_path):
 
 
 # ---------------------------------------------------------------- alert rules
-
-
-def rule_groups(tools, tmp_path):
-    return only(render(tools, tmp_path, "monitors"), "PrometheusRule")["spec"]
-
-
-def test_rules_load_in_promtool(tools, tmp_path):
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool not installed (Debian package prometheus, scripts/setup.sh --test)")
-    path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump(rule_groups(tools, tmp_path)))
-    res = run(["promtool", "check", "rules", path])
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "SUCCESS: 4 rules found" in res.stdout, res.stdout
-
-
-def test_rules_fire_on_their_series(tools, tmp_path):
-    """promtool's rule unit tests: each alert fires after its `for` on the
-    series it is about, with the job names the ServiceMonitor (Service name)
-    and the PodMonitor ("<namespace>/<name>") give, and not before."""
-    if shutil.which("promtool") is None:
-        pytest.skip("promtool not installed (Debian package prometheus, scripts/setup.sh --test)")
-    spec = rule_groups(tools, tmp_path)
-    for rule in spec["groups"][0]["rules"]:
-        rule.pop("annotations")  # tested here: expressions, durations, labels
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
-    sev = {"severity": "warning"}
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": [
-                {"series": 'up{job="slowpath", instance="node-a"}', "values": "0x20"},
-                {"series": 'up{job="slowpath/slowpath", instance="node-b"}', "values": "1x4 0x20"},
-                {"series": 'up{job="node-exporter", instance="node-c"}', "values": "0x20"},
-                {"series": 'slowpath_probe_attached{probe="mm_page_alloc", attach_type="tp_btf", instance="node-a"}',
-                 "values": "0x20"},
-                {"series": 'slowpath_probe_attached{probe="sys_enter", attach_type="tp_btf", instance="node-a"}',
-                 "values": "1x20"},
-                {"series": 'slowpath_lost_events_total{reason="process_table_full", instance="node-a"}',
-                 "values": "0 0 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3 3"},
-                {"series": 'slowpath_vdso_fallback{clock="monotonic", instance="node-a"}', "values": "1x20"},
-                {"series": 'slowpath_vdso_fallback{clock="realtime", instance="node-a"}', "values": "1x20"},
-                {"series": 'slowpath_vdso_fallback{clock="monotonic", instance="node-b"}', "values": "0x20"},
-            ],
-            "alert_rule_test": [
-                {"eval_time": "4m", "alertname": "SlowpathAgentDown", "exp_alerts": []},
-                {"eval_time": "6m", "alertname": "SlowpathAgentDown", "exp_alerts": [
-                    {"exp_labels": {**sev, "job": "slowpath", "instance": "node-a"}}]},
-                {"eval_time": "10m", "alertname": "SlowpathAgentDown", "exp_alerts": [
-                    {"exp_labels": {**sev, "job": "slowpath", "instance": "node-a"}},
-                    {"exp_labels": {**sev, "job": "slowpath/slowpath", "instance": "node-b"}}]},
-                {"eval_time": "6m", "alertname": "SlowpathProbeNotAttached", "exp_alerts": [
-                    {"exp_labels": {**sev, "probe": "mm_page_alloc", "attach_type": "tp_btf",
-                                    "instance": "node-a"}}]},
-                {"eval_time": "1m", "alertname": "SlowpathEventsLost", "exp_alerts": []},
-                {"eval_time": "3m", "alertname": "SlowpathEventsLost", "exp_alerts": [
-                    {"exp_labels": {**sev, "reason": "process_table_full", "instance": "node-a"}}]},
-                {"eval_time": "15m", "alertname": "SlowpathEventsLost", "exp_alerts": []},
-                {"eval_time": "9m", "alertname": "SlowpathVdsoFallback", "exp_alerts": []},
-                {"eval_time": "11m", "alertname": "SlowpathVdsoFallback", "exp_alerts": [
-                    {"exp_labels": {**sev, "instance": "node-a"}}]},
-            ],
-        }],
-    }
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    res = run(["promtool", "test", "rules", "tests.yaml"], cwd=tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
+# The chart's PrometheusRule is rendered to deploy/prometheus/slowpath-rules.yaml
+# and tested there: tests/e2e/test_alerts.py.
 
 
 # ---------------------------------------------------------------- the real agent

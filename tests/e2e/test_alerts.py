@@ -1,0 +1,191 @@
+"""Alert rules (deploy/prometheus/slowpath-rules.yaml, rendered from the
+chart's PrometheusRule): promtool checks them, promtool's unit tests show each
+alert firing and a near miss staying quiet, the annotations name the process
+and the rate, every runbook link has its section, and end to end a real
+Prometheus evaluating the rules against the real agent fires the fallback
+alert while a raw-syscall clock workload runs and stays quiet while only a
+vDSO workload runs."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, Agent, free_port
+
+RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
+UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
+RUNBOOK = REPO / "docs" / "runbook.md"
+
+pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
+
+
+def rules():
+    return yaml.safe_load(RULES.read_text())
+
+
+def alerts():
+    return [r for g in rules()["groups"] for r in g["rules"] if "alert" in r]
+
+
+def test_rules_file_is_the_rendered_chart():
+    helm_cache = Path(os.environ.get("SLOWPATH_TOOLS_CACHE", "/var/cache/slowpath-tools")) / "bin" / "helm"
+    if not helm_cache.exists() and not os.environ.get("CI"):
+        pytest.skip("helm not built yet (tests/deploy/install-tools.sh)")
+    out = subprocess.run([str(REPO / "deploy/render.sh"), "rules"], check=True, capture_output=True, text=True)
+    assert out.stdout == RULES.read_text(), "run deploy/render.sh"
+
+
+def test_promtool_checks_the_rules():
+    out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"SUCCESS: {len(alerts())} rules found" in out.stdout
+
+
+def test_every_alert_has_summary_description_and_a_runbook_section():
+    anchors = {
+        re.sub(r"[^a-z0-9_ -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^## (.+)$", RUNBOOK.read_text(), re.M)
+    }
+    for alert in alerts():
+        notes = alert["annotations"]
+        assert notes["summary"] and notes["description"], alert["alert"]
+        anchor = notes["runbook_url"].split("#", 1)[1]
+        assert anchor in anchors, f"{alert['alert']}: no runbook section #{anchor}"
+
+
+def test_every_alert_fires_and_its_near_miss_does_not(tmp_path):
+    """promtool unit tests (tests/prometheus/slowpath-rules.test.yaml), on the
+    rules without annotations (promtool 2.42 compares annotations exactly;
+    they are tested below)."""
+    spec = rules()
+    for group in spec["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
+    tests = yaml.safe_load(UNIT_TESTS.read_text())
+    tests["rule_files"] = ["rules.yaml"]
+    tested = {t["alertname"] for case in tests["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]}
+    assert tested == {a["alert"] for a in alerts()}, "an alert without a firing case"
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    out = subprocess.run(["promtool", "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_fallback_alert_names_the_process_and_the_rate(tmp_path):
+    (tmp_path / "rules.yaml").write_text(RULES.read_text())
+    labels = 'instance="n1",comm="java",cgroup="/app",unit="app.service",namespace="shop",pod="cart-0",container="cart"'
+    case = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [{"series": f'slowpath_clock_syscalls_total{{{labels},fallback="true"}}',
+                              "values": "0+1200000x30"}],
+            "alert_rule_test": [{
+                "eval_time": "20m", "alertname": "SlowpathClockSyscallFallback",
+                "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "instance": "n1", "comm": "java", "cgroup": "/app",
+                                   "unit": "app.service", "namespace": "shop", "pod": "cart-0",
+                                   "container": "cart"},
+                    "exp_annotations": {
+                        "summary": "java on n1 makes 20k clock syscalls/s the vDSO could serve",
+                        "description": "Process java (pod shop/cart-0, unit app.service, cgroup /app) on n1 "
+                                       "reads the clock through real system calls at 20k/s. If slowpath_vdso_fallback "
+                                       "is 0 on the node, the process bypasses the vDSO (static binary, seccomp "
+                                       "sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
+                        "runbook_url": "docs/runbook.md#clock-syscall-fallback",
+                    },
+                }],
+            }],
+        }],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(case))
+    out = subprocess.run(["promtool", "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ---- end to end: real Prometheus, real agent, real workloads ----------------
+
+
+@pytest.fixture(scope="module")
+def stack(agent_bin, tmp_path_factory):
+    """The agent (default labels, as users run it) and Prometheus evaluating
+    the shipped rules every second, with every `for` cut to 2 s."""
+    work = tmp_path_factory.mktemp("alerts")
+    agent = Agent(agent_bin, [], work / "agent.log")
+    spec = rules()
+    for group in spec["groups"]:
+        for rule in group["rules"]:
+            if "for" in rule:
+                rule["for"] = "2s"
+    (work / "rules.yaml").write_text(yaml.safe_dump(spec))
+    (work / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "rule_files: [rules.yaml]\n"
+        f"scrape_configs: [{{job_name: slowpath, static_configs: [{{targets: ['127.0.0.1:{agent.port}']}}]}}]\n"
+    )
+    port = free_port()
+    log = open(work / "prometheus.log", "wb")
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={work / 'prometheus.yml'}", f"--storage.tsdb.path={work / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    yield agent, f"http://127.0.0.1:{port}"
+    prom.terminate()
+    prom.wait(timeout=10)
+    log.close()
+    assert agent.stop() == 0
+
+
+def fallback_alerts(base, comm="sp-workload"):
+    with urllib.request.urlopen(f"{base}/api/v1/alerts", timeout=5) as resp:
+        found = json.load(resp)["data"]["alerts"]
+    return [a["state"] for a in found
+            if a["labels"]["alertname"] == "SlowpathClockSyscallFallback" and a["labels"].get("comm") == comm]
+
+
+def wait_up(base):
+    deadline = time.monotonic() + 30
+    query = urllib.parse.urlencode({"query": 'up{job="slowpath"}'})
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{base}/api/v1/query?{query}", timeout=5) as resp:
+                result = json.load(resp)["data"]["result"]
+            if result and result[0]["value"][1] == "1":
+                return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError("Prometheus never scraped the agent")
+
+
+def test_fallback_alert_fires_on_raw_syscalls_and_not_on_vdso_reads(stack, workload_bin):
+    agent, base = stack
+    wait_up(base)
+    # vDSO reads only: several evaluations, no alert.
+    vdso = subprocess.Popen([str(workload_bin), "clock-vdso", "150000000"], stdout=subprocess.DEVNULL)
+    try:
+        for _ in range(8):
+            assert fallback_alerts(base) == []
+            time.sleep(0.5)
+    finally:
+        vdso.wait(timeout=60)
+    # Raw clock_gettime: pending, then firing, while it runs.
+    raw = subprocess.Popen([str(workload_bin), "clock-raw", "60000000"], stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while "firing" not in fallback_alerts(base):
+            assert time.monotonic() < deadline, f"no firing alert: {fallback_alerts(base)}"
+            assert raw.poll() is None, "the workload ended before the alert fired"
+            time.sleep(0.5)
+    finally:
+        raw.kill()
+        raw.wait()
