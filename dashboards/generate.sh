@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Regenerates the Grafana dashboards (dashboards/*.json) from dashboards/src/
+# with the pinned grafana-foundation-sdk (dashboards/requirements.txt), in a
+# virtualenv cached outside the repository.
+#
+#   dashboards/generate.sh            rewrite dashboards/*.json
+#   dashboards/generate.sh OUTDIR     write them to OUTDIR instead (tests compare)
+#
+# Environment: PYTHON (default /usr/bin/python3 if present, else python3; 3.11+),
+# SLOWPATH_TOOLS_CACHE (default /var/cache/slowpath-tools, or ~/.cache/slowpath-tools
+# when that is not writable). Exit status 3: the library could not be installed.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+out="${1:-$here}"
+
+python="${PYTHON:-}"
+if [[ -z "$python" ]]; then
+  if [[ -x /usr/bin/python3 ]]; then python=/usr/bin/python3; else python=python3; fi
+fi
+
+cache="${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}"
+if ! mkdir -p "$cache" 2>/dev/null || [[ ! -w "$cache" ]]; then
+  cache="${XDG_CACHE_HOME:-$HOME/.cache}/slowpath-tools"
+  mkdir -p "$cache"
+fi
+venv="$cache/dashboards-venv"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
+
+if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+  echo "generate.sh: installing the pinned grafana-foundation-sdk into $venv" >&2
+  rm -rf "$venv"
+  if ! "$python" -m venv "$venv" >&2 ||
+     ! "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-input \
+         --only-binary=:all: --require-hashes -r "$here/requirements.txt" >&2; then
+    echo "generate.sh: could not install grafana-foundation-sdk (needs python3-venv and access to PyPI)" >&2
+    rm -rf "$venv"
+    exit 3
+  fi
+  echo "$want" > "$stamp"
+fi
+
+cd "$here/src"
+PYTHONDONTWRITEBYTECODE=1 exec "$venv/bin/python" generate.py "$out"

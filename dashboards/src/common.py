@@ -1,0 +1,244 @@
+"""Shared building blocks of the slowpath dashboards (grafana-foundation-sdk).
+
+Every panel and every query points at the `${datasource}` template variable:
+no datasource uid is hard-coded, so the JSON imports into any Grafana whose
+Prometheus scrapes slowpath.
+"""
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import heatmap, prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models import prometheus as pm
+
+DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+# Counters that carry the per-process labels (comm, cgroup, unit; namespace,
+# pod, container with Kubernetes; pid with --metrics.pid-label): the variables
+# of the per-process filters take their values from these series.
+PER_PROCESS_METRICS = (
+    "slowpath_(clock_syscalls|rt_sigprocmask_calls|sleep_calls|thp_fault_allocs"
+    "|thp_fault_fallbacks|compaction_runs|compaction_seconds)_total"
+)
+
+# Clocksources the vDSO cannot read: every clock_gettime/gettimeofday/time
+# then enters the kernel (README, case 1).
+NON_VDSO_CLOCKSOURCES = "xen|hpet|acpi_pm|jiffies"
+
+# Grafana unit ids used here.
+OPS = "ops"  # per-second rates
+SECONDS = "s"
+RATIO = "percentunit"
+BYTES = "bytes"
+COUNT = "short"
+NONE = "none"  # text-like panels (info metrics mapped to words)
+
+
+class Ids:
+    """Panel ids, unique within one dashboard, in layout order."""
+
+    def __init__(self):
+        self.last = 0
+
+    def __call__(self):
+        self.last += 1
+        return self.last
+
+
+def datasource_variable():
+    return (
+        db.DatasourceVariable("datasource")
+        .label("Data source")
+        .type("prometheus")
+        .description("The Prometheus that scrapes the slowpath agents.")
+    )
+
+
+def query_variable(name, label, query, description, *, multi, include_all, all_value=".*"):
+    var = (
+        db.QueryVariable(name)
+        .label(label)
+        .description(description)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_CASE_INSENSITIVE_ASC)
+        .multi(multi)
+        .include_all(include_all)
+    )
+    if include_all:
+        # all_value `.*` also matches the empty value: namespace="" and pod=""
+        # outside Kubernetes (or a missing label) still pass the filter. None:
+        # Grafana's own All, the regex of every listed value (for job, so that
+        # `up` and `process_*` only ever select slowpath's targets).
+        if all_value is not None:
+            var = var.all_value(all_value)
+        var = var.current(
+            dm.VariableOption(selected=True, text=["All"] if multi else "All",
+                              value=["$__all"] if multi else "$__all")
+        )
+    return var
+
+
+def target(expr, legend="", ref="A", *, instant=False, fmt=None):
+    q = (
+        prometheus.Dataquery()
+        .expr(expr)
+        .ref_id(ref)
+        .datasource(DATASOURCE)
+        .editor_mode(pm.QueryEditorMode.CODE)
+        .legend_format(legend or "__auto")
+    )
+    q = q.instant() if instant else q.range()
+    if fmt is not None:
+        q = q.format(fmt)
+    return q
+
+
+def _common(panel, pid, title, description, unit, targets, w, h):
+    panel = (
+        panel.id(pid)
+        .title(title)
+        .description(" ".join(description.split()))
+        .datasource(DATASOURCE)
+        .unit(unit)
+        .span(w)
+        .height(h)
+    )
+    for t in targets:
+        panel = panel.with_target(t)
+    return panel
+
+
+def thresholds(*steps):
+    """steps: (value or None, color) pairs, the first with None (base)."""
+    return (
+        db.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+def timeseries_panel(pid, title, description, unit, targets, *, w=12, h=8,
+                     threshold_steps=None, stack=False, min_zero=True, links=()):
+    panel = _common(timeseries.Panel(), pid, title, description, unit, targets, w, h)
+    panel = (
+        panel.line_width(1)
+        .fill_opacity(10)
+        .show_points(cm.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .legend(
+            cb.VizLegendOptions()
+            .show_legend(True)
+            .display_mode(cm.LegendDisplayMode.TABLE)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .calcs(["mean", "max", "lastNotNull"])
+            .sort_by("Max")
+            .sort_desc(True)
+        )
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI).sort(cm.SortOrder.DESCENDING))
+    )
+    if min_zero:
+        panel = panel.min(0)
+    if stack:
+        panel = panel.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
+    if threshold_steps:
+        panel = panel.thresholds(thresholds(*threshold_steps)).thresholds_style(
+            cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+        )
+    if links:
+        panel = panel.data_links(list(links))
+    return panel
+
+
+def stat_panel(pid, title, description, unit, targets, *, w=6, h=4, threshold_steps=None,
+               text_mode=cm.BigValueTextMode.AUTO, color_mode=cm.BigValueColorMode.VALUE,
+               mappings=None, calc="lastNotNull"):
+    panel = _common(stat.Panel(), pid, title, description, unit, targets, w, h)
+    panel = (
+        panel.text_mode(text_mode)
+        .color_mode(color_mode)
+        .graph_mode(cm.BigValueGraphMode.NONE)
+        .reduce_options(cb.ReduceDataOptions().calcs([calc]).values(False))
+        .thresholds(thresholds(*(threshold_steps or [(None, "green")])))
+    )
+    if mappings:
+        panel = panel.mappings(mappings)
+    return panel
+
+
+def state_timeline_panel(pid, title, description, targets, mappings, *, w=12, h=8):
+    panel = _common(statetimeline.Panel(), pid, title, description, NONE, targets, w, h)
+    return (
+        panel.mappings(mappings)
+        .show_value(cm.VisibilityMode.AUTO)
+        .merge_values(True)
+        .row_height(0.8)
+        .fill_opacity(70)
+        .thresholds(thresholds((None, "green")))
+        .color_scheme(db.FieldColor().mode(dm.FieldColorModeId.THRESHOLDS))
+    )
+
+
+def table_panel(pid, title, description, targets, *, w=12, h=6, hide=("Time", "Value"),
+                overrides=(), unit=NONE):
+    panel = _common(table.Panel(), pid, title, description, unit, targets, w, h)
+    panel = panel.with_transformation(
+        dm.DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {name: True for name in hide}, "indexByName": {}, "renameByName": {}},
+        )
+    )
+    for name, props in overrides:
+        panel = panel.override_by_name(name, props)
+    return panel
+
+
+def heatmap_panel(pid, title, description, targets, *, y_unit, cell_unit, w=12, h=8):
+    panel = _common(heatmap.Panel(), pid, title, description, cell_unit, targets, w, h)
+    return (
+        panel.calculate(False)
+        .y_axis(heatmap.YAxisConfig().unit(y_unit).axis_placement(cm.AxisPlacement.LEFT))
+        .cell_values(heatmap.CellValues().unit(cell_unit))
+        .color(
+            heatmap.HeatmapColorOptions()
+            .mode(hm.HeatmapColorMode.SCHEME)
+            .scheme("Oranges")
+            .fill("dark-orange")
+            .scale(hm.HeatmapColorScale.EXPONENTIAL)
+            .exponent(0.5)
+            .steps(64)
+        )
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.LE))
+        .show_legend()
+        .mode(cm.TooltipDisplayMode.SINGLE)
+        .show_y_histogram()
+    )
+
+
+def value_mappings(values):
+    """values: {value: (text, color)} for a value-to-text mapping."""
+    return [
+        dm.ValueMap(options={k: dm.ValueMappingResult(text=t, color=c, index=i)
+                             for i, (k, (t, c)) in enumerate(values.items())})
+    ]
+
+
+def regex_mapping(pattern, text, color):
+    return dm.RegexMap(options=dm.DashboardRegexMapOptions(pattern=pattern,
+                                                           result=dm.ValueMappingResult(text=text, color=color, index=0)))
+
+
+def row(pid, title):
+    return db.Row(title).id(pid).collapsed(False)
+
+
+def link(title, url, tooltip):
+    return db.DashboardLink(title).type(dm.DashboardLinkType.LINK).url(url).tooltip(tooltip) \
+        .include_vars(True).keep_time(True).target_blank(False).as_dropdown(False).icon("dashboard").tags([])
+
+
+def data_link(title, url):
+    return db.DashboardLink(title).url(url).target_blank(False)

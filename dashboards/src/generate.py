@@ -1,0 +1,37 @@
+"""Writes the dashboards' JSON: python3 generate.py OUTDIR (see ../generate.sh)."""
+
+import json
+import sys
+from pathlib import Path
+
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+
+import drilldown
+import overview
+
+DASHBOARDS = {
+    "slowpath-overview.json": overview.build,
+    "slowpath-drilldown.json": drilldown.build,
+}
+
+
+def render(build):
+    # Through the SDK's encoder and back, so the file is sorted and stable.
+    data = json.loads(json.dumps(build(), cls=JSONEncoder))
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def main(argv):
+    if len(argv) != 2:
+        print("usage: generate.py OUTDIR", file=sys.stderr)
+        return 2
+    out = Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    for name, build in DASHBOARDS.items():
+        (out / name).write_text(render(build))
+        print(f"wrote {out / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
