@@ -189,3 +189,38 @@ def test_fallback_alert_fires_on_raw_syscalls_and_not_on_vdso_reads(stack, workl
     finally:
         raw.kill()
         raw.wait()
+
+
+GRAFANA_ALERTS = REPO / "dashboards" / "provisioning" / "alerting" / "slowpath-alerts.yaml"
+
+
+def test_grafana_managed_alerts_are_well_formed_and_match_the_rules():
+    doc = yaml.safe_load(GRAFANA_ALERTS.read_text())
+    datasource = yaml.safe_load(
+        (REPO / "dashboards/provisioning/datasources/slowpath-prometheus.yaml").read_text()
+    )["datasources"][0]["uid"]
+    rules_by_expr = {" ".join(a["expr"].split()): a for a in alerts()}
+    uids = set()
+    for rule in doc["groups"][0]["rules"]:
+        assert rule["uid"] not in uids
+        uids.add(rule["uid"])
+        refs = {d["refId"]: d for d in rule["data"]}
+        assert rule["condition"] in refs
+        query = refs["A"]
+        assert query["datasourceUid"] == datasource
+        threshold = refs[rule["condition"]]["model"]["conditions"][0]["evaluator"]["params"][0]
+        # the same expression and threshold as the Prometheus rule
+        matching = [e for e in rules_by_expr if e.startswith(" ".join(query["model"]["expr"].split()))]
+        if threshold > 0:
+            assert any(e.endswith(f"> {threshold}") for e in matching), rule["title"]
+        assert rule["annotations"]["runbook_url"].split("#")[1]
+
+
+def test_grafana_alert_queries_run_on_real_prometheus(stack):
+    _, base = stack
+    wait_up(base)
+    for rule in yaml.safe_load(GRAFANA_ALERTS.read_text())["groups"][0]["rules"]:
+        expr = rule["data"][0]["model"]["expr"]
+        query = urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(f"{base}/api/v1/query?{query}", timeout=5) as resp:
+            assert json.load(resp)["status"] == "success", expr
