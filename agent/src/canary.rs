@@ -47,6 +47,23 @@ pub fn time_reads(clock: usize) -> f64 {
     start.elapsed().as_secs_f64() / BATCH as f64
 }
 
+/// Time `BATCH` raw `syscall(SYS_clock_gettime)` reads of `clock` (what a
+/// process that bypasses the vDSO pays); mean seconds per read.
+pub fn time_raw_reads(clock: usize) -> f64 {
+    let id = kernel_clockid(clock);
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    let start = Instant::now();
+    for _ in 0..BATCH {
+        // SAFETY: clock_gettime(2) writes one timespec through the valid,
+        // writable pointer it is given; the id is an integer.
+        unsafe { libc::syscall(libc::SYS_clock_gettime, id, &mut ts as *mut libc::timespec) };
+    }
+    start.elapsed().as_secs_f64() / BATCH as f64
+}
+
 /// Run one batch per vDSO clock. `own_syscalls(clock)` returns the agent's
 /// own `clock_gettime` syscall count for that clock so far, or `None` when
 /// it cannot be known.

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::{AttachType, KERNEL_BTF};
 
@@ -18,6 +18,9 @@ use crate::bpf::{AttachType, KERNEL_BTF};
 #[derive(Parser, Debug)]
 #[command(name = "slowpath", version, about, long_about = None)]
 pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
     /// Address to serve metrics on: [HOST]:PORT; ":9891" listens on every IPv4 address.
     #[arg(
         long = "web.listen-address",
@@ -37,7 +40,7 @@ pub struct Cli {
     pub telemetry_path: String,
 
     /// Log level.
-    #[arg(long = "log.level", env = "SLOWPATH_LOG_LEVEL", default_value = "info",
+    #[arg(long = "log.level", global = true, env = "SLOWPATH_LOG_LEVEL", default_value = "info",
           value_parser = ["error", "warn", "info", "debug", "trace"])]
     pub log_level: String,
 
@@ -50,7 +53,7 @@ pub struct Cli {
     /// Capacity of the kernel's process table (thread groups tracked at
     /// once; 880 bytes each, preallocated). Beyond it events are counted in
     /// slowpath_lost_events_total{reason="process_table_full"}.
-    #[arg(long = "bpf.max-processes", env = "SLOWPATH_BPF_MAX_PROCESSES", default_value_t = 16384, value_name = "N",
+    #[arg(long = "bpf.max-processes", global = true, env = "SLOWPATH_BPF_MAX_PROCESSES", default_value_t = 16384, value_name = "N",
           value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub max_processes: u32,
 
@@ -71,6 +74,7 @@ pub struct Cli {
     /// `fentry` the tracepoint hooks use tp_btf.
     #[arg(
         long = "bpf.attach-type",
+        global = true,
         env = "SLOWPATH_BPF_ATTACH_TYPE",
         value_enum,
         value_name = "TYPE"
@@ -79,12 +83,13 @@ pub struct Cli {
 
     /// Kernel BTF used for CO-RE relocations (for kernels without
     /// /sys/kernel/btf/vmlinux, a BTF file for the exact running kernel).
-    #[arg(long = "bpf.btf-path", env = "SLOWPATH_BPF_BTF_PATH", default_value = KERNEL_BTF, value_name = "FILE")]
+    #[arg(long = "bpf.btf-path", global = true, env = "SLOWPATH_BPF_BTF_PATH", default_value = KERNEL_BTF, value_name = "FILE")]
     pub btf_path: PathBuf,
 
     /// Root of sysfs (clocksource and THP settings); "/host/sys" in a container.
     #[arg(
         long = "path.sysfs",
+        global = true,
         env = "SLOWPATH_PATH_SYSFS",
         default_value = "/sys",
         value_name = "DIR"
@@ -120,6 +125,41 @@ pub struct Cli {
     /// a tracepoint that does not exist) to exercise degraded operation.
     #[arg(long = "bpf.test-break-probe", hide = true, value_name = "PROBE")]
     pub break_probe: Option<String>,
+}
+
+/// What to run; without a subcommand, the agent.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Observe this node (or one process or cgroup) for a while and print
+    /// ranked findings: which slow path, which processes, the evidence, the
+    /// likely cause and the fix.
+    Doctor(DoctorArgs),
+}
+
+/// Flags of `slowpath doctor`.
+#[derive(Args, Debug, Clone)]
+pub struct DoctorArgs {
+    /// How long to observe.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Only this process (tgid).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Only processes in this cgroup (v2 path, e.g. /system.slice/app.service) or below it.
+    #[arg(long)]
+    pub cgroup: Option<String>,
+    /// Only processes with this comm.
+    #[arg(long)]
+    pub comm: Option<String>,
+    /// Output: a report for a terminal, or JSON for automation (schema in README).
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
 }
 
 fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {

@@ -10,6 +10,7 @@ mod bpf;
 mod canary;
 mod cgroup;
 mod cli;
+mod doctor;
 mod identity;
 mod kubernetes;
 mod labels;
@@ -30,13 +31,24 @@ use libbpf_rs::PrintLevel;
 use prometheus::Registry;
 use tracing::{debug, info, trace, warn};
 
-use crate::cli::Cli;
+use crate::cli::{Cli, Command, DoctorArgs};
 use crate::worker::{Worker, WorkerOptions};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_level);
-    match run(cli) {
+    let doctor = matches!(cli.command, Some(Command::Doctor(_)));
+    // The doctor's output is its report: keep the log to warnings unless asked.
+    let level = if doctor && cli.log_level == "info" {
+        "warn"
+    } else {
+        &cli.log_level
+    };
+    init_logging(level);
+    let result = match &cli.command {
+        Some(Command::Doctor(args)) => run_doctor(&cli, args),
+        None => run(cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("slowpath: error: {err:#}");
@@ -164,6 +176,27 @@ fn run(cli: Cli) -> Result<()> {
     // dropping the last handle detaches everything.
     drop(worker);
     Ok(())
+}
+
+/// `slowpath doctor`: the same programs, observed for a while, then a report.
+fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
+    preflight::check_capabilities()?;
+    bpf::check_btf(&cli.btf_path)?;
+    let worker = Worker::start(WorkerOptions {
+        load: bpf::LoadOptions {
+            max_processes: cli.max_processes,
+            max_compactions: cli.max_compactions,
+            ringbuf_bytes: cli.ringbuf_bytes,
+            force_attach: cli.attach_type,
+            btf_path: cli.btf_path.clone(),
+            break_probe: None,
+        },
+        pid_label: true,
+        // the canary runs once at start; the doctor benchmarks clocks itself
+        canary_interval: std::time::Duration::from_secs(3600),
+        pods: None,
+    })?;
+    doctor::run(&worker, args, &cli.sysfs)
 }
 
 /// The kernel's host name, the default Kubernetes node name.

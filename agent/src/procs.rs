@@ -52,6 +52,13 @@ pub fn add_counters(into: &mut sp_counters, from: &sp_counters) {
     }
 }
 
+/// `into -= from`, element by element (growth between two readings).
+pub fn sub_counters(into: &mut sp_counters, from: &sp_counters) {
+    for (a, b) in words_mut(into).iter_mut().zip(words(from)) {
+        *a = a.wrapping_sub(*b);
+    }
+}
+
 /// Identity of one process image in the kernel table: tgid and the group
 /// leader's start time (distinguishes a reused pid).
 type ImageId = (u32, u64);

@@ -1,0 +1,142 @@
+"""slowpath doctor: each finding reproduced by a workload running while the
+doctor observes; its JSON must name the right finding and the right process.
+An idle node gives no warning-level finding."""
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def doctor(agent_bin, *args, duration="2s"):
+    out = subprocess.run([str(agent_bin), "doctor", f"--duration={duration}", "--format=json", *args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def with_workload(workload_bin, *args):
+    """Start a workload; returns (process, pid)."""
+    proc = subprocess.Popen([str(workload_bin), *map(str, args)], stdout=subprocess.PIPE, text=True)
+    pid = int(re.search(r"pid=(\d+)", proc.stdout.readline()).group(1))
+    return proc, pid
+
+
+def finding(report, fid):
+    found = [f for f in report["findings"] if f["id"] == fid]
+    assert found, f"no {fid} finding in {[f['id'] for f in report['findings']]}"
+    return found[0]
+
+
+def pids(f):
+    return [p["pid"] for p in f["processes"]]
+
+
+@pytest.fixture
+def running(workload_bin):
+    started = []
+
+    def start(*args):
+        proc, pid = with_workload(workload_bin, *args)
+        started.append(proc)
+        return pid
+
+    yield start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_idle_node_has_no_warning(agent_bin):
+    report = doctor(agent_bin)
+    assert report["schema_version"] == 1
+    serious = [f for f in report["findings"] if f["severity"] != "info"]
+    assert serious == [], serious
+    assert {c["clock"] for c in report["clock_benchmark"]} >= {"realtime", "monotonic", "process_cputime"}
+    assert report["attach"]["sys_enter"] in ("fentry", "tp_btf", "raw_tp")
+
+
+def test_ruby_getcontext_case(agent_bin, running):
+    pid = running("context", 50_000_000)
+    f = finding(doctor(agent_bin), "rt_sigprocmask_storm")
+    assert f["severity"] == "warning"
+    assert pids(f)[0] == pid
+    assert f["evidence"]["getcontext_setcontext_signature"] == "true"
+    assert set(f["processes"][0]["detail"]) == {"query", "setmask"}
+    assert "getcontext" in f["cause"]
+
+
+def test_ticker_case(agent_bin, running):
+    pid = running("sleep", 10_000, 1000)
+    f = finding(doctor(agent_bin), "sleep_loop")
+    assert pids(f) == [pid]
+    rate = f["processes"][0]["per_second"]
+    assert 500 < rate <= 1000, rate  # a 1 ms ticker: at most 1000/s
+    assert set(f["processes"][0]["detail"]) == {"le_0.001_s"}
+
+
+def test_raw_clock_syscalls_are_a_vdso_bypass(agent_bin, running):
+    pid = running("clock-raw", 500_000_000)
+    report = doctor(agent_bin)
+    f = finding(report, "vdso_bypass")
+    assert pids(f)[0] == pid
+    assert "clock_gettime/monotonic" in f["processes"][0]["detail"]
+    assert not [x for x in report["findings"] if x["id"] == "clocksource_not_vdso_capable"]
+
+
+def test_cpu_time_clocks(agent_bin, running):
+    pid = running("cputime", 100_000_000)
+    f = finding(doctor(agent_bin), "cpu_time_clocks")
+    assert f["severity"] == "info"
+    assert pids(f)[0] == pid
+    assert set(f["processes"][0]["detail"]) == {
+        "clock_gettime/process_cputime", "clock_gettime/thread_cputime", "clock_gettime/cpu_clock"}
+
+
+def test_thp_faults(agent_bin, workload_bin):
+    if "[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():
+        pytest.skip("THP disabled")
+    doc = subprocess.Popen([str(agent_bin), "doctor", "--duration=3s", "--format=json"],
+                           stdout=subprocess.PIPE, text=True)
+    time.sleep(1)  # loaded and observing
+    out = subprocess.run([str(workload_bin), "thp", "256"], check=True, capture_output=True, text=True).stdout
+    pid = int(re.search(r"pid=(\d+)", out).group(1))
+    report = json.loads(doc.communicate(timeout=60)[0])
+    f = finding(report, "thp_faults")
+    assert pid in pids(f)
+    assert f["evidence"]["thp_enabled"] in ("always", "madvise")
+
+
+def test_filters_keep_only_the_target(agent_bin, running):
+    ticker = running("sleep", 10_000, 1000)
+    running("context", 50_000_000)
+    report = doctor(agent_bin, f"--pid={ticker}")
+    assert [f["id"] for f in report["findings"]] == ["sleep_loop"]
+    report = doctor(agent_bin, "--comm=no-such-comm")
+    assert report["findings"] == []
+
+
+def test_clocksource_finding_from_the_node_settings(agent_bin, tmp_path):
+    """A node on xen (sysfs root pointed at a copy that says so): critical, with the fix."""
+    cs = tmp_path / "devices/system/clocksource/clocksource0"
+    cs.mkdir(parents=True)
+    (cs / "current_clocksource").write_text("xen\n")
+    (cs / "available_clocksource").write_text("xen tsc hpet acpi_pm\n")
+    report = doctor(agent_bin, f"--path.sysfs={tmp_path}")
+    f = report["findings"][0]
+    assert (f["id"], f["severity"]) == ("clocksource_not_vdso_capable", "critical")
+    assert "echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource" in f["fix"]
+    assert "68 s to 3.3 s" in f["expected_gain"]
+    assert f["evidence"]["available_clocksources"] == "xen tsc hpet acpi_pm"
+
+
+def test_text_report(agent_bin):
+    out = subprocess.run([str(agent_bin), "doctor", "--duration=1s", "--comm=no-such-comm"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    assert "No findings" in out.stdout
+    assert "\x1b[" not in out.stdout  # no colour off a terminal
+    assert re.search(r"monotonic\s+[\d.]+\s+[\d.]+", out.stdout)
