@@ -11,6 +11,7 @@
 Each scenario is one boot (about 10 s).
 """
 
+import json
 import re
 import shutil
 import sys
@@ -39,6 +40,7 @@ section w_clock sp-workload clock-vdso {N}
 section w_gtod sp-workload gettimeofday-libc {N}
 sleep 1.5
 scrape slow
+section doctor_slow sh -c 'slowpath doctor --duration=2s --format=json 2>/dev/null'
 echo tsc > {CS}
 section switched cat {CS}
 sleep 2.5
@@ -46,6 +48,7 @@ scrape tsc1
 section w_clock_tsc sp-workload clock-vdso {N}
 sleep 1.5
 scrape tsc2
+section doctor_tsc sh -c 'slowpath doctor --duration=2s --format=json 2>/dev/null'
 agent_stop
 """
 
@@ -95,6 +98,21 @@ def test_switch_to_tsc_stops_the_fallback(fallback):
     assert tsc2.select(CLOCK, pid=pid_of(fallback, "w_clock_tsc")) == []
     # Nothing on the node falls back any more: the totals stand still.
     assert tsc1.value(CLOCK, fallback="true") == tsc2.value(CLOCK, fallback="true")
+
+
+def test_doctor_names_the_clocksource_with_its_cost_and_fix(fallback):
+    report = json.loads(fallback["doctor_slow"])
+    f = report["findings"][0]
+    assert (f["id"], f["severity"]) == ("clocksource_not_vdso_capable", "critical")
+    assert f["evidence"]["current_clocksource"] == fallback["clocksource"]
+    assert "entered the kernel" in f["evidence"]["canary"]
+    slow_ns = float(f["evidence"]["libc_clock_gettime_monotonic_ns"])
+    assert "echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource" in f["fix"]
+    # in the tsc phase of the same guest: no such finding, and reads are much cheaper
+    tsc = json.loads(fallback["doctor_tsc"])
+    assert "clocksource_not_vdso_capable" not in [x["id"] for x in tsc["findings"]]
+    fast_ns = next(c["libc_ns"] for c in tsc["clock_benchmark"] if c["clock"] == "monotonic")
+    assert slow_ns > 3 * fast_ns, (slow_ns, fast_ns)
 
 
 def test_read_cost_is_many_times_the_tsc_cost(fallback):
