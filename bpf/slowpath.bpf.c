@@ -116,6 +116,26 @@ struct {
 	__uint(max_entries, SP_DEFAULT_RINGBUF_BYTES);
 } proc_events SEC(".maps");
 
+/* Sampled user stacks, for `slowpath doctor` only (capture_stacks). */
+const volatile bool capture_stacks = false;
+/* One stack in every SP_STACK_SAMPLE_EVERY counted calls of a process. */
+#define SP_STACK_SAMPLE_EVERY 17 /* odd: calls that alternate (getcontext, setcontext) are both sampled */
+#define SP_MAX_STACK_DEPTH 127
+
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 4096);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, SP_MAX_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct sp_callsite_key);
+	__type(value, __u64);
+} callsites SEC(".maps");
+
 /* Scratch to build a new `procs` value off the 512-byte BPF stack. The
  * counters in it are never written, so they stay zero. */
 struct {
@@ -233,8 +253,39 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 			     sec * SP_NSEC_PER_SEC + (__u64)ts.tv_nsec);
 }
 
+/* Sample the user stack of this call (rate-limited per process). */
+static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, struct pt_regs *regs)
+{
+	struct sp_callsite_key key = {};
+	__u64 one = 1, *count;
+
+	/* plain increment: a race only shifts which call gets sampled */
+	if (!p || p->stack_tick++ % SP_STACK_SAMPLE_EVERY)
+		return;
+	key.tgid = bpf_get_current_pid_tgid() >> 32;
+	key.kind = kind;
+	key.stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+	if (key.stack_id < 0)
+		return;
+	bpf_probe_read_user(&key.stack_top, sizeof(key.stack_top), (void *)PT_REGS_SP_CORE(regs));
+	count = bpf_map_lookup_elem(&callsites, &key);
+	if (count)
+		__sync_fetch_and_add(count, 1);
+	else
+		bpf_map_update_elem(&callsites, &key, &one, BPF_NOEXIST);
+}
+
+static __always_inline __u32 callsite_kind(long id)
+{
+	if (id == SP_NR_rt_sigprocmask)
+		return SP_CALLSITE_SIGPROCMASK;
+	if (id == SP_NR_nanosleep || id == SP_NR_clock_nanosleep)
+		return SP_CALLSITE_SLEEP;
+	return SP_CALLSITE_CLOCK;
+}
+
 /* Count one of our six syscalls, `id`, entered with user registers `regs`. */
-static __always_inline int count_syscall(struct pt_regs *regs, long id, const bool btf)
+static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
 	struct sp_proc *p;
 	__u32 idx;
@@ -242,6 +293,8 @@ static __always_inline int count_syscall(struct pt_regs *regs, long id, const bo
 	p = proc_current();
 	if (!p)
 		return 0;
+	if (capture_stacks)
+		sample_stack(ctx, p, callsite_kind(id), regs);
 
 	switch (id) {
 	case SP_NR_clock_gettime:
@@ -274,7 +327,7 @@ static __always_inline int count_syscall(struct pt_regs *regs, long id, const bo
 	return 0;
 }
 
-static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const bool btf)
+static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
 	/* Untraced syscalls leave here: this is the cost every syscall pays. */
 	switch (id) {
@@ -290,19 +343,19 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const boo
 	}
 	if (in_compat_syscall(btf))
 		return 0;
-	return count_syscall(regs, id, btf);
+	return count_syscall(ctx, regs, id, btf);
 }
 
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id)
 {
-	return on_sys_enter(regs, id, true);
+	return on_sys_enter(ctx, regs, id, true);
 }
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 {
-	return on_sys_enter(regs, id, false);
+	return on_sys_enter(ctx, regs, id, false);
 }
 
 /*
@@ -317,7 +370,7 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 	SEC("fentry/__x64_sys_" #name)                                         \
 	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
 	{                                                                      \
-		return count_syscall(regs, SP_NR_##name, true);                \
+		return count_syscall(ctx, regs, SP_NR_##name, true);           \
 	}
 
 SP_SYSCALL_FENTRY(clock_gettime)

@@ -107,7 +107,28 @@ struct sp_proc {
 	__u64 cgroup_id; /* cgroup v2 id (inode number in cgroup2fs) at first event */
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
-	char _pad[4];
+	__u32 stack_tick; /* events since the last sampled user stack (doctor only) */
+};
+
+/* What a sampled call site was doing (callsites map key). */
+enum sp_callsite_kind {
+	SP_CALLSITE_CLOCK = 0,	   /* clock_gettime, gettimeofday, time */
+	SP_CALLSITE_SIGPROCMASK = 1,
+	SP_CALLSITE_SLEEP = 2,	   /* nanosleep, clock_nanosleep */
+};
+
+/* Key of the `callsites` map: one user stack of one process doing one kind
+ * of call. `stack_top` holds the two words at the user stack pointer at
+ * syscall entry: one is the return address into the caller when the syscall
+ * is made from a leaf function (glibc's getcontext, setcontext and syscall
+ * wrappers push no frame pointer, so the frame-pointer walk skips their
+ * caller; setcontext pushes one register first). */
+struct sp_callsite_key {
+	__u32 tgid;
+	__u32 kind; /* enum sp_callsite_kind */
+	__s32 stack_id; /* in the `stacks` map */
+	__u32 _pad;
+	__u64 stack_top[2];
 };
 
 enum sp_proc_event_kind {

@@ -21,6 +21,6 @@ target/host-tests/classify_test
 echo "== end-to-end tests against the real kernel"
 cargo build --release --locked -p slowpath
 mkdir -p tests/workloads/bin
-gcc -O2 -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
+gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
 SLOWPATH_BIN="$PWD/target/release/slowpath" SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
   /usr/bin/python3 -m pytest -p no:cacheprovider -ra tests/e2e "$@"

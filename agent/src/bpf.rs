@@ -31,6 +31,8 @@ pub use skel::{types, SlowpathSkel, SlowpathSkelBuilder};
 unsafe impl plain::Plain for types::sp_proc {}
 // SAFETY: as above.
 unsafe impl plain::Plain for types::sp_proc_event {}
+// SAFETY: as above (integers only, explicit padding field).
+unsafe impl plain::Plain for types::sp_callsite_key {}
 
 /// The kernel tracepoints slowpath hooks, as named in `slowpath_probe_attached{probe}`.
 pub const PROBES: [&str; 6] = [
@@ -105,6 +107,8 @@ pub struct LoadOptions {
     pub force_attach: Option<AttachType>,
     /// Kernel BTF used for CO-RE and for probing tracepoints.
     pub btf_path: PathBuf,
+    /// Sample user stacks at the counted syscalls (`slowpath doctor`).
+    pub capture_stacks: bool,
     /// Fault injection for tests: attach this probe as raw_tp to a
     /// tracepoint that does not exist, so the kernel refuses it for real.
     pub break_probe: Option<String>,
@@ -303,6 +307,11 @@ fn open_and_load<'obj>(
         .proc_events
         .set_max_entries(opts.ringbuf_bytes)
         .context("sizing the proc_events ring buffer")?;
+    if opts.capture_stacks {
+        if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+            rodata.capture_stacks = true;
+        }
+    }
     for mut prog in open.open_object_mut().progs_mut() {
         let (probe, attach_type) = classify_program(prog.name())?;
         let idx = PROBES
@@ -428,6 +437,7 @@ mod tests {
             ringbuf_bytes: 4096,
             force_attach: force,
             btf_path: KERNEL_BTF.into(),
+            capture_stacks: false,
             break_probe: broken.map(str::to_string),
         }
     }

@@ -19,13 +19,16 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use serde::Serialize;
 
+use blazesym::symbolize::Symbolizer;
+
 use crate::bpf::types::sp_counters;
+use crate::callsites::{self, CallSite};
 use crate::canary;
 use crate::cli::{DoctorArgs, Format};
 use crate::labels::{cumulative_buckets, is_vdso_clock, CLOCK_NAMES, SLEEP_BUCKET_BOUNDS};
 use crate::node;
 use crate::procs::sub_counters;
-use crate::worker::{Snapshot, Worker};
+use crate::worker::{RawCallSite, Snapshot, Worker};
 
 /// Clocksources the vDSO cannot read (x86: only tsc, kvm-clock, hyperv have a
 /// vDSO read path; these fall back to a syscall for every read).
@@ -63,6 +66,8 @@ pub struct ProcessRate {
     pub per_second: f64,
     /// Break-down (e.g. per clock, per operation), per second unless named otherwise.
     pub detail: BTreeMap<String, f64>,
+    /// Sampled user stacks at the calls this finding is about (see `callsites`).
+    pub call_sites: Vec<CallSite>,
 }
 
 #[derive(Debug, Serialize)]
@@ -115,12 +120,37 @@ pub fn run(worker: &Worker, args: &DoctorArgs, sysfs: &Path) -> Result<()> {
     observe(args.duration);
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, args);
-    let report = build_report(&after, &deltas, args.duration, sysfs);
+    let mut report = build_report(&after, &deltas, args.duration, sysfs);
+    attach_call_sites(&mut report, &worker.call_sites()?);
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => print_text(&report, std::io::stdout().is_terminal()),
     }
     Ok(())
+}
+
+/// Which sampled calls a finding is about (`enum sp_callsite_kind`).
+fn callsite_kind(finding: &str) -> Option<u32> {
+    match finding {
+        "clocksource_not_vdso_capable" | "vdso_bypass" | "cpu_time_clocks" => Some(0),
+        "rt_sigprocmask_storm" => Some(1),
+        "sleep_loop" => Some(2),
+        _ => None,
+    }
+}
+
+/// Symbolize the call sites of the processes findings name (the top ten of
+/// each), while they still run.
+fn attach_call_sites(report: &mut Report, raw: &[RawCallSite]) {
+    let symbolizer = Symbolizer::new();
+    for finding in &mut report.findings {
+        let Some(kind) = callsite_kind(finding.id) else {
+            continue;
+        };
+        for p in finding.processes.iter_mut().take(10) {
+            p.call_sites = callsites::for_process(&symbolizer, raw, p.pid, kind);
+        }
+    }
 }
 
 /// Sleep for `duration`, with a countdown on a terminal.
@@ -198,6 +228,7 @@ fn process(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Process
         container: get("container"),
         per_second,
         detail,
+        call_sites: Vec::new(),
     }
 }
 
@@ -731,6 +762,9 @@ fn print_text(r: &Report, colour: bool) {
                     "   {:>8}  {:<16} {:>12.1}  {}",
                     p.pid, p.comm, p.per_second, place
                 );
+                for site in p.call_sites.iter().take(2) {
+                    println!("             at {}", callsites::one_line(site));
+                }
             }
         }
         for (k, v) in &f.evidence {

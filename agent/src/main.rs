@@ -7,6 +7,7 @@
 //! line on stderr and nothing left attached.
 
 mod bpf;
+mod callsites;
 mod canary;
 mod cgroup;
 mod cli;
@@ -129,6 +130,7 @@ fn run(cli: Cli) -> Result<()> {
             ringbuf_bytes: cli.ringbuf_bytes,
             force_attach: cli.attach_type,
             btf_path: cli.btf_path.clone(),
+            capture_stacks: false,
             break_probe: cli.break_probe.clone(),
         },
         pid_label: cli.pid_label,
@@ -189,6 +191,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
             ringbuf_bytes: cli.ringbuf_bytes,
             force_attach: cli.attach_type,
             btf_path: cli.btf_path.clone(),
+            capture_stacks: true,
             break_probe: None,
         },
         pid_label: true,

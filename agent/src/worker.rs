@@ -68,8 +68,23 @@ pub struct Snapshot {
     pub canary: Vec<ClockCanary>,
 }
 
+/// User stacks sampled at counted syscalls (`capture_stacks`).
+#[derive(Clone, Debug)]
+pub struct RawCallSite {
+    pub tgid: u32,
+    /// `enum sp_callsite_kind`: 0 clock, 1 rt_sigprocmask, 2 sleep.
+    pub kind: u32,
+    pub samples: u64,
+    /// Instruction pointers, innermost first (frame-pointer walk).
+    pub ips: Vec<u64>,
+    /// The two words at the user stack pointer: one is the caller's return
+    /// address when the syscall was made from a leaf function.
+    pub stack_top: [u64; 2],
+}
+
 enum Request {
     Snapshot(SyncSender<Result<Arc<Snapshot>, String>>),
+    CallSites(SyncSender<Vec<RawCallSite>>),
     Stop(SyncSender<()>),
 }
 
@@ -109,6 +124,17 @@ impl Worker {
     /// Attach results, as at start.
     pub fn probes(&self) -> &[ProbeStatus] {
         &self.probes
+    }
+
+    /// The sampled call sites so far (empty unless stacks are captured).
+    pub fn call_sites(&self) -> Result<Vec<RawCallSite>> {
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        self.tx
+            .send(Request::CallSites(reply_tx))
+            .map_err(|_| anyhow!("the BPF worker thread is gone"))?;
+        reply_rx
+            .recv()
+            .map_err(|_| anyhow!("the BPF worker thread is gone"))
     }
 
     /// Read the kernel tables now (blocking; call off the async executor).
@@ -228,6 +254,12 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
                 }
                 let _ = reply.send(result);
             }
+            Ok(Request::CallSites(reply)) => {
+                let _ = reply.send(read_call_sites(
+                    &loaded.skel.maps.callsites,
+                    &loaded.skel.maps.stacks,
+                ));
+            }
             Ok(Request::Stop(ack)) => {
                 debug!("detaching BPF programs");
                 drop(ring);
@@ -309,6 +341,44 @@ fn log_new_losses(now: &[u64; LOST_REASONS.len()], seen: &mut [u64; LOST_REASONS
             *last = n;
         }
     }
+}
+
+/// Every sampled call site with its stack.
+fn read_call_sites(callsites: &dyn MapCore, stacks: &dyn MapCore) -> Vec<RawCallSite> {
+    let mut out = Vec::new();
+    for key_bytes in callsites.keys() {
+        let mut key = types::sp_callsite_key {
+            tgid: 0,
+            kind: 0,
+            stack_id: 0,
+            _pad: 0,
+            stack_top: [0; 2],
+        };
+        let (Ok(()), Ok(Some(count))) = (
+            plain::copy_from_bytes(&mut key, &key_bytes),
+            callsites.lookup(&key_bytes, MapFlags::ANY),
+        ) else {
+            continue;
+        };
+        let Ok(Some(stack)) = stacks.lookup(&key.stack_id.to_ne_bytes(), MapFlags::ANY) else {
+            continue;
+        };
+        let ips = stack
+            .chunks_exact(8)
+            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
+            .take_while(|&ip| ip != 0)
+            .collect();
+        out.push(RawCallSite {
+            tgid: key.tgid,
+            kind: key.kind,
+            samples: count
+                .get(..8)
+                .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))),
+            ips,
+            stack_top: key.stack_top,
+        });
+    }
+    out
 }
 
 /// Sum the per-CPU lost-event counters.

@@ -48,7 +48,7 @@ def workload_bin():
     out = REPO / "tests" / "workloads" / "bin" / "sp-workload"
     out.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Werror", "-pthread", str(WORKLOAD_SRC), "-o", str(out)],
+        ["gcc", "-O2", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-pthread", str(WORKLOAD_SRC), "-o", str(out)],
         check=True,
     )
     return out

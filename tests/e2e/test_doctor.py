@@ -140,3 +140,23 @@ def test_text_report(agent_bin):
     assert "No findings" in out.stdout
     assert "\x1b[" not in out.stdout  # no colour off a terminal
     assert re.search(r"monotonic\s+[\d.]+\s+[\d.]+", out.stdout)
+
+
+def test_call_sites_name_the_caller_of_getcontext(agent_bin, running):
+    """The workload keeps frame pointers: the stacks show the library function
+    and its caller in the workload, symbolized with blazesym."""
+    pid = running("context", 50_000_000)
+    f = finding(doctor(agent_bin), "rt_sigprocmask_storm")
+    proc = next(p for p in f["processes"] if p["pid"] == pid)
+    stacks = [[fr["function"] for fr in site["frames"]] for site in proc["call_sites"]]
+    assert stacks, "no call sites sampled"
+    inner = {s[0] for s in stacks}
+    assert any("getcontext" in fn for fn in inner) and any("setcontext" in fn for fn in inner), stacks
+    assert all("run_context" in s for s in stacks), stacks
+    assert sum(site["samples"] for site in proc["call_sites"]) > 100
+
+
+def test_call_sites_in_the_text_report(agent_bin, running):
+    running("sleep", 10_000, 1000)
+    out = subprocess.run([str(agent_bin), "doctor", "--duration=2s"], capture_output=True, text=True, timeout=60)
+    assert re.search(r"at \d+ samples: .*nanosleep", out.stdout), out.stdout
