@@ -73,7 +73,7 @@ pub fn for_process(
             .or_insert(site);
     }
     let mut out: Vec<CallSite> = merged.into_values().collect();
-    out.sort_by(|a, b| b.samples.cmp(&a.samples));
+    out.sort_by_key(|s| std::cmp::Reverse(s.samples));
     out.truncate(5);
     out
 }
