@@ -32,36 +32,38 @@ fn kernel_clockid(clock: usize) -> libc::clockid_t {
     }
 }
 
-/// Time `BATCH` libc reads of `clock`; returns mean seconds per read.
-pub fn time_reads(clock: usize) -> f64 {
-    let id = kernel_clockid(clock);
+/// Mean seconds per call of `read` over `BATCH` calls, each given a valid,
+/// writable timespec.
+fn time_batch(mut read: impl FnMut(*mut libc::timespec)) -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     let start = Instant::now();
     for _ in 0..BATCH {
-        // SAFETY: `ts` is a valid, writable timespec for the whole call.
-        unsafe { libc::clock_gettime(id, &mut ts) };
+        read(&mut ts);
     }
     start.elapsed().as_secs_f64() / BATCH as f64
+}
+
+/// Time `BATCH` libc reads of `clock`; returns mean seconds per read.
+pub fn time_reads(clock: usize) -> f64 {
+    let id = kernel_clockid(clock);
+    // SAFETY: `time_batch` passes a valid, writable timespec.
+    time_batch(|ts| unsafe {
+        libc::clock_gettime(id, ts);
+    })
 }
 
 /// Time `BATCH` raw `syscall(SYS_clock_gettime)` reads of `clock` (what a
 /// process that bypasses the vDSO pays); mean seconds per read.
 pub fn time_raw_reads(clock: usize) -> f64 {
     let id = kernel_clockid(clock);
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    let start = Instant::now();
-    for _ in 0..BATCH {
-        // SAFETY: clock_gettime(2) writes one timespec through the valid,
-        // writable pointer it is given; the id is an integer.
-        unsafe { libc::syscall(libc::SYS_clock_gettime, id, &mut ts as *mut libc::timespec) };
-    }
-    start.elapsed().as_secs_f64() / BATCH as f64
+    // SAFETY: clock_gettime(2) writes one timespec through the valid,
+    // writable pointer `time_batch` passes; the id is an integer.
+    time_batch(|ts| unsafe {
+        libc::syscall(libc::SYS_clock_gettime, id, ts);
+    })
 }
 
 /// Run one batch per vDSO clock. `own_syscalls(clock)` returns the agent's

@@ -124,15 +124,7 @@ fn run(cli: Cli) -> Result<()> {
         false => None,
     };
     let worker = Arc::new(Worker::start(WorkerOptions {
-        load: bpf::LoadOptions {
-            max_processes: cli.max_processes,
-            max_compactions: cli.max_compactions,
-            ringbuf_bytes: cli.ringbuf_bytes,
-            force_attach: cli.attach_type,
-            btf_path: cli.btf_path.clone(),
-            capture_stacks: false,
-            break_probe: cli.break_probe.clone(),
-        },
+        load: load_options(&cli, false),
         pid_label: cli.pid_label,
         canary_interval: cli.canary_interval,
         pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
@@ -180,20 +172,25 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// BPF settings from the flags; `capture_stacks` for the doctor.
+fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
+    bpf::LoadOptions {
+        max_processes: cli.max_processes,
+        max_compactions: cli.max_compactions,
+        ringbuf_bytes: cli.ringbuf_bytes,
+        force_attach: cli.attach_type,
+        btf_path: cli.btf_path.clone(),
+        capture_stacks,
+        break_probe: cli.break_probe.clone(),
+    }
+}
+
 /// `slowpath doctor`: the same programs, observed for a while, then a report.
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
     let worker = Worker::start(WorkerOptions {
-        load: bpf::LoadOptions {
-            max_processes: cli.max_processes,
-            max_compactions: cli.max_compactions,
-            ringbuf_bytes: cli.ringbuf_bytes,
-            force_attach: cli.attach_type,
-            btf_path: cli.btf_path.clone(),
-            capture_stacks: true,
-            break_probe: None,
-        },
+        load: load_options(cli, true),
         pid_label: true,
         // the canary runs once at start; the doctor benchmarks clocks itself
         canary_interval: std::time::Duration::from_secs(3600),

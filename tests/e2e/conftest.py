@@ -10,12 +10,15 @@ Environment:
   SP_WORKLOAD    workload binary (default: built here into tests/workloads/bin)
 """
 
+import contextlib
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -172,6 +175,54 @@ def strace_counts(text):
         if len(fields) >= 5 and fields[-1] != "total" and fields[3].isdigit():
             counts[fields[-1]] = int(fields[3])
     return counts
+
+
+def cgroup2_root():
+    """Mount point of the cgroup2 hierarchy (None on a v1-only host)."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        if right.split()[0] == "cgroup2":
+            return Path(left.split()[4])
+    return None
+
+
+@contextlib.contextmanager
+def prometheus_server(workdir, agent_port, job="slowpath", rule_files=()):
+    """A real Prometheus on loopback scraping the agent every second (and
+    evaluating `rule_files`, paths relative to `workdir`, every second);
+    yields its base URL once it has scraped the agent."""
+    workdir = Path(workdir)
+    (workdir / "prometheus.yml").write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: {json.dumps([str(r) for r in rule_files])}\n"
+        f"scrape_configs: [{{job_name: {job}, static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]}}]\n"
+    )
+    port = free_port()
+    log = open(workdir / "prometheus.log", "wb")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        query = urllib.parse.urlencode({"query": f'up{{job="{job}"}} == 1'})
+        deadline = time.monotonic() + 30
+        while True:
+            assert proc.poll() is None, (workdir / "prometheus.log").read_text()
+            try:
+                with urllib.request.urlopen(f"{base}/api/v1/query?{query}", timeout=5) as resp:
+                    if json.load(resp)["data"]["result"]:
+                        break
+            except (OSError, ValueError):
+                pass
+            assert time.monotonic() < deadline, (workdir / "prometheus.log").read_text()
+            time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
 
 
 def vmstat():

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Agent, free_port, run_workload
+from conftest import REPO, Agent, prometheus_server, run_workload
 
 DASHBOARDS_DIR = REPO / "dashboards"
 DASHBOARDS = {  # file -> uid: uids are stable, links and bookmarks depend on them
@@ -311,37 +311,8 @@ def agent(agent_bin, tmp_path_factory):
 def prometheus(agent, tmp_path_factory):
     if shutil.which("prometheus") is None:
         pytest.skip("prometheus not installed")
-    workdir = tmp_path_factory.mktemp("prometheus")
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: {JOB}\n    static_configs: [{{targets: ['127.0.0.1:{agent.port}']}}]\n"
-    )
-    port = free_port()
-    log = open(workdir / "prometheus.log", "wb")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert proc.poll() is None, (workdir / "prometheus.log").read_text()
-            try:
-                if api(base, "query", query=f'up{{job="{JOB}"}} == 1')["data"]["result"]:
-                    break
-            except (OSError, ValueError):
-                pass
-            assert time.monotonic() < deadline, (workdir / "prometheus.log").read_text()
-            time.sleep(0.5)
+    with prometheus_server(tmp_path_factory.mktemp("prometheus"), agent.port, job=JOB) as base:
         yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
 
 
 def api(base, endpoint, **params):

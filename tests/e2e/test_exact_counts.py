@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_workload, vmstat
+from conftest import cgroup2_root, run_workload, vmstat
 
 CLOCK = "slowpath_clock_syscalls_total"
 SIGMASK = "slowpath_rt_sigprocmask_calls_total"
@@ -180,14 +180,6 @@ def test_own_canary_reports_no_fallback_on_tsc(agent):
     assert all(s.value == 0 for s in fallback)
     for s in scrape.select("slowpath_clock_read_seconds"):
         assert 0 < s.value < 2e-6, s
-
-
-def cgroup2_root():
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split()[0] == "cgroup2":
-            return Path(left.split()[4])
-    return None
 
 
 @pytest.mark.skipif(cgroup2_root() is None, reason="no cgroup2 mount")

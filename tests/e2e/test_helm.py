@@ -22,7 +22,6 @@ about 3-4 minutes the first time). Without them the tests skip, except in CI
 import copy
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 

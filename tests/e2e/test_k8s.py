@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "deploy" / "kubernetes" / "slowpath.yaml"
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
-from conftest import Agent  # noqa: E402
+from conftest import Agent, cgroup2_root  # noqa: E402
 from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 
 ROLLOUT_TIMEOUT = 90
@@ -180,14 +180,6 @@ def test_serviceaccount_rbac(objects, cluster, applied):
 # ---- the agent's pod labels, end to end ------------------------------------
 
 CONTAINER_ID = "5f" * 32  # what a container runtime would report
-
-
-def cgroup2_root():
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split()[0] == "cgroup2":
-            return Path(left.split()[4])
-    return None
 
 
 def test_agent_labels_a_pods_processes_and_drops_them_after_deletion(

@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Agent, free_port, run_workload
+from conftest import Agent, prometheus_server, run_workload
 
 pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
 
@@ -30,24 +30,8 @@ def test_promtool_accepts_the_metrics_page(agent, workload_bin):
 
 @pytest.fixture(scope="module")
 def prometheus(agent, tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("prometheus")
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: slowpath\n    static_configs: [{{targets: ['127.0.0.1:{agent.port}']}}]\n"
-    )
-    port = free_port()
-    log = open(workdir / "prometheus.log", "wb")
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={workdir / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
-    log.close()
+    with prometheus_server(tmp_path_factory.mktemp("prometheus"), agent.port) as base:
+        yield base
 
 
 def query(base, promql):
