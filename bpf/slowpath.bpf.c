@@ -118,8 +118,10 @@ struct {
 
 /* Sampled user stacks, for `slowpath doctor` only (capture_stacks). */
 const volatile bool capture_stacks = false;
-/* One stack in every SP_STACK_SAMPLE_EVERY counted calls of a process. */
-#define SP_STACK_SAMPLE_EVERY 17 /* odd: calls that alternate (getcontext, setcontext) are both sampled */
+/* At most one user stack per millisecond per process: a bounded cost (a
+ * stack walk is ~1 us) however hot the path, and no aliasing with calls
+ * that alternate (getcontext, setcontext). */
+#define SP_STACK_SAMPLE_MS 1
 #define SP_MAX_STACK_DEPTH 127
 
 struct {
@@ -258,10 +260,12 @@ static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, st
 {
 	struct sp_callsite_key key = {};
 	__u64 one = 1, *count;
+	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
 
-	/* plain increment: a race only shifts which call gets sampled */
-	if (!p || p->stack_tick++ % SP_STACK_SAMPLE_EVERY)
+	/* plain store: a race between threads only lets one more stack through */
+	if (!p || now_ms - p->stack_ms < SP_STACK_SAMPLE_MS)
 		return;
+	p->stack_ms = now_ms;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
 	key.kind = kind;
 	key.stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);

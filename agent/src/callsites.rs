@@ -1,6 +1,6 @@
 //! Call sites of a slow path: the user stacks the BPF side samples at the
-//! counted syscalls (one in every 17 per process, only under `slowpath
-//! doctor`), symbolized with blazesym from the live process (its own
+//! counted syscalls (at most one per millisecond per process, only under
+//! `slowpath doctor`), symbolized with blazesym from the live process (its own
 //! binaries through /proc/<pid>/map_files, so processes in containers work).
 //!
 //! Limits: the kernel walks user stacks by frame pointers. A frame without
