@@ -328,7 +328,15 @@ fn clock_rates(d: &Delta, secs: f64, vdso: bool) -> (f64, BTreeMap<String, f64>)
     (detail.values().sum(), detail)
 }
 
-fn ranked(mut processes: Vec<ProcessRate>) -> Vec<ProcessRate> {
+/// The processes `rate` picks (rate per second and break-down), highest first.
+fn ranked(
+    deltas: &[Delta],
+    mut rate: impl FnMut(&Delta) -> Option<(f64, BTreeMap<String, f64>)>,
+) -> Vec<ProcessRate> {
+    let mut processes: Vec<ProcessRate> = deltas
+        .iter()
+        .filter_map(|d| rate(d).map(|(per_second, detail)| process(d, per_second, detail)))
+        .collect();
     processes.sort_by(|a, b| b.per_second.total_cmp(&a.per_second));
     processes
 }
@@ -347,15 +355,10 @@ fn clocksource_finding(
         return None;
     }
     let mono = bench.iter().find(|c| c.clock == "monotonic");
-    let processes = ranked(
-        deltas
-            .iter()
-            .filter_map(|d| {
-                let (rate, detail) = clock_rates(d, secs, true);
-                (rate > 0.0).then(|| process(d, rate, detail))
-            })
-            .collect(),
-    );
+    let processes = ranked(deltas, |d| {
+        let (rate, detail) = clock_rates(d, secs, true);
+        (rate > 0.0).then_some((rate, detail))
+    });
     let tsc = cs.available.iter().any(|c| c == "tsc");
     let mut evidence = BTreeMap::from([
         ("current_clocksource".to_string(), current.clone()),
@@ -406,15 +409,10 @@ fn vdso_bypass_finding(deltas: &[Delta], secs: f64, node_falls_back: bool) -> Op
     if node_falls_back {
         return None; // the clocksource finding covers every process
     }
-    let processes = ranked(
-        deltas
-            .iter()
-            .filter_map(|d| {
-                let (rate, detail) = clock_rates(d, secs, true);
-                (rate >= VDSO_BYPASS_PER_SEC).then(|| process(d, rate, detail))
-            })
-            .collect(),
-    );
+    let processes = ranked(deltas, |d| {
+        let (rate, detail) = clock_rates(d, secs, true);
+        (rate >= VDSO_BYPASS_PER_SEC).then_some((rate, detail))
+    });
     let top = processes.first()?;
     Some(Finding {
         id: "vdso_bypass",
@@ -442,15 +440,10 @@ fn vdso_bypass_finding(deltas: &[Delta], secs: f64, node_falls_back: bool) -> Op
 }
 
 fn cpu_clock_finding(deltas: &[Delta], secs: f64) -> Option<Finding> {
-    let processes = ranked(
-        deltas
-            .iter()
-            .filter_map(|d| {
-                let (rate, detail) = clock_rates(d, secs, false);
-                (rate >= CPU_CLOCKS_PER_SEC).then(|| process(d, rate, detail))
-            })
-            .collect(),
-    );
+    let processes = ranked(deltas, |d| {
+        let (rate, detail) = clock_rates(d, secs, false);
+        (rate >= CPU_CLOCKS_PER_SEC).then_some((rate, detail))
+    });
     processes.first()?;
     Some(Finding {
         id: "cpu_time_clocks",
@@ -469,30 +462,25 @@ fn cpu_clock_finding(deltas: &[Delta], secs: f64) -> Option<Finding> {
 fn sigprocmask_finding(deltas: &[Delta], secs: f64) -> Option<Finding> {
     let names = crate::labels::SIGMASK_OPS;
     let mut getcontext = false;
-    let processes = ranked(
-        deltas
+    let processes = ranked(deltas, |d| {
+        let total: u64 = d.c.sigprocmask.iter().sum();
+        let rate = total as f64 / secs;
+        if rate < SIGPROCMASK_PER_SEC {
+            return None;
+        }
+        let (query, setmask) = (d.c.sigprocmask[3] as f64, d.c.sigprocmask[2] as f64);
+        // getcontext() queries, setcontext() sets: equal halves
+        if query > 0.4 * total as f64 && (query - setmask).abs() <= 0.1 * query {
+            getcontext = true;
+        }
+        let detail = names
             .iter()
-            .filter_map(|d| {
-                let total: u64 = d.c.sigprocmask.iter().sum();
-                let rate = total as f64 / secs;
-                if rate < SIGPROCMASK_PER_SEC {
-                    return None;
-                }
-                let (query, setmask) = (d.c.sigprocmask[3] as f64, d.c.sigprocmask[2] as f64);
-                // getcontext() queries, setcontext() sets: equal halves
-                if query > 0.4 * total as f64 && (query - setmask).abs() <= 0.1 * query {
-                    getcontext = true;
-                }
-                let detail = names
-                    .iter()
-                    .zip(d.c.sigprocmask)
-                    .filter(|(_, n)| *n > 0)
-                    .map(|(op, n)| (op.to_string(), n as f64 / secs))
-                    .collect();
-                Some(process(d, rate, detail))
-            })
-            .collect(),
-    );
+            .zip(d.c.sigprocmask)
+            .filter(|(_, n)| *n > 0)
+            .map(|(op, n)| (op.to_string(), n as f64 / secs))
+            .collect();
+        Some((rate, detail))
+    });
     let top = processes.first()?;
     let (cause, fix) = if getcontext {
         (
@@ -528,32 +516,26 @@ fn sigprocmask_finding(deltas: &[Delta], secs: f64) -> Option<Finding> {
 }
 
 fn sleep_loop_finding(deltas: &[Delta], secs: f64) -> Option<Finding> {
-    let processes = ranked(
-        deltas
-            .iter()
-            .filter_map(|d| {
-                let mut short = 0u64;
-                let mut detail = BTreeMap::new();
-                for buckets in &d.c.sleep_buckets {
-                    let (finite, total) = cumulative_buckets(buckets);
-                    short += finite[3].1; // requests of 1 ms or less
-                    if total > 0 {
-                        for (i, &n) in buckets.iter().enumerate() {
-                            if n > 0 {
-                                let le = SLEEP_BUCKET_BOUNDS
-                                    .get(i)
-                                    .map_or("+Inf".to_string(), |b| format!("{b}"));
-                                *detail.entry(format!("le_{le}_s")).or_insert(0.0) +=
-                                    n as f64 / secs;
-                            }
-                        }
+    let processes = ranked(deltas, |d| {
+        let mut short = 0u64;
+        let mut detail = BTreeMap::new();
+        for buckets in &d.c.sleep_buckets {
+            let (finite, total) = cumulative_buckets(buckets);
+            short += finite[3].1; // requests of 1 ms or less
+            if total > 0 {
+                for (i, &n) in buckets.iter().enumerate() {
+                    if n > 0 {
+                        let le = SLEEP_BUCKET_BOUNDS
+                            .get(i)
+                            .map_or("+Inf".to_string(), |b| format!("{b}"));
+                        *detail.entry(format!("le_{le}_s")).or_insert(0.0) += n as f64 / secs;
                     }
                 }
-                let rate = short as f64 / secs;
-                (rate >= SHORT_SLEEPS_PER_SEC).then(|| process(d, rate, detail))
-            })
-            .collect(),
-    );
+            }
+        }
+        let rate = short as f64 / secs;
+        (rate >= SHORT_SLEEPS_PER_SEC).then_some((rate, detail))
+    });
     let top = processes.first()?;
     Some(Finding {
         id: "sleep_loop",
@@ -579,25 +561,20 @@ fn sleep_loop_finding(deltas: &[Delta], secs: f64) -> Option<Finding> {
 }
 
 fn compaction_finding(deltas: &[Delta], secs: f64, thp: &node::ThpSettings) -> Option<Finding> {
-    let processes = ranked(
-        deltas
-            .iter()
-            .filter_map(|d| {
-                let ratio = d.c.compaction_ns[0] as f64 / 1e9 / secs;
-                let detail = BTreeMap::from([
-                    (
-                        "direct_runs_per_second".to_string(),
-                        d.c.compaction_runs[0] as f64 / secs,
-                    ),
-                    (
-                        "thp_fault_allocs_per_second".to_string(),
-                        d.c.thp_fault_alloc as f64 / secs,
-                    ),
-                ]);
-                (ratio >= DIRECT_COMPACTION_RATIO).then(|| process(d, ratio, detail))
-            })
-            .collect(),
-    );
+    let processes = ranked(deltas, |d| {
+        let ratio = d.c.compaction_ns[0] as f64 / 1e9 / secs;
+        let detail = BTreeMap::from([
+            (
+                "direct_runs_per_second".to_string(),
+                d.c.compaction_runs[0] as f64 / secs,
+            ),
+            (
+                "thp_fault_allocs_per_second".to_string(),
+                d.c.thp_fault_alloc as f64 / secs,
+            ),
+        ]);
+        (ratio >= DIRECT_COMPACTION_RATIO).then_some((ratio, detail))
+    });
     let top = processes.first()?;
     let defrag = thp.defrag.clone().unwrap_or_default();
     Some(Finding {
@@ -629,28 +606,22 @@ fn compaction_finding(deltas: &[Delta], secs: f64, thp: &node::ThpSettings) -> O
 }
 
 fn thp_finding(deltas: &[Delta], secs: f64, thp: &node::ThpSettings) -> Option<Finding> {
-    let processes = ranked(
-        deltas
-            .iter()
-            .filter_map(|d| {
-                let (allocs, fallbacks) =
-                    (d.c.thp_fault_alloc as f64, d.c.thp_fault_fallback as f64);
-                let rate = (allocs + fallbacks) / secs;
-                if rate < THP_FAULTS_PER_SEC {
-                    return None;
-                }
-                let detail = BTreeMap::from([
-                    ("allocs_per_second".to_string(), allocs / secs),
-                    ("fallbacks_per_second".to_string(), fallbacks / secs),
-                    (
-                        "fallback_ratio".to_string(),
-                        fallbacks / (allocs + fallbacks),
-                    ),
-                ]);
-                Some(process(d, rate, detail))
-            })
-            .collect(),
-    );
+    let processes = ranked(deltas, |d| {
+        let (allocs, fallbacks) = (d.c.thp_fault_alloc as f64, d.c.thp_fault_fallback as f64);
+        let rate = (allocs + fallbacks) / secs;
+        if rate < THP_FAULTS_PER_SEC {
+            return None;
+        }
+        let detail = BTreeMap::from([
+            ("allocs_per_second".to_string(), allocs / secs),
+            ("fallbacks_per_second".to_string(), fallbacks / secs),
+            (
+                "fallback_ratio".to_string(),
+                fallbacks / (allocs + fallbacks),
+            ),
+        ]);
+        Some((rate, detail))
+    });
     processes.first()?;
     let fallbacks: f64 = processes
         .iter()

@@ -131,6 +131,11 @@ impl Aggregator {
     /// Fold the records waiting in `pending` (after a ring buffer consume).
     pub fn fold_records(&mut self, pending: &PendingRecords) {
         self.cgroups.new_round();
+        self.fold_pending(pending);
+    }
+
+    /// Fold without starting a cgroup round (inside `refresh`, which has one).
+    fn fold_pending(&mut self, pending: &PendingRecords) {
         let records = std::mem::take(&mut *pending.borrow_mut());
         let now = Instant::now();
         for event in &records {
@@ -155,7 +160,7 @@ impl Aggregator {
         self.cgroups.new_round();
         let live = self.read_table(procs)?;
         drain().context("draining the proc_events ring buffer")?;
-        self.fold_records(pending);
+        self.fold_pending(pending);
 
         let mut totals = self.retired.clone();
         let mut tracked = 0;

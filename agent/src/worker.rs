@@ -126,27 +126,22 @@ impl Worker {
         &self.probes
     }
 
+    /// Send a request built around a reply channel and wait for the reply.
+    fn ask<T>(&self, request: impl FnOnce(SyncSender<T>) -> Request) -> Result<T> {
+        let gone = || anyhow!("the BPF worker thread is gone");
+        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+        self.tx.send(request(reply_tx)).map_err(|_| gone())?;
+        reply_rx.recv().map_err(|_| gone())
+    }
+
     /// The sampled call sites so far (empty unless stacks are captured).
     pub fn call_sites(&self) -> Result<Vec<RawCallSite>> {
-        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-        self.tx
-            .send(Request::CallSites(reply_tx))
-            .map_err(|_| anyhow!("the BPF worker thread is gone"))?;
-        reply_rx
-            .recv()
-            .map_err(|_| anyhow!("the BPF worker thread is gone"))
+        self.ask(Request::CallSites)
     }
 
     /// Read the kernel tables now (blocking; call off the async executor).
     pub fn snapshot(&self) -> Result<Arc<Snapshot>> {
-        let (reply_tx, reply_rx) = mpsc::sync_channel(1);
-        self.tx
-            .send(Request::Snapshot(reply_tx))
-            .map_err(|_| anyhow!("the BPF worker thread is gone"))?;
-        reply_rx
-            .recv()
-            .map_err(|_| anyhow!("the BPF worker thread is gone"))?
-            .map_err(|e| anyhow!(e))
+        self.ask(Request::Snapshot)?.map_err(|e| anyhow!(e))
     }
 }
 
