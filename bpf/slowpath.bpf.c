@@ -85,6 +85,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_DEFAULT_MAX_PROCS 16384
 #define SP_DEFAULT_MAX_COMPACTIONS 4096
 #define SP_DEFAULT_RINGBUF_BYTES (1 << 20)
+#define SP_DEFAULT_MAX_STACKS 4096	/* distinct user stacks (1016 bytes each) */
+#define SP_DEFAULT_MAX_CALLSITES 16384 /* (process, kind, stack) keys */
 
 /* Counters per thread group (tgid). */
 struct {
@@ -124,19 +126,32 @@ const volatile bool capture_stacks = false;
 #define SP_STACK_SAMPLE_MS 1
 #define SP_MAX_STACK_DEPTH 127
 
+/* Both tables are sized at load: 1 entry when stacks are not captured (no
+ * kernel memory for a feature that is off), the defaults below otherwise. A
+ * stack trace map is direct-mapped: a stack whose bucket holds another one
+ * is dropped (bpf_get_stackid() -EEXIST), and counted in `stack_drops`. */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
-	__uint(max_entries, 4096);
+	__uint(max_entries, SP_DEFAULT_MAX_STACKS);
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, SP_MAX_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
+	__uint(max_entries, SP_DEFAULT_MAX_CALLSITES);
 	__type(key, struct sp_callsite_key);
 	__type(value, __u64);
 } callsites SEC(".maps");
+
+/* Sampled stacks not kept: the stacks bucket was taken, the stack could not
+ * be walked, or `callsites` was full. Slot 0 only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} stack_drops SEC(".maps");
 
 /* Scratch to build a new `procs` value off the 512-byte BPF stack. The
  * counters in it are never written, so they stay zero. */
@@ -259,7 +274,9 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, struct pt_regs *regs)
 {
 	struct sp_callsite_key key = {};
-	__u64 one = 1, *count;
+	__u64 one = 1, *count, *drops;
+	__u32 zero = 0;
+	long err;
 	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
 
 	/* plain store: a race between threads only lets one more stack through */
@@ -268,15 +285,25 @@ static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, st
 	p->stack_ms = now_ms;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
 	key.kind = kind;
+	__builtin_memcpy(key.comm, p->comm, sizeof(key.comm));
 	key.stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
 	if (key.stack_id < 0)
-		return;
+		goto dropped;
 	bpf_probe_read_user(&key.stack_top, sizeof(key.stack_top), (void *)PT_REGS_SP_CORE(regs));
 	count = bpf_map_lookup_elem(&callsites, &key);
-	if (count)
+	if (count) {
 		__sync_fetch_and_add(count, 1);
-	else
-		bpf_map_update_elem(&callsites, &key, &one, BPF_NOEXIST);
+		return;
+	}
+	/* -EEXIST: another thread added it first (its sample counts; this
+	 * one is not worth a retry) */
+	err = bpf_map_update_elem(&callsites, &key, &one, BPF_NOEXIST);
+	if (!err || err == -SP_EEXIST)
+		return;
+dropped:
+	drops = bpf_map_lookup_elem(&stack_drops, &zero);
+	if (drops)
+		*drops += 1; /* per-CPU slot */
 }
 
 static __always_inline __u32 callsite_kind(long id)

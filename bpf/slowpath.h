@@ -129,6 +129,8 @@ struct sp_callsite_key {
 	__s32 stack_id; /* in the `stacks` map */
 	__u32 _pad;
 	__u64 stack_top[2];
+	char comm[16]; /* group leader's comm (sp_proc.comm): names the
+			* process after it exits, splits samples at exec */
 };
 
 enum sp_proc_event_kind {

@@ -311,6 +311,17 @@ fn open_and_load<'obj>(
         if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
             rodata.capture_stacks = true;
         }
+    } else {
+        // Stack tables are preallocated (4 MiB for `stacks`): one entry each
+        // when nothing will be sampled.
+        open.maps
+            .stacks
+            .set_max_entries(1)
+            .context("sizing the stacks map")?;
+        open.maps
+            .callsites
+            .set_max_entries(1)
+            .context("sizing the callsites map")?;
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let (probe, attach_type) = classify_program(prog.name())?;

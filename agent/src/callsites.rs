@@ -1,7 +1,8 @@
 //! Call sites of a slow path: the user stacks the BPF side samples at the
 //! counted syscalls (at most one per millisecond per process, only under
-//! `slowpath doctor`), symbolized with blazesym from the live process (its own
-//! binaries through /proc/<pid>/map_files, so processes in containers work).
+//! `slowpath doctor` or `--debug.callsites`), symbolized with blazesym from
+//! the live process (its own binaries through /proc/<pid>/map_files, so
+//! processes in containers work).
 //!
 //! Limits: the kernel walks user stacks by frame pointers. A frame without
 //! one (Debian's glibc, most distribution binaries) ends the walk, and
@@ -15,11 +16,11 @@
 use std::collections::BTreeMap;
 
 use blazesym::symbolize::source::{Process, Source};
-use blazesym::symbolize::{Input, Symbolized, Symbolizer};
+use blazesym::symbolize::{Input, Reason, Symbolized, Symbolizer};
 use blazesym::Pid;
 use serde::Serialize;
 
-use crate::worker::RawCallSite;
+use crate::stack_tables::RawCallSite;
 
 /// One symbolized frame.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -78,7 +79,9 @@ pub fn for_process(
     out
 }
 
-fn symbolize_site(symbolizer: &Symbolizer, site: &RawCallSite) -> CallSite {
+/// Symbolize one sampled stack of a live process (frames say so when it has
+/// exited).
+pub fn symbolize_site(symbolizer: &Symbolizer, site: &RawCallSite) -> CallSite {
     // Every frame but the first is a return address: look up the call
     // instruction just before it.
     let mut addrs: Vec<u64> = site
@@ -137,7 +140,12 @@ fn frame(sym: &Symbolized<'_>) -> Frame {
             line: sym.code_info.as_ref().and_then(|c| c.line),
             from_stack_top: false,
         },
-        Symbolized::Unknown(reason) => unknown(&reason.to_string()),
+        Symbolized::Unknown(reason) => unknown(match reason {
+            // e.g. a sample taken before an exec, symbolized after it
+            Reason::Unmapped => "unmapped address",
+            Reason::MissingSyms | Reason::UnknownAddr => "no symbol",
+            _ => "unknown address",
+        }),
     }
 }
 
@@ -175,4 +183,30 @@ pub fn one_line(site: &CallSite) -> String {
         ""
     };
     format!("{} samples: {}{cut}", site.samples, names.join(" <- "))
+}
+
+/// Name of a call kind (`enum sp_callsite_kind`) in folded stacks and in the
+/// `kind` query parameter of `/debug/callsites`.
+pub const KIND_NAMES: [&str; 3] = ["clock", "rt_sigprocmask", "sleep"];
+
+/// One folded-stack path (the flame graph format of `stackcollapse`, without
+/// the count): `comm;outermost;...;innermost;[kind]`, with
+/// `[stack cut short]` after the comm when the walk did not reach the
+/// program's entry. Semicolons inside names become colons.
+pub fn folded_path(comm: &str, site: &CallSite, kind: u32) -> String {
+    let clean = |s: &str| s.replace([';', '\n'], ":");
+    let mut parts = vec![clean(comm)];
+    if site.truncated {
+        parts.push("[stack cut short]".into());
+    }
+    // an unknown frame carries the reason in `module`
+    parts.extend(site.frames.iter().rev().map(|f| match f.function.as_str() {
+        "?" => format!("[{}]", clean(&f.module)),
+        name => clean(name),
+    }));
+    parts.push(format!(
+        "[{}]",
+        KIND_NAMES.get(kind as usize).unwrap_or(&"?")
+    ));
+    parts.join(";")
 }

@@ -121,6 +121,13 @@ pub struct Cli {
           default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub deleted_pod_grace: Duration,
 
+    /// Sample user stacks at the counted syscalls (at most one per
+    /// millisecond per process), symbolize them and serve them as folded
+    /// stacks (flame graph input) at /debug/callsites. Off by default: it
+    /// adds a stack walk per sample and 20 MiB of kernel tables.
+    #[arg(long = "debug.callsites", env = "SLOWPATH_DEBUG_CALLSITES")]
+    pub debug_callsites: bool,
+
     /// Testing only: make the kernel refuse this probe (attached as raw_tp to
     /// a tracepoint that does not exist) to exercise degraded operation.
     #[arg(long = "bpf.test-break-probe", hide = true, value_name = "PROBE")]

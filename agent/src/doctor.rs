@@ -28,7 +28,8 @@ use crate::cli::{DoctorArgs, Format};
 use crate::labels::{cumulative_buckets, is_vdso_clock, CLOCK_NAMES, SLEEP_BUCKET_BOUNDS};
 use crate::node;
 use crate::procs::sub_counters;
-use crate::worker::{RawCallSite, Snapshot, Worker};
+use crate::stack_tables::{RawCallSite, StackTables};
+use crate::worker::{Snapshot, Worker};
 
 /// Clocksources the vDSO cannot read (x86: only tsc, kvm-clock, hyperv have a
 /// vDSO read path; these fall back to a syscall for every read).
@@ -114,14 +115,23 @@ struct Delta {
     c: sp_counters,
 }
 
-/// Run the doctor: observe with `worker`, print the report.
-pub fn run(worker: &Worker, args: &DoctorArgs, sysfs: &Path) -> Result<()> {
+/// Run the doctor: observe with `worker`, print the report, with the call
+/// sites sampled in `stacks`.
+pub fn run(
+    worker: &Worker,
+    stacks: Option<&StackTables>,
+    args: &DoctorArgs,
+    sysfs: &Path,
+) -> Result<()> {
     let before = worker.snapshot()?;
     observe(args.duration);
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, args);
     let mut report = build_report(&after, &deltas, args.duration, sysfs);
-    attach_call_sites(&mut report, &worker.call_sites()?);
+    attach_call_sites(
+        &mut report,
+        &stacks.map(StackTables::read).unwrap_or_default(),
+    );
     match args.format {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => print_text(&report, std::io::stdout().is_terminal()),

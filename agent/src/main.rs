@@ -7,6 +7,7 @@
 //! line on stderr and nothing left attached.
 
 mod bpf;
+mod callsite_store;
 mod callsites;
 mod canary;
 mod cgroup;
@@ -20,6 +21,7 @@ mod node;
 mod preflight;
 mod procs;
 mod server;
+mod stack_tables;
 mod worker;
 
 use std::io::{ErrorKind, IsTerminal};
@@ -123,15 +125,17 @@ fn run(cli: Cli) -> Result<()> {
         }
         false => None,
     };
-    let worker = Arc::new(Worker::start(WorkerOptions {
-        load: load_options(&cli, false),
+    let mut worker = Worker::start(WorkerOptions {
+        load: load_options(&cli, cli.debug_callsites),
         pid_label: cli.pid_label,
         canary_interval: cli.canary_interval,
         pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
             index: k.index.clone(),
             deleted_pod_grace: cli.deleted_pod_grace,
         }),
-    })?);
+    })?;
+    let stack_tables = worker.take_stack_tables();
+    let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
     let attached: Vec<String> = probes
         .iter()
@@ -151,20 +155,30 @@ fn run(cli: Cli) -> Result<()> {
     registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
     ))?;
+    let callsites = match stack_tables {
+        Some(tables) => {
+            let folded = callsite_store::SharedFolded::default();
+            let metrics = callsite_store::CallSiteMetrics::register(&registry)?;
+            let thread = callsite_store::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
+            info!("call sites: sampling user stacks, folded at /debug/callsites");
+            Some((folded, thread))
+        }
+        None => None,
+    };
 
     runtime.block_on(async {
         if let Some((client, opts, state)) = kube {
             tokio::spawn(kubernetes::watch_pods(client, opts, state));
         }
-        server::serve(
-            listener,
-            cli.telemetry_path,
+        let endpoints = server::Endpoints {
+            telemetry_path: cli.telemetry_path,
             registry,
             probes,
-            shutdown_signal(),
-        )
-        .await
+            callsites: callsites.as_ref().map(|(folded, _)| folded.clone()),
+        };
+        server::serve(listener, endpoints, shutdown_signal()).await
     })?;
+    drop(callsites); // stops the harvester, which holds the tables' fds
     info!("shutting down: detaching BPF programs");
     // The registry (and the collector's worker handle) went with the server;
     // dropping the last handle detaches everything.
@@ -189,14 +203,15 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
-    let worker = Worker::start(WorkerOptions {
+    let mut worker = Worker::start(WorkerOptions {
         load: load_options(cli, true),
         pid_label: true,
         // the canary runs once at start; the doctor benchmarks clocks itself
         canary_interval: std::time::Duration::from_secs(3600),
         pods: None,
     })?;
-    doctor::run(&worker, args, &cli.sysfs)
+    let stacks = worker.take_stack_tables();
+    doctor::run(&worker, stacks.as_ref(), args, &cli.sysfs)
 }
 
 /// The kernel's host name, the default Kubernetes node name.

@@ -1,12 +1,13 @@
-//! HTTP endpoints: the metrics page, `/healthz` (alive) and `/readyz`
-//! (probes attached), served with axum on the listener bound at start.
+//! HTTP endpoints: the metrics page, `/healthz` (alive), `/readyz` (probes
+//! attached) and, with `--debug.callsites`, `/debug/callsites` (folded
+//! stacks), served with axum on the listener bound at start.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::extract::State;
+use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
@@ -15,6 +16,8 @@ use prometheus::{Encoder, Histogram, HistogramOpts, Registry, TextEncoder};
 use tracing::{error, info};
 
 use crate::bpf::ProbeStatus;
+use crate::callsite_store::SharedFolded;
+use crate::callsites::KIND_NAMES;
 
 /// How long in-flight scrapes may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
@@ -24,6 +27,8 @@ struct AppState {
     scrape_seconds: Histogram,
     probes: Vec<ProbeStatus>,
     telemetry_path: String,
+    /// Folded call-site stacks, when `--debug.callsites` is on.
+    callsites: Option<SharedFolded>,
 }
 
 impl AppState {
@@ -40,15 +45,29 @@ impl AppState {
     }
 }
 
+/// What to serve.
+pub struct Endpoints {
+    pub telemetry_path: String,
+    pub registry: Registry,
+    /// Attach results, for `/readyz`.
+    pub probes: Vec<ProbeStatus>,
+    /// `/debug/callsites` answers 404 without it.
+    pub callsites: Option<SharedFolded>,
+}
+
 /// Serve until `shutdown` resolves, then give in-flight requests
 /// [`SHUTDOWN_GRACE`] to finish.
 pub async fn serve(
     listener: std::net::TcpListener,
-    telemetry_path: String,
-    registry: Registry,
-    probes: Vec<ProbeStatus>,
+    endpoints: Endpoints,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    let Endpoints {
+        telemetry_path,
+        registry,
+        probes,
+        callsites,
+    } = endpoints;
     let scrape_seconds = Histogram::with_opts(
         HistogramOpts::new(
             "slowpath_scrape_duration_seconds",
@@ -64,11 +83,13 @@ pub async fn serve(
         scrape_seconds,
         probes,
         telemetry_path: telemetry_path.clone(),
+        callsites,
     });
     let app = Router::new()
         .route(&telemetry_path, get(metrics))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/debug/callsites", get(debug_callsites))
         .route("/", get(landing))
         .with_state(state);
     let listener = tokio::net::TcpListener::from_std(listener).context("listener")?;
@@ -127,11 +148,59 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// Query of `/debug/callsites`.
+#[derive(serde::Deserialize)]
+struct CallSitesQuery {
+    /// `clock`, `rt_sigprocmask` or `sleep`; all when absent.
+    kind: Option<String>,
+}
+
+/// Folded stacks (`comm;outermost;...;innermost;[kind] samples`, most
+/// sampled first), ready for flamegraph.pl or speedscope.
+async fn debug_callsites(
+    State(state): State<Arc<AppState>>,
+    Query(query): Query<CallSitesQuery>,
+) -> Response {
+    let Some(folded) = &state.callsites else {
+        return (
+            StatusCode::NOT_FOUND,
+            "call-site capture is off: start slowpath with --debug.callsites \
+             (SLOWPATH_DEBUG_CALLSITES=true)\n",
+        )
+            .into_response();
+    };
+    let kind = match query.kind.as_deref() {
+        None => None,
+        Some(name) => match KIND_NAMES.iter().position(|&k| k == name) {
+            Some(i) => Some(i as u32),
+            None => {
+                return (
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "unknown kind {name:?}: use one of {}\n",
+                        KIND_NAMES.join(", ")
+                    ),
+                )
+                    .into_response()
+            }
+        },
+    };
+    let body = folded
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .render(kind);
+    ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
 async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {
     Html(format!(
         "<html><head><title>slowpath</title></head><body><h1>slowpath</h1>\
          <p><a href=\"{0}\">{0}</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; \
-         <a href=\"/readyz\">/readyz</a></p></body></html>\n",
-        state.telemetry_path
+         <a href=\"/readyz\">/readyz</a>{1}</p></body></html>\n",
+        state.telemetry_path,
+        match state.callsites {
+            Some(_) => " &middot; <a href=\"/debug/callsites\">/debug/callsites</a>",
+            None => "",
+        }
     ))
 }

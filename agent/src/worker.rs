@@ -20,6 +20,7 @@ use crate::identity;
 use crate::kubernetes::SharedPodIndex;
 use crate::labels::{SeriesKey, LOST_REASONS};
 use crate::procs::{Aggregator, PendingRecords};
+use crate::stack_tables::StackTables;
 
 /// How often the ring buffer is drained between scrapes, so it never fills
 /// under process churn.
@@ -68,23 +69,8 @@ pub struct Snapshot {
     pub canary: Vec<ClockCanary>,
 }
 
-/// User stacks sampled at counted syscalls (`capture_stacks`).
-#[derive(Clone, Debug)]
-pub struct RawCallSite {
-    pub tgid: u32,
-    /// `enum sp_callsite_kind`: 0 clock, 1 rt_sigprocmask, 2 sleep.
-    pub kind: u32,
-    pub samples: u64,
-    /// Instruction pointers, innermost first (frame-pointer walk).
-    pub ips: Vec<u64>,
-    /// The two words at the user stack pointer: one is the caller's return
-    /// address when the syscall was made from a leaf function.
-    pub stack_top: [u64; 2],
-}
-
 enum Request {
     Snapshot(SyncSender<Result<Arc<Snapshot>, String>>),
-    CallSites(SyncSender<Vec<RawCallSite>>),
     Stop(SyncSender<()>),
 }
 
@@ -93,6 +79,14 @@ pub struct Worker {
     tx: Sender<Request>,
     thread: Option<JoinHandle<()>>,
     probes: Vec<ProbeStatus>,
+    stack_tables: Option<StackTables>,
+}
+
+/// What the thread hands back once loaded.
+struct Ready {
+    probes: Vec<ProbeStatus>,
+    /// With `capture_stacks` only.
+    stack_tables: Option<StackTables>,
 }
 
 impl Worker {
@@ -105,10 +99,11 @@ impl Worker {
             .spawn(move || run(opts, rx, ready_tx))
             .context("starting the BPF worker thread")?;
         match ready_rx.recv() {
-            Ok(Ok(probes)) => Ok(Self {
+            Ok(Ok(ready)) => Ok(Self {
                 tx,
                 thread: Some(thread),
-                probes,
+                probes: ready.probes,
+                stack_tables: ready.stack_tables,
             }),
             Ok(Err(err)) => {
                 let _ = thread.join();
@@ -134,9 +129,10 @@ impl Worker {
         reply_rx.recv().map_err(|_| gone())
     }
 
-    /// The sampled call sites so far (empty unless stacks are captured).
-    pub fn call_sites(&self) -> Result<Vec<RawCallSite>> {
-        self.ask(Request::CallSites)
+    /// The sampled-stack tables, once (`None` unless loaded with
+    /// `capture_stacks`, or when already taken).
+    pub fn take_stack_tables(&mut self) -> Option<StackTables> {
+        self.stack_tables.take()
     }
 
     /// Read the kernel tables now (blocking; call off the async executor).
@@ -158,7 +154,7 @@ impl Drop for Worker {
     }
 }
 
-fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<ProbeStatus>>>) {
+fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Ready>>) {
     let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; 3];
     let loaded = match bpf::load(&mut storage, &opts.load) {
         Ok(loaded) => loaded,
@@ -194,7 +190,20 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
             }
         }
     };
-    let _ = ready.send(Ok(loaded.probes.clone()));
+    let stack_tables = match opts.load.capture_stacks {
+        true => match StackTables::open(&loaded) {
+            Ok(tables) => Some(tables),
+            Err(err) => {
+                let _ = ready.send(Err(err));
+                return;
+            }
+        },
+        false => None,
+    };
+    let _ = ready.send(Ok(Ready {
+        probes: loaded.probes.clone(),
+        stack_tables,
+    }));
 
     let procs = &loaded.skel.maps.procs;
     let sys_enter_attached = loaded
@@ -248,12 +257,6 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Vec<
                     error!(error = %err, "reading the kernel tables");
                 }
                 let _ = reply.send(result);
-            }
-            Ok(Request::CallSites(reply)) => {
-                let _ = reply.send(read_call_sites(
-                    &loaded.skel.maps.callsites,
-                    &loaded.skel.maps.stacks,
-                ));
             }
             Ok(Request::Stop(ack)) => {
                 debug!("detaching BPF programs");
@@ -336,44 +339,6 @@ fn log_new_losses(now: &[u64; LOST_REASONS.len()], seen: &mut [u64; LOST_REASONS
             *last = n;
         }
     }
-}
-
-/// Every sampled call site with its stack.
-fn read_call_sites(callsites: &dyn MapCore, stacks: &dyn MapCore) -> Vec<RawCallSite> {
-    let mut out = Vec::new();
-    for key_bytes in callsites.keys() {
-        let mut key = types::sp_callsite_key {
-            tgid: 0,
-            kind: 0,
-            stack_id: 0,
-            _pad: 0,
-            stack_top: [0; 2],
-        };
-        let (Ok(()), Ok(Some(count))) = (
-            plain::copy_from_bytes(&mut key, &key_bytes),
-            callsites.lookup(&key_bytes, MapFlags::ANY),
-        ) else {
-            continue;
-        };
-        let Ok(Some(stack)) = stacks.lookup(&key.stack_id.to_ne_bytes(), MapFlags::ANY) else {
-            continue;
-        };
-        let ips = stack
-            .chunks_exact(8)
-            .map(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")))
-            .take_while(|&ip| ip != 0)
-            .collect();
-        out.push(RawCallSite {
-            tgid: key.tgid,
-            kind: key.kind,
-            samples: count
-                .get(..8)
-                .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes"))),
-            ips,
-            stack_top: key.stack_top,
-        });
-    }
-    out
 }
 
 /// Sum the per-CPU lost-event counters.

@@ -1,0 +1,157 @@
+//! The kernel's sampled-stack tables (`callsites`, `stacks`, `stack_drops`
+//! in `bpf/slowpath.bpf.c`), read and pruned through their own file
+//! descriptors so that any thread can use them, not only the BPF worker.
+//!
+//! The BPF side samples at most one user stack per millisecond per process
+//! at the counted syscalls, and only when loaded with `capture_stacks`
+//! (`slowpath doctor`, or the agent with `--debug.callsites`).
+
+use std::collections::HashSet;
+
+use anyhow::{Context, Result};
+use libbpf_rs::{MapCore, MapFlags, MapHandle};
+
+use crate::bpf::{types, Loaded};
+use crate::labels::comm_to_string;
+
+/// User stacks sampled at counted syscalls: one entry of the `callsites` map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawCallSite {
+    pub tgid: u32,
+    /// The group leader's comm when sampled.
+    pub comm: String,
+    /// `enum sp_callsite_kind`: 0 clock, 1 rt_sigprocmask, 2 sleep.
+    pub kind: u32,
+    /// Samples so far (monotonic while the entry lives).
+    pub samples: u64,
+    /// Id in the `stacks` map (what, with `stack_top`, makes the entry distinct).
+    pub stack_id: i32,
+    /// Instruction pointers, innermost first (frame-pointer walk).
+    pub ips: Vec<u64>,
+    /// The two words at the user stack pointer: one is the caller's return
+    /// address when the syscall was made from a leaf function.
+    pub stack_top: [u64; 2],
+}
+
+/// Handles on the three maps; `Send`, unlike the skeleton.
+pub struct StackTables {
+    callsites: MapHandle,
+    stacks: MapHandle,
+    drops: MapHandle,
+}
+
+impl StackTables {
+    /// Duplicate the maps' descriptors out of a loaded skeleton.
+    pub fn open(loaded: &Loaded<'_>) -> Result<Self> {
+        let maps = &loaded.skel.maps;
+        Ok(Self {
+            callsites: MapHandle::try_from(&maps.callsites).context("callsites map")?,
+            stacks: MapHandle::try_from(&maps.stacks).context("stacks map")?,
+            drops: MapHandle::try_from(&maps.stack_drops).context("stack_drops map")?,
+        })
+    }
+
+    /// Every sampled call site with its stack. An entry whose stack is gone
+    /// (pruned between the two lookups) is skipped.
+    pub fn read(&self) -> Vec<RawCallSite> {
+        let mut sites = self.entries();
+        sites.retain_mut(|site| self.fill_stack(site));
+        sites
+    }
+
+    /// Every sampled call site, without its stack (`ips` empty).
+    pub fn entries(&self) -> Vec<RawCallSite> {
+        self.callsites
+            .keys()
+            .filter_map(|key_bytes| {
+                let key = parse_key(&key_bytes)?;
+                let count = self.callsites.lookup(&key_bytes, MapFlags::ANY).ok()??;
+                Some(RawCallSite {
+                    tgid: key.tgid,
+                    comm: comm_to_string(&key.comm),
+                    kind: key.kind,
+                    samples: u64_at(&count, 0),
+                    stack_id: key.stack_id,
+                    ips: Vec::new(),
+                    stack_top: key.stack_top,
+                })
+            })
+            .collect()
+    }
+
+    /// Read `site`'s stack into `ips`; false when it is no longer there.
+    pub fn fill_stack(&self, site: &mut RawCallSite) -> bool {
+        let Ok(Some(stack)) = self
+            .stacks
+            .lookup(&site.stack_id.to_ne_bytes(), MapFlags::ANY)
+        else {
+            return false;
+        };
+        site.ips = (0..stack.len() / 8)
+            .map(|i| u64_at(&stack, i))
+            .take_while(|&ip| ip != 0)
+            .collect();
+        true
+    }
+
+    /// Delete the entries of `tgids` (processes that exited), then the
+    /// stacks no remaining entry refers to, so that both tables keep room
+    /// for live processes. Returns how many entries went.
+    ///
+    /// A sample the kernel adds to a deleted stack between the two passes
+    /// loses its stack and is skipped by [`read`](Self::read).
+    pub fn forget(&self, tgids: &HashSet<u32>) -> usize {
+        if tgids.is_empty() {
+            return 0;
+        }
+        let mut gone_stacks = HashSet::new();
+        let mut kept_stacks = HashSet::new();
+        let mut deleted = 0;
+        for key_bytes in self.callsites.keys() {
+            let Some(key) = parse_key(&key_bytes) else {
+                continue;
+            };
+            if tgids.contains(&key.tgid) {
+                if self.callsites.delete(&key_bytes).is_ok() {
+                    deleted += 1;
+                }
+                gone_stacks.insert(key.stack_id);
+            } else {
+                kept_stacks.insert(key.stack_id);
+            }
+        }
+        for id in gone_stacks.difference(&kept_stacks) {
+            let _ = self.stacks.delete(&id.to_ne_bytes());
+        }
+        deleted
+    }
+
+    /// Samples dropped so far (all CPUs): no free stack bucket, no room in
+    /// `callsites`, or a stack the kernel could not walk.
+    pub fn dropped(&self) -> u64 {
+        match self.drops.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
+            Ok(Some(per_cpu)) => per_cpu.iter().map(|v| u64_at(v, 0)).sum(),
+            _ => 0,
+        }
+    }
+}
+
+fn parse_key(bytes: &[u8]) -> Option<types::sp_callsite_key> {
+    let mut key = types::sp_callsite_key {
+        tgid: 0,
+        kind: 0,
+        stack_id: 0,
+        _pad: 0,
+        stack_top: [0; 2],
+        comm: [0; 16],
+    };
+    plain::copy_from_bytes(&mut key, bytes).ok()?;
+    Some(key)
+}
+
+/// The `i`th native-endian u64 of `bytes` (0 past the end).
+fn u64_at(bytes: &[u8], i: usize) -> u64 {
+    bytes
+        .get(i * 8..i * 8 + 8)
+        .map_or(0, |b| u64::from_ne_bytes(b.try_into().expect("8 bytes")))
+}

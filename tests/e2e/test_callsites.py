@@ -1,0 +1,147 @@
+"""/debug/callsites: the running agent's sampled call sites as folded stacks.
+
+Real workloads, the real kernel tables (read with bpftool as the oracle for
+eviction), exact sample counts where the sampling rate makes them exact."""
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Agent, run_workload
+
+HARVEST = 1.0  # seconds between harvests (callsite_store::HARVEST_INTERVAL)
+LINE = re.compile(r"^(\S[^\n]*) (\d+)$")
+
+
+@pytest.fixture(scope="module")
+def stacks_agent(agent_bin, tmp_path_factory):
+    a = Agent(agent_bin, ["--debug.callsites"], tmp_path_factory.mktemp("callsites") / "agent.log")
+    yield a
+    assert a.stop() == 0, a.log_text()
+
+
+def folded(agent, kind=None):
+    """{folded path: samples}; every line must be `path count`."""
+    status, body = agent.get("/debug/callsites" + (f"?kind={kind}" if kind else ""))
+    assert status == 200
+    out = {}
+    for line in body.splitlines():
+        m = LINE.match(line)
+        assert m, f"not a folded-stack line: {line!r}"
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def samples(agent, comm, kind):
+    return sum(n for path, n in folded(agent, kind).items() if path.startswith(comm + ";"))
+
+
+def agent_maps(agent):
+    """{map name: map id} of the maps the agent holds."""
+    ids = set()
+    for fd in Path(f"/proc/{agent.proc.pid}/fdinfo").iterdir():
+        m = re.search(r"^map_id:\s+(\d+)$", fd.read_text(), re.M)
+        if m:
+            ids.add(m.group(1))
+    out = {}
+    for i in ids:
+        info = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", i],
+                                         check=True, capture_output=True, text=True).stdout)
+        out[info["name"]] = info
+    return out
+
+
+def kernel_callsite_tgids(agent):
+    """tgids with entries in the agent's `callsites` map (bpftool dump, BTF-formatted)."""
+    map_id = str(agent_maps(agent)["callsites"]["id"])
+    dump = json.loads(subprocess.run(["bpftool", "-j", "map", "dump", "id", map_id],
+                                     check=True, capture_output=True, text=True).stdout)
+    return {e["formatted"]["key"]["tgid"] for e in dump}
+
+
+def settle():
+    """Long enough for two harvests: one to fold, one to evict."""
+    time.sleep(2.5 * HARVEST)
+
+
+def test_off_by_default(agent_bin, tmp_path):
+    a = Agent(agent_bin, [], tmp_path / "agent.log")
+    try:
+        try:
+            a.get("/debug/callsites")
+            raise AssertionError("/debug/callsites answered without --debug.callsites")
+        except Exception as err:  # urllib raises HTTPError for 404
+            assert getattr(err, "code", None) == 404, err
+            assert "--debug.callsites" in err.read().decode()
+        maps = agent_maps(a)
+        # no kernel memory for a feature that is off
+        assert maps["stacks"]["max_entries"] == 1
+        assert maps["callsites"]["max_entries"] == 1
+        assert "slowpath_callsite_samples_total" not in a.scrape().text
+    finally:
+        assert a.stop() == 0, a.log_text()
+
+
+def test_unknown_kind_is_refused(stacks_agent):
+    try:
+        stacks_agent.get("/debug/callsites?kind=futex")
+        raise AssertionError("an unknown kind was accepted")
+    except Exception as err:
+        assert getattr(err, "code", None) == 400, err
+        assert "clock, rt_sigprocmask, sleep" in err.read().decode()
+
+
+def test_getcontext_caller_in_folded_stacks(stacks_agent, workload_bin):
+    pairs = 2_000_000
+    run_workload(workload_bin, "context", pairs)
+    settle()
+    stacks = folded(stacks_agent, "rt_sigprocmask")
+    mine = {p: n for p, n in stacks.items() if p.startswith("sp-workload;")}
+    # root first: ...;run_context;getcontext;[rt_sigprocmask]
+    assert any(p.endswith(";run_context;getcontext;[rt_sigprocmask]") for p in mine), mine
+    assert any(p.endswith(";run_context;setcontext;[rt_sigprocmask]") for p in mine), mine
+    # sampled: at most one per millisecond, never more than the calls
+    assert 0 < sum(mine.values()) <= 2 * pairs
+    assert all(p.endswith("[rt_sigprocmask]") for p in stacks)
+
+
+def test_one_sample_per_sleep_when_sleeps_are_over_a_millisecond_apart(stacks_agent, workload_bin):
+    """Sleeps of 2 ms are further apart than the 1 ms sampling period: every
+    call is sampled, so the samples equal the calls exactly."""
+    before = samples(stacks_agent, "sp-workload", "sleep")
+    dropped = stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total")
+    calls = 300
+    run_workload(workload_bin, "sleep", calls, 2000)
+    settle()
+    got = samples(stacks_agent, "sp-workload", "sleep") - before
+    assert got == calls, (got, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total") - dropped)
+    # glibc's wrappers push no frame pointer; the stack-top word still finds them
+    assert any(p.startswith("sp-workload;") and "nanosleep;[sleep]" in p
+               for p in folded(stacks_agent, "sleep")), folded(stacks_agent, "sleep")
+
+
+def test_exited_processes_leave_the_kernel_tables(stacks_agent, workload_bin):
+    pid = run_workload(workload_bin, "clock-raw", 200_000)
+    settle()
+    assert pid not in kernel_callsite_tgids(stacks_agent)
+    # ... and their samples stay in the folded stacks
+    assert samples(stacks_agent, "sp-workload", "clock") > 0
+
+
+def test_short_lived_processes_are_folded_and_evicted(stacks_agent, workload_bin):
+    before = samples(stacks_agent, "sp-churn", "clock")
+    run_workload(workload_bin, "churn", 40, 20_000)
+    settle()
+    assert samples(stacks_agent, "sp-churn", "clock") > before
+    # every entry left belongs to a live process (dead ones were evicted)
+    dead = {t for t in kernel_callsite_tgids(stacks_agent) if not Path(f"/proc/{t}").exists()}
+    if dead:  # exited since the last harvest: gone after the next two
+        settle()
+        assert not dead & kernel_callsite_tgids(stacks_agent)
+    m = stacks_agent.scrape()
+    assert m.value("slowpath_callsite_stacks") == len(folded(stacks_agent))
+    assert m.value("slowpath_callsite_samples_total") == sum(folded(stacks_agent).values())
