@@ -120,10 +120,9 @@ struct {
 
 /* Sampled user stacks, for `slowpath doctor` only (capture_stacks). */
 const volatile bool capture_stacks = false;
-/* At most one user stack per millisecond per process: a bounded cost (a
- * stack walk is ~1 us) however hot the path, and no aliasing with calls
- * that alternate (getcontext, setcontext). */
-#define SP_STACK_SAMPLE_MS 1
+/* At most one user stack per jiffy per process (stack_due()): a bounded
+ * cost (a stack walk is ~1 us) however hot the path, and no aliasing with
+ * calls that alternate (getcontext, setcontext). */
 #define SP_MAX_STACK_DEPTH 127
 
 /* Both tables are sized at load: 1 entry when stacks are not captured (no
@@ -270,19 +269,30 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 			     sec * SP_NSEC_PER_SEC + (__u64)ts.tv_nsec);
 }
 
-/* Sample the user stack of this call (rate-limited per process). */
+/* Whether this call's user stack is sampled: the first call of each
+ * jiffy (1 ms at HZ=1000, 4 ms at HZ=250) per process. bpf_jiffies64() is a
+ * plain load, unlike a clock read: the calls not sampled pay next to nothing.
+ * The store is plain: a race between threads lets one more stack through. */
+static __always_inline bool stack_due(struct sp_proc *p)
+{
+	__u32 now = bpf_jiffies64();
+
+	if (now == p->stack_jiffy)
+		return false;
+	p->stack_jiffy = now;
+	return true;
+}
+
+/* Sample the user stack of this call. */
 static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, struct pt_regs *regs)
 {
 	struct sp_callsite_key key = {};
 	__u64 one = 1, *count, *drops;
 	__u32 zero = 0;
 	long err;
-	__u32 now_ms = bpf_ktime_get_ns() / 1000000;
 
-	/* plain store: a race between threads only lets one more stack through */
-	if (!p || now_ms - p->stack_ms < SP_STACK_SAMPLE_MS)
+	if (!p)
 		return;
-	p->stack_ms = now_ms;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
 	key.kind = kind;
 	__builtin_memcpy(key.comm, p->comm, sizeof(key.comm));
@@ -324,7 +334,7 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 	p = proc_current();
 	if (!p)
 		return 0;
-	if (capture_stacks)
+	if (capture_stacks && stack_due(p))
 		sample_stack(ctx, p, callsite_kind(id), regs);
 
 	switch (id) {

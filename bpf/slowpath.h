@@ -107,7 +107,7 @@ struct sp_proc {
 	__u64 cgroup_id; /* cgroup v2 id (inode number in cgroup2fs) at first event */
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
-	__u32 stack_ms;	 /* ms (boot clock, wrapping) of the last sampled user stack (doctor only) */
+	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
 };
 
 /* What a sampled call site was doing (callsites map key). */

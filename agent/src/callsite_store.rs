@@ -3,7 +3,7 @@
 //! the new ones while their process still runs, and adds the samples to
 //! folded stacks served at `/debug/callsites` (flame graph input).
 //!
-//! Costs and bounds: the kernel side takes at most one stack per millisecond
+//! Costs and bounds: the kernel side takes at most one stack per jiffy
 //! per process; each harvest reads the `callsites` table (one lookup per
 //! entry, at most 16384 entries) and the stacks of new entries only.
 //! Symbolized paths are cached per process and per stack, and evicted when
@@ -106,7 +106,7 @@ impl CallSiteMetrics {
             samples: IntCounter::new(
                 "slowpath_callsite_samples_total",
                 "User stacks sampled at counted syscalls and folded into /debug/callsites \
-                 (at most one per millisecond per process)",
+                 (at most one per jiffy per process)",
             )?,
             dropped: IntCounter::new(
                 "slowpath_callsite_samples_dropped_total",

@@ -1,8 +1,9 @@
 //! Call sites of a slow path: the user stacks the BPF side samples at the
-//! counted syscalls (at most one per millisecond per process, only under
-//! `slowpath doctor` or `--debug.callsites`), symbolized with blazesym from
-//! the live process (its own binaries through /proc/<pid>/map_files, so
-//! processes in containers work).
+//! counted syscalls (the first call of each jiffy per process, so at most HZ,
+//! 100 to 1000, per second; only under `slowpath doctor` or
+//! `--debug.callsites`), symbolized with blazesym from the live process (its
+//! own binaries through /proc/<pid>/map_files, so processes in containers
+//! work).
 //!
 //! Limits: the kernel walks user stacks by frame pointers. A frame without
 //! one (Debian's glibc, most distribution binaries) ends the walk, and

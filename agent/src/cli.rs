@@ -122,9 +122,9 @@ pub struct Cli {
     pub deleted_pod_grace: Duration,
 
     /// Sample user stacks at the counted syscalls (at most one per
-    /// millisecond per process), symbolize them and serve them as folded
+    /// jiffy, 1 to 10 ms, per process), symbolize them and serve them as folded
     /// stacks (flame graph input) at /debug/callsites. Off by default: it
-    /// adds a stack walk per sample and 20 MiB of kernel tables.
+    /// adds a stack walk per sample and 6 MiB of kernel tables.
     #[arg(long = "debug.callsites", env = "SLOWPATH_DEBUG_CALLSITES")]
     pub debug_callsites: bool,
 

@@ -2,7 +2,7 @@
 //! in `bpf/slowpath.bpf.c`), read and pruned through their own file
 //! descriptors so that any thread can use them, not only the BPF worker.
 //!
-//! The BPF side samples at most one user stack per millisecond per process
+//! The BPF side samples at most one user stack per jiffy (1 to 10 ms) per process
 //! at the counted syscalls, and only when loaded with `capture_stacks`
 //! (`slowpath doctor`, or the agent with `--debug.callsites`).
 

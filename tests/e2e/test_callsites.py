@@ -104,18 +104,19 @@ def test_getcontext_caller_in_folded_stacks(stacks_agent, workload_bin):
     # root first: ...;run_context;getcontext;[rt_sigprocmask]
     assert any(p.endswith(";run_context;getcontext;[rt_sigprocmask]") for p in mine), mine
     assert any(p.endswith(";run_context;setcontext;[rt_sigprocmask]") for p in mine), mine
-    # sampled: at most one per millisecond, never more than the calls
+    # sampled: at most one per jiffy, never more than the calls
     assert 0 < sum(mine.values()) <= 2 * pairs
     assert all(p.endswith("[rt_sigprocmask]") for p in stacks)
 
 
-def test_one_sample_per_sleep_when_sleeps_are_over_a_millisecond_apart(stacks_agent, workload_bin):
-    """Sleeps of 2 ms are further apart than the 1 ms sampling period: every
-    call is sampled, so the samples equal the calls exactly."""
+def test_one_sample_per_sleep_when_sleeps_are_over_a_jiffy_apart(stacks_agent, workload_bin):
+    """The first call of each jiffy is sampled. Sleeps of 11 ms are further
+    apart than the longest jiffy (10 ms at HZ=100): every call is sampled, so
+    the samples equal the calls exactly."""
     before = samples(stacks_agent, "sp-workload", "sleep")
     dropped = stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total")
-    calls = 300
-    run_workload(workload_bin, "sleep", calls, 2000)
+    calls = 150
+    run_workload(workload_bin, "sleep", calls, 11_000)
     settle()
     got = samples(stacks_agent, "sp-workload", "sleep") - before
     assert got == calls, (got, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total") - dropped)
