@@ -16,8 +16,12 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
 use serde::Serialize;
+use signal_hook::consts::{SIGINT, SIGTERM};
 
 use blazesym::symbolize::Symbolizer;
 
@@ -123,11 +127,16 @@ pub fn run(
     args: &DoctorArgs,
     sysfs: &Path,
 ) -> Result<()> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(signal, interrupted.clone())
+            .context("installing the SIGINT/SIGTERM handler")?;
+    }
     let before = worker.snapshot()?;
-    observe(args.duration);
+    let observed = observe(args.duration, &interrupted);
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, args);
-    let mut report = build_report(&after, &deltas, args.duration, sysfs);
+    let mut report = build_report(&after, &deltas, observed, sysfs);
     attach_call_sites(
         &mut report,
         &stacks.map(StackTables::read).unwrap_or_default(),
@@ -163,11 +172,17 @@ fn attach_call_sites(report: &mut Report, raw: &[RawCallSite]) {
     }
 }
 
-/// Sleep for `duration`, with a countdown on a terminal.
-fn observe(duration: Duration) {
+/// Sleep for `duration`, with a countdown on a terminal, or until
+/// `interrupted` (Ctrl-C or SIGTERM: the report covers the time observed).
+/// Returns the time observed.
+fn observe(duration: Duration, interrupted: &AtomicBool) -> Duration {
     let tty = std::io::stderr().is_terminal();
-    let end = Instant::now() + duration;
+    let start = Instant::now();
+    let end = start + duration;
     while let Some(left) = end.checked_duration_since(Instant::now()) {
+        if interrupted.load(Ordering::Relaxed) {
+            break;
+        }
         if tty {
             eprint!(
                 "\rslowpath doctor: observing, {:>3} s left ",
@@ -180,6 +195,7 @@ fn observe(duration: Duration) {
     if tty {
         eprint!("\r{:50}\r", "");
     }
+    start.elapsed().min(duration)
 }
 
 fn label_map(labels: &[(&'static str, String)]) -> BTreeMap<&'static str, String> {

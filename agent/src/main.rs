@@ -137,12 +137,7 @@ fn run(cli: Cli) -> Result<()> {
     let stack_tables = worker.take_stack_tables();
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
-    let attached: Vec<String> = probes
-        .iter()
-        .filter(|p| p.attached())
-        .map(|p| format!("{}={}", p.probe, p.attach_type))
-        .collect();
-    info!(attached = %attached.join(" "), "BPF programs attached");
+    log_attached(&probes);
 
     let registry = Registry::new();
     let collector = metrics::SlowpathCollector::new(
@@ -186,6 +181,16 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
+/// One info line naming every attached probe and its attach type.
+fn log_attached(probes: &[bpf::ProbeStatus]) {
+    let attached: Vec<String> = probes
+        .iter()
+        .filter(|p| p.attached())
+        .map(|p| format!("{}={}", p.probe, p.attach_type))
+        .collect();
+    info!(attached = %attached.join(" "), "BPF programs attached");
+}
+
 /// BPF settings from the flags; `capture_stacks` for the doctor.
 fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
     bpf::LoadOptions {
@@ -210,6 +215,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         canary_interval: std::time::Duration::from_secs(3600),
         pods: None,
     })?;
+    log_attached(worker.probes());
     let stacks = worker.take_stack_tables();
     doctor::run(&worker, stacks.as_ref(), args, &cli.sysfs)
 }

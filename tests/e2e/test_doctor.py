@@ -4,6 +4,7 @@ An idle node gives no warning-level finding."""
 
 import json
 import re
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -160,3 +161,24 @@ def test_call_sites_in_the_text_report(agent_bin, running):
     running("sleep", 10_000, 1000)
     out = subprocess.run([str(agent_bin), "doctor", "--duration=2s"], capture_output=True, text=True, timeout=60)
     assert re.search(r"at \d+ samples: .*nanosleep", out.stdout), out.stdout
+
+
+def test_sigterm_ends_the_observation_with_a_report(agent_bin, running):
+    """Ctrl-C or SIGTERM: the report covers the time observed so far."""
+    pid = running("sleep", 100_000, 1000)
+    doc = subprocess.Popen([str(agent_bin), "doctor", "--duration=1h", "--format=json", "--log.level=debug"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = ""
+    while "BPF programs attached" not in log:
+        line = doc.stderr.readline()
+        assert line, f"doctor exited before attaching: {doc.wait()}"
+        log += line
+    time.sleep(2)
+    started = time.monotonic()
+    doc.send_signal(signal.SIGTERM)
+    out, _ = doc.communicate(timeout=30)
+    assert doc.returncode == 0
+    assert time.monotonic() - started < 5
+    report = json.loads(out)
+    assert 1.5 <= report["duration_seconds"] < 10, report["duration_seconds"]
+    assert pid in pids(finding(report, "sleep_loop"))
