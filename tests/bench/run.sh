@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Overhead benchmark: slowpath against no BPF and against an equivalent bpftrace
-# one-liner, then the agent's own CPU and memory under ~1M traced events/s.
+# Overhead benchmark: slowpath (the agent, and `slowpath doctor`, which runs the
+# same programs plus user-stack sampling) against no BPF and against an
+# equivalent bpftrace one-liner, then the agent's and the doctor's own CPU
+# and memory under ~1M traced events/s.
 #
 # Usage (root):  tests/bench/run.sh
 # Knobs (environment): ROUNDS=11 (rounds of the three configurations),
@@ -42,13 +44,13 @@ nproc_=$(nproc)
 (( CPU < nproc_ )) || CPU=$((nproc_ - 1))
 
 work=$(mktemp -d /tmp/slowpath-bench.XXXXXX)
-agent_pid="" bt_pid="" load_pid="" mounted_tracefs=0 stats_old=""
+agent_pid="" doctor_pid="" bt_pid="" load_pid="" mounted_tracefs=0 stats_old=""
 
 # Cleanup: only what this script started or changed.
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for pid in $load_pid $bt_pid $agent_pid; do
+    for pid in $load_pid $bt_pid $doctor_pid $agent_pid; do
         if kill -0 "$pid" 2>/dev/null; then
             kill -TERM "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
@@ -116,6 +118,21 @@ start_agent() {
     note_prog_ids "$agent_pid"
 }
 
+# The doctor observing for longer than any phase; SIGTERM ends it early
+# (it then reports on what it saw, symbolizing the sampled stacks).
+start_doctor() {
+    "$AGENT" doctor --duration 1h --log.level debug >"$work/doctor.out" 2>"$work/doctor.log" &
+    doctor_pid=$!
+    for _ in $(seq 300); do
+        kill -0 "$doctor_pid" 2>/dev/null || { cat "$work/doctor.log" >&2; die "doctor exited"; }
+        grep -q "BPF programs attached" "$work/doctor.log" && break
+        sleep 0.1
+    done
+    grep -q "BPF programs attached" "$work/doctor.log" \
+        || { cat "$work/doctor.log" >&2; die "doctor not attached after 30 s"; }
+    note_prog_ids "$doctor_pid"
+}
+
 stop_pid() { # SIGTERM, then wait until it has exited (and detached)
     kill -TERM "$1" 2>/dev/null || true
     wait "$1" 2>/dev/null || true
@@ -173,12 +190,13 @@ run_overhead() { # $1 = round, $2 = configuration
     done >>"$work/results"
 }
 
-configs=(none slowpath bpftrace)
-echo "== overhead: $ROUNDS rounds x 3 configurations, $REPS repetitions each"
+configs=(none slowpath doctor bpftrace)
+n_cfg=${#configs[@]}
+echo "== overhead: $ROUNDS rounds x $n_cfg configurations, $REPS repetitions each"
 for ((r = 1; r <= ROUNDS; r++)); do
     line="round $r:"
-    for ((k = 0; k < 3; k++)); do
-        cfg=${configs[$(((r - 1 + k) % 3))]}
+    for ((k = 0; k < n_cfg; k++)); do
+        cfg=${configs[$(((r - 1 + k) % n_cfg))]}
         case $cfg in
             none) run_overhead "$r" none ;;
             slowpath)
@@ -186,6 +204,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
                 sleep 0.5 # let start-up work (first canary, etc.) settle
                 run_overhead "$r" slowpath
                 stop_pid "$agent_pid"; agent_pid="" ;;
+            doctor)
+                start_doctor
+                sleep 0.5 # past the doctor's first canary and snapshot
+                run_overhead "$r" doctor
+                stop_pid "$doctor_pid"; doctor_pid="" ;;
             bpftrace)
                 start_bpftrace
                 sleep 0.5 # let bpftrace finish its start-up work
@@ -217,17 +240,19 @@ iqr() {
 
 echo
 echo "== per-call cost (ns; median of $ROUNDS rounds; delta = median of per-round differences)"
-printf '%-22s %10s   %8s %-15s   %8s %-15s\n' "" "no BPF" "slowpath" "(+delta, ratio)" "bpftrace" "(+delta, ratio)"
+printf '%-22s %10s   %8s %-15s   %8s %-15s   %8s %-15s\n' "" "no BPF" "slowpath" "(+delta, ratio)" \
+    "doctor" "(+delta, ratio)" "bpftrace" "(+delta, ratio)"
 rows=("clock_gettime_raw:traced syscall" "getppid:untraced syscall" "page_fault_4k:4 KiB page fault")
-declare -A d_sp d_bt
+declare -A d_sp d_dr d_bt
 # "ns (+delta, xratio)"; ratio = (base + delta) / base
 cell() { printf '%8.1f (%+6.1f, x%.2f)' "$1" "$2" "$(awk -v b="$3" -v d="$2" 'BEGIN { print (b + d) / b }')"; }
 for row in "${rows[@]}"; do
     m=${row%%:*} label=${row#*:}
-    b=$(val none "$m"); s=$(val slowpath "$m"); t=$(val bpftrace "$m")
-    ds=$(delta slowpath "$m"); dt=$(delta bpftrace "$m")
-    d_sp[$m]=$ds d_bt[$m]=$dt
-    printf '%-22s %10.1f   %s   %s\n' "$label" "$b" "$(cell "$s" "$ds" "$b")" "$(cell "$t" "$dt" "$b")"
+    b=$(val none "$m"); s=$(val slowpath "$m"); o=$(val doctor "$m"); t=$(val bpftrace "$m")
+    ds=$(delta slowpath "$m"); do=$(delta doctor "$m"); dt=$(delta bpftrace "$m")
+    d_sp[$m]=$ds d_dr[$m]=$do d_bt[$m]=$dt
+    printf '%-22s %10.1f   %s   %s   %s\n' "$label" "$b" "$(cell "$s" "$ds" "$b")" \
+        "$(cell "$o" "$do" "$b")" "$(cell "$t" "$dt" "$b")"
 done
 
 mark() { awk "BEGIN { exit !($1) }" && echo PASS || echo FAIL; }
@@ -243,10 +268,22 @@ for row in "${rows[@]}"; do
     printf '  %-58s %s\n' "$label: slowpath $(sgn "${d_sp[$m]}") ns <= bpftrace $(sgn "${d_bt[$m]}") ns" \
         "$(mark "${d_sp[$m]} <= ${d_bt[$m]}")"
 done
+# The doctor runs the agent's programs and samples at most one user stack
+# per millisecond per process: its per-call cost must stay the agent's, up to
+# the noise of the agent's own figure (half its interquartile range, at least 2 ns).
+for row in "${rows[@]}"; do
+    m=${row%%:*} label=${row#*:}
+    tol=$(deltas slowpath "$m" | sort -g | awk '{ a[NR] = $1 } END {
+        lo = int(NR / 4 + 0.75); hi = int(3 * NR / 4 + 0.75); if (lo < 1) lo = 1; if (hi < 1) hi = 1
+        t = (a[hi] - a[lo]) / 2; printf "%.1f", t < 2 ? 2 : t }')
+    printf '  %-58s %s\n' "$label: doctor $(sgn "${d_dr[$m]}") ns <= slowpath $(sgn "${d_sp[$m]}") ns (+-$tol)" \
+        "$(mark "${d_dr[$m]} <= ${d_sp[$m]} + $tol")"
+done
 echo "  noise, 25th..75th percentile of the per-round deltas (ns):"
 for row in "${rows[@]}"; do
     m=${row%%:*} label=${row#*:}
-    printf '    %-20s slowpath %-12s bpftrace %s\n' "$label" "$(iqr slowpath "$m")" "$(iqr bpftrace "$m")"
+    printf '    %-20s slowpath %-12s doctor %-12s bpftrace %s\n' "$label" "$(iqr slowpath "$m")" \
+        "$(iqr doctor "$m")" "$(iqr bpftrace "$m")"
 done
 
 # --- agent CPU and memory under load ----------------------------------------------
@@ -262,69 +299,96 @@ status_kb() { awk -v k="$2:" '$1 == k { print $2 }' /proc/"$1"/status; }
 now() { echo "$EPOCHREALTIME"; }
 mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
-echo
-echo "== agent under load: $LOAD_RATE traced syscalls/s target, $LOAD_THREADS threads, ${LOAD_SECONDS}s"
-start_agent
-sleep 2 # past start-up
-if (( BPF_STATS )) && [[ -w /proc/sys/kernel/bpf_stats_enabled ]]; then
-    stats_old=$(cat /proc/sys/kernel/bpf_stats_enabled)
-    echo 1 >/proc/sys/kernel/bpf_stats_enabled
-fi
-hz=$(getconf CLK_TCK)
-read -r u0 s0 < <(cpu_ticks "$agent_pid")
-n0=$(cpu_ns "$agent_pid")
-rss0=$(status_kb "$agent_pid" VmRSS)
-t0=$(now)
-"$work/sp-bench-load" "$LOAD_RATE" "$LOAD_SECONDS" "$LOAD_THREADS" >"$work/load.out" &
-load_pid=$!
-# Scrape every 2 s while the load runs, so that scrape cost is in the
-# figures; then block in wait, so that the window ends with the load.
-scrapes=0 scrape_times=""
-for ((i = 0; i < (${LOAD_SECONDS%.*} - 1) / 2; i++)); do
-    sleep 2
-    kill -0 "$load_pid" 2>/dev/null || break
-    st=$(curl -s -o "$work/metrics" -w '%{time_total}' "http://127.0.0.1:$port/metrics") || continue
-    scrapes=$((scrapes + 1)) scrape_times+=" ${st}s"
-done
-wait "$load_pid"; load_pid=""
-t1=$(now)
-read -r u1 s1 < <(cpu_ticks "$agent_pid")
-n1=$(cpu_ns "$agent_pid")
-rss1=$(status_kb "$agent_pid" VmRSS)
-hwm=$(status_kb "$agent_pid" VmHWM)
-if [[ -n $stats_old ]]; then
-    # In-kernel cost per run of each agent program (needs bpf_stats_enabled).
-    prog_stats=$(for id in $(grep -h '^prog_id:' /proc/"$agent_pid"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
-        bpftool prog show id "$id" | awk 'NR == 1 { for (i = 1; i <= NF; i++) {
-            if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) } }
-            END { if (c > 0) printf "  %-26s %12d runs %8.1f ns/run\n", n, c, t / c }'
-    done)
-    echo "$stats_old" >/proc/sys/kernel/bpf_stats_enabled
-    stats_old=""
-fi
-# The agent's own count of the load's syscalls, as a cross-check.
-counted=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^slowpath_clock_syscalls_total\{/ && /comm="sp-bench-load"/ && /syscall="clock_gettime"/ { s += $NF } END { printf "%d", s }')
-stop_pid "$agent_pid"; agent_pid=""
 
-wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
-awk -v f="$work/load.out" 'BEGIN { while ((getline l < f) > 0) { split(l, a, " "); v[a[1]] = a[2] }
-    printf "  load: %d calls in %.2f s = %.0f calls/s achieved\n", v["load_calls"], v["load_seconds"], v["load_rate"] }'
-echo "  agent counted for the load process: $counted clock_gettime calls"
-echo "  scrapes of /metrics during the load: $scrapes (took$scrape_times)"
-awk -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$hz" -v w="$wall" 'BEGIN {
-    printf "  agent CPU over %.2f s (/proc/PID/stat, resolution %.2f%%): user %.2f%% of one core (%d ticks), system %.2f%% (%d ticks)\n",
-        w, 100 / hz / w, 100 * u / hz / w, u, 100 * s / hz / w, s }'
-awk -v n="$((n1 - n0))" -v w="$wall" 'BEGIN {
-    printf "  agent on-CPU time (schedstat, user + system): %.1f ms = %.3f%% of one core\n", n / 1e6, 100 * n / 1e9 / w }'
-echo "  agent RSS: $(mib "$rss0") MiB before, $(mib "$rss1") MiB after, peak since start (VmHWM) $(mib "$hwm") MiB"
-if [[ -n ${prog_stats:-} ]]; then
-    echo "  in-kernel cost of the agent's programs during the load (kernel.bpf_stats_enabled;"
-    echo "  includes the stats' own two clock reads per run, so an upper bound):"
-    echo "$prog_stats"
-fi
-user_pct=$(awk -v u="$((u1 - u0))" -v hz="$hz" -v w="$wall" 'BEGIN { printf "%.2f", 100 * u / hz / w }')
+# Run the load while $1 (agent or doctor, pid $2) observes it; prints its CPU,
+# memory and the in-kernel cost of its programs. Sets user_pct and hwm.
+under_load() {
+    local who=$1 pid=$2
+    echo
+    echo "== $who under load: $LOAD_RATE traced syscalls/s target, $LOAD_THREADS threads, ${LOAD_SECONDS}s"
+    sleep 2 # past start-up
+    if (( BPF_STATS )) && [[ -w /proc/sys/kernel/bpf_stats_enabled ]]; then
+        stats_old=$(cat /proc/sys/kernel/bpf_stats_enabled)
+        echo 1 >/proc/sys/kernel/bpf_stats_enabled
+    fi
+    local hz u0 s0 n0 rss0 t0 u1 s1 n1 rss1 t1 wall prog_stats="" scrapes=0 scrape_times="" st i
+    hz=$(getconf CLK_TCK)
+    read -r u0 s0 < <(cpu_ticks "$pid")
+    n0=$(cpu_ns "$pid")
+    rss0=$(status_kb "$pid" VmRSS)
+    t0=$(now)
+    "$work/sp-bench-load" "$LOAD_RATE" "$LOAD_SECONDS" "$LOAD_THREADS" >"$work/load.out" &
+    load_pid=$!
+    # The agent is scraped every 2 s while the load runs, so that scrape cost
+    # is in its figures; then block in wait, so that the window ends with the load.
+    if [[ $who == agent ]]; then
+        for ((i = 0; i < (${LOAD_SECONDS%.*} - 1) / 2; i++)); do
+            sleep 2
+            kill -0 "$load_pid" 2>/dev/null || break
+            st=$(curl -s -o "$work/metrics" -w '%{time_total}' "http://127.0.0.1:$port/metrics") || continue
+            scrapes=$((scrapes + 1)) scrape_times+=" ${st}s"
+        done
+    fi
+    wait "$load_pid"; load_pid=""
+    t1=$(now)
+    read -r u1 s1 < <(cpu_ticks "$pid")
+    n1=$(cpu_ns "$pid")
+    rss1=$(status_kb "$pid" VmRSS)
+    hwm=$(status_kb "$pid" VmHWM)
+    if [[ -n $stats_old ]]; then
+        # In-kernel cost per run of each program (needs bpf_stats_enabled).
+        prog_stats=$(for id in $(grep -h '^prog_id:' /proc/"$pid"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
+            bpftool prog show id "$id" | awk 'NR == 1 { for (i = 1; i <= NF; i++) {
+                if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) } }
+                END { if (c > 0) printf "  %-26s %12d runs %8.1f ns/run\n", n, c, t / c }'
+        done)
+        echo "$stats_old" >/proc/sys/kernel/bpf_stats_enabled
+        stats_old=""
+    fi
+    wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
+    awk -v f="$work/load.out" 'BEGIN { while ((getline l < f) > 0) { split(l, a, " "); v[a[1]] = a[2] }
+        printf "  load: %d calls in %.2f s = %.0f calls/s achieved\n", v["load_calls"], v["load_seconds"], v["load_rate"] }'
+    if [[ $who == agent ]]; then
+        # The agent's own count of the load's syscalls, as a cross-check.
+        local counted
+        counted=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^slowpath_clock_syscalls_total\{/ && /comm="sp-bench-load"/ && /syscall="clock_gettime"/ { s += $NF } END { printf "%d", s }')
+        echo "  agent counted for the load process: $counted clock_gettime calls"
+        echo "  scrapes of /metrics during the load: $scrapes (took$scrape_times)"
+    fi
+    awk -v who="$who" -v u="$((u1 - u0))" -v s="$((s1 - s0))" -v hz="$hz" -v w="$wall" 'BEGIN {
+        printf "  %s CPU over %.2f s (/proc/PID/stat, resolution %.2f%%): user %.2f%% of one core (%d ticks), system %.2f%% (%d ticks)\n",
+            who, w, 100 / hz / w, 100 * u / hz / w, u, 100 * s / hz / w, s }'
+    awk -v who="$who" -v n="$((n1 - n0))" -v w="$wall" 'BEGIN {
+        printf "  %s on-CPU time (schedstat, user + system): %.1f ms = %.3f%% of one core\n", who, n / 1e6, 100 * n / 1e9 / w }'
+    echo "  $who RSS: $(mib "$rss0") MiB before, $(mib "$rss1") MiB after, peak since start (VmHWM) $(mib "$hwm") MiB"
+    if [[ -n $prog_stats ]]; then
+        echo "  in-kernel cost of the $who's programs during the load (kernel.bpf_stats_enabled;"
+        echo "  includes the stats' own two clock reads per run, so an upper bound):"
+        echo "$prog_stats"
+    fi
+    user_pct=$(awk -v u="$((u1 - u0))" -v hz="$hz" -v w="$wall" 'BEGIN { printf "%.2f", 100 * u / hz / w }')
+}
+
+start_agent
+under_load agent "$agent_pid"
+stop_pid "$agent_pid"; agent_pid=""
+agent_user_pct=$user_pct agent_hwm=$hwm
+
+start_doctor
+under_load doctor "$doctor_pid"
+# The report comes after SIGTERM: symbolizing the sampled stacks of the
+# processes the findings name is the doctor's only work outside the kernel.
+t_stop=$(now)
+stop_pid "$doctor_pid"; doctor_pid=""
+t_report=$(awk -v a="$t_stop" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }')
+sites=$(grep -c ' samples: ' "$work/doctor.out" || true)
+echo "  report after SIGTERM in $t_report s ($sites call-site lines symbolized)"
+doctor_user_pct=$user_pct doctor_hwm=$hwm
+
 echo
 echo "== targets (informational)"
-printf '  %-58s %s\n' "agent user CPU ${user_pct}% < 1% of one core" "$(mark "$user_pct < 1")"
-printf '  %-58s %s\n' "agent RSS $(mib "$rss1") MiB (peak $(mib "$hwm") MiB) < 50 MiB" "$(mark "$hwm < 50 * 1024")"
+printf '  %-58s %s\n' "agent user CPU ${agent_user_pct}% < 1% of one core" "$(mark "$agent_user_pct < 1")"
+printf '  %-58s %s\n' "agent peak RSS $(mib "$agent_hwm") MiB < 50 MiB" "$(mark "$agent_hwm < 50 * 1024")"
+printf '  %-58s %s\n' "doctor user CPU ${doctor_user_pct}% < 1% of one core" "$(mark "$doctor_user_pct < 1")"
+printf '  %-58s %s\n' "doctor peak RSS $(mib "$doctor_hwm") MiB < 50 MiB" "$(mark "$doctor_hwm < 50 * 1024")"
 echo
