@@ -56,7 +56,7 @@ VALUE_SETS = {
         "image": {"repository": "registry.example.com/slowpath", "digest": "sha256:" + "0" * 64},
         "imagePullSecrets": [{"name": "regcred"}],
         "seccompProfile": {"type": "RuntimeDefault"},
-        "agent": {"logLevel": "debug", "pidLabel": True, "maxProcesses": 65536},
+        "agent": {"logLevel": "debug", "pidLabel": True, "maxProcesses": 65536, "debugCallsites": True},
         "kubernetes": {"enabled": False},
         "extraArgs": ["--bpf.attach-type=raw-tp"],
         "extraEnv": [{"name": "SLOWPATH_BPF_RINGBUF_BYTES", "value": "4194304"}],
@@ -338,6 +338,7 @@ def test_daemonset_environment_probes_and_scheduling(tools, tmp_path):
     assert env["SLOWPATH_BPF_BTF_PATH"]["value"] == "/host/sys/kernel/btf/vmlinux"
     assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9891"
     assert "SLOWPATH_METRICS_PID_LABEL" not in env
+    assert "SLOWPATH_DEBUG_CALLSITES" not in env  # off by default
     assert pod["automountServiceAccountToken"] is True  # the pod watch needs the token
     assert "args" not in c  # flags an older agent does not know would be fatal
 
@@ -377,6 +378,7 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert c["image"] == "registry.example.com/slowpath@sha256:" + "0" * 64
     assert c["args"] == ["--bpf.attach-type=raw-tp"]
     assert env["SLOWPATH_METRICS_PID_LABEL"]["value"] == "true"
+    assert env["SLOWPATH_DEBUG_CALLSITES"]["value"] == "true"
     assert env["SLOWPATH_BPF_MAX_PROCESSES"]["value"] == "65536"
     assert env["SLOWPATH_KUBERNETES_ENABLED"]["value"] == "false"
     assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9100"
