@@ -206,7 +206,6 @@ impl Harvester {
                 batch.push((known.path.clone(), site.kind, delta));
             }
         }
-        self.publish(&batch);
         // Processes with no entry left are gone from the cache too.
         self.procs.retain(|tgid, _| alive.contains_key(tgid));
         let exited: HashSet<u32> = alive
@@ -215,6 +214,7 @@ impl Harvester {
             .map(|(tgid, _)| tgid)
             .collect();
         self.evict(&exited);
+        self.publish(&batch);
     }
 
     /// Forget exited processes: their kernel entries, unshared stacks and
