@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
 use prometheus::{IntCounter, IntGauge, Registry};
 
-use crate::callsites::{folded_path, symbolize_site, CallSite, Frame, KIND_NAMES};
+use crate::callsites::{folded_path, symbolize_site, CallSite, Frame, EXITED, KIND_NAMES};
 use crate::stack_tables::StackTables;
 
 /// How often the kernel tables are read.
@@ -308,7 +308,7 @@ fn exited_site() -> CallSite {
         samples: 0,
         frames: vec![Frame {
             function: "?".into(),
-            module: "exited before symbolization".into(),
+            module: EXITED.into(),
             file: None,
             line: None,
             from_stack_top: false,

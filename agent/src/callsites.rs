@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 
 use blazesym::symbolize::source::{Process, Source};
 use blazesym::symbolize::{Input, Reason, Symbolized, Symbolizer};
-use blazesym::Pid;
+use blazesym::{ErrorKind, Pid};
 use serde::Serialize;
 
 use crate::stack_tables::RawCallSite;
@@ -93,16 +93,14 @@ pub fn symbolize_site(symbolizer: &Symbolizer, site: &RawCallSite) -> CallSite {
         .collect();
     addrs.extend(site.stack_top.iter().map(|w| w.saturating_sub(1)));
     let src = Source::Process(Process::new(Pid::from(site.tgid)));
-    let symbols = symbolizer
-        .symbolize(&src, Input::AbsAddr(&addrs))
-        .unwrap_or_default();
+    let symbols = match symbolizer.symbolize(&src, Input::AbsAddr(&addrs)) {
+        Ok(symbols) => symbols,
+        Err(err) => return unsymbolized(site.samples, &err),
+    };
     let mut frames: Vec<Frame> = symbols.iter().map(frame).collect();
     let top_words = frames.split_off(frames.len().saturating_sub(2));
     // the first stack-top word that is code
     let top = top_words.into_iter().find(|f| f.function != "?");
-    if frames.is_empty() {
-        frames = vec![unknown("process gone before symbolization")];
-    }
     // The stack-top word is a caller only if it is code, and a caller the
     // frame-pointer walk did not already find.
     if let Some(mut caller) = top {
@@ -124,6 +122,24 @@ pub fn symbolize_site(symbolizer: &Symbolizer, site: &RawCallSite) -> CallSite {
         truncated,
     }
 }
+
+/// A stack that could not be symbolized at all, with why in its one frame.
+fn unsymbolized(samples: u64, err: &blazesym::Error) -> CallSite {
+    let why = match err.kind() {
+        ErrorKind::NotFound => EXITED.to_string(),
+        // reading /proc/PID/maps or map_files: see preflight::warn_if_cannot_symbolize
+        ErrorKind::PermissionDenied => "no access to the process's memory map".to_string(),
+        _ => format!("symbolization failed: {err}"),
+    };
+    CallSite {
+        samples,
+        frames: vec![unknown(&why)],
+        truncated: false,
+    }
+}
+
+/// Reason given for a process gone before its stacks were symbolized.
+pub const EXITED: &str = "exited before symbolization";
 
 fn frame(sym: &Symbolized<'_>) -> Frame {
     match sym {

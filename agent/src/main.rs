@@ -152,6 +152,7 @@ fn run(cli: Cli) -> Result<()> {
     ))?;
     let callsites = match stack_tables {
         Some(tables) => {
+            preflight::warn_if_cannot_symbolize("--debug.callsites");
             let folded = callsite_store::SharedFolded::default();
             let metrics = callsite_store::CallSiteMetrics::register(&registry)?;
             let thread = callsite_store::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
@@ -216,6 +217,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         pods: None,
     })?;
     log_attached(worker.probes());
+    preflight::warn_if_cannot_symbolize("doctor");
     let stacks = worker.take_stack_tables();
     doctor::run(&worker, stacks.as_ref(), args, &cli.sysfs)
 }

@@ -5,11 +5,15 @@ use std::fs;
 use std::net::{SocketAddr, ToSocketAddrs};
 
 use anyhow::{anyhow, bail, Result};
+use tracing::warn;
 
 /// Capability numbers (include/uapi/linux/capability.h).
+const CAP_DAC_READ_SEARCH: u32 = 2;
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
+const CAP_CHECKPOINT_RESTORE: u32 = 40;
 
 /// Parse `--web.listen-address`: `:PORT` (every IPv4 address), `HOST:PORT`,
 /// `[V6]:PORT`.
@@ -60,7 +64,45 @@ pub fn missing_capabilities(caps: u64) -> Vec<&'static str> {
     missing
 }
 
-/// Raise CAP_BPF, CAP_PERFMON and CAP_SYS_ADMIN into the effective set where
+/// Names of the capabilities missing to symbolize the stacks of processes
+/// of other users: CAP_SYS_PTRACE (to read their /proc/PID/maps), and to
+/// open their binaries through /proc/PID/map_files (how containers' own
+/// binaries are reached) CAP_DAC_READ_SEARCH (the directory is mode 0500,
+/// owned by the process's user) and CAP_CHECKPOINT_RESTORE (kernel 5.9+) or
+/// CAP_SYS_ADMIN (fs/proc/base.c, proc_map_files_get_link()).
+pub fn missing_symbolization_capabilities(caps: u64) -> Vec<&'static str> {
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    let mut missing = vec![];
+    if !has(CAP_SYS_PTRACE) {
+        missing.push("CAP_SYS_PTRACE");
+    }
+    if !has(CAP_DAC_READ_SEARCH) {
+        missing.push("CAP_DAC_READ_SEARCH");
+    }
+    if !has(CAP_CHECKPOINT_RESTORE) && !has(CAP_SYS_ADMIN) {
+        missing.push("CAP_CHECKPOINT_RESTORE");
+    }
+    missing
+}
+
+/// Warn, once, when sampled stacks will not be symbolized for lack of
+/// capabilities: they then show `[no access to the process's memory map]`.
+pub fn warn_if_cannot_symbolize(what: &str) {
+    let missing = missing_symbolization_capabilities(effective_caps().unwrap_or(0));
+    if !missing.is_empty() {
+        warn!(
+            missing = %missing.join(" "),
+            "{what}: call sites of other users' processes cannot be symbolized without {}; \
+             grant them (the container's capabilities add: [SYS_PTRACE, DAC_READ_SEARCH, \
+             CHECKPOINT_RESTORE]; Helm: agent.debugCallsites adds them) or run as root",
+            missing.join(", ")
+        );
+    }
+}
+
+/// Raise CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, and for symbolization
+/// CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_CHECKPOINT_RESTORE, into the
+/// effective set where
 /// they are permitted but not effective: the container image gives the
 /// binary these as permitted-only file capabilities (`setcap ...=p`), so
 /// that exec never fails where the runtime does not grant them, and the agent
@@ -72,6 +114,9 @@ pub fn raise_permitted_capabilities() {
         Capability::CAP_BPF,
         Capability::CAP_PERFMON,
         Capability::CAP_SYS_ADMIN,
+        Capability::CAP_SYS_PTRACE,
+        Capability::CAP_DAC_READ_SEARCH,
+        Capability::CAP_CHECKPOINT_RESTORE,
     ] {
         if caps::has_cap(None, CapSet::Permitted, cap).unwrap_or(false) {
             let _ = caps::raise(None, CapSet::Effective, cap);
@@ -125,5 +170,21 @@ mod tests {
         assert!(missing_capabilities(bit(CAP_BPF) | bit(CAP_PERFMON)).is_empty());
         assert_eq!(missing_capabilities(bit(CAP_BPF)), vec!["CAP_PERFMON"]);
         assert_eq!(missing_capabilities(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+    }
+
+    #[test]
+    fn symbolization_capabilities_needed() {
+        let bit = |c: u32| 1u64 << c;
+        let read = bit(CAP_SYS_PTRACE) | bit(CAP_DAC_READ_SEARCH);
+        assert!(missing_symbolization_capabilities(read | bit(CAP_CHECKPOINT_RESTORE)).is_empty());
+        assert!(missing_symbolization_capabilities(read | bit(CAP_SYS_ADMIN)).is_empty());
+        assert_eq!(
+            missing_symbolization_capabilities(bit(CAP_BPF) | bit(CAP_PERFMON)),
+            vec![
+                "CAP_SYS_PTRACE",
+                "CAP_DAC_READ_SEARCH",
+                "CAP_CHECKPOINT_RESTORE"
+            ]
+        );
     }
 }

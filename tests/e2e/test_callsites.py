@@ -155,3 +155,35 @@ def test_short_lived_processes_are_folded_and_evicted(stacks_agent, workload_bin
         time.sleep(0.3)
     else:
         raise AssertionError(f"no two scrapes in a row agreed: {totals}")
+
+
+def non_root(*caps):
+    """setpriv prefix: uid 65534 holding exactly `caps`, as the chart runs the agent."""
+    c = ",".join("+" + cap for cap in caps)
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", f"--inh-caps=-all,{c}",
+            f"--ambient-caps={c}", f"--bounding-set=-all,{c}", "--no-new-privs"]
+
+
+@pytest.mark.parametrize("extra", [(), ("sys_ptrace", "dac_read_search", "checkpoint_restore")],
+                         ids=["bpf+perfmon", "+ptrace+dac+checkpoint"])
+def test_symbolizing_a_root_process_as_non_root_needs_three_more_capabilities(agent_bin, workload_bin, tmp_path, extra):
+    """CAP_SYS_PTRACE reads another user's /proc/PID/maps; CAP_DAC_READ_SEARCH
+    and CAP_CHECKPOINT_RESTORE open its binaries through map_files. Without
+    them the stacks still come, marked, and the agent says at start what to
+    grant."""
+    a = Agent(agent_bin, ["--debug.callsites"], tmp_path / "agent.log", prefix=non_root("bpf", "perfmon", *extra))
+    workload = subprocess.Popen([str(workload_bin), "context", "100000000"], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(2.5 * HARVEST)  # harvested while it runs
+        mine = [p for p in folded(a, "rt_sigprocmask") if p.startswith("sp-workload;")]
+        assert mine, folded(a)
+        if extra:
+            assert any(p.endswith(";run_context;getcontext;[rt_sigprocmask]") for p in mine), mine
+            assert "cannot be symbolized" not in a.log_text()
+        else:
+            assert all("[no access to the process's memory map]" in p for p in mine), mine
+            assert "CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH, CAP_CHECKPOINT_RESTORE" in a.log_text()
+    finally:
+        workload.kill()
+        workload.wait()
+        assert a.stop() == 0, a.log_text()

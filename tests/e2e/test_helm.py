@@ -379,6 +379,8 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert c["args"] == ["--bpf.attach-type=raw-tp"]
     assert env["SLOWPATH_METRICS_PID_LABEL"]["value"] == "true"
     assert env["SLOWPATH_DEBUG_CALLSITES"]["value"] == "true"
+    # symbolizing other processes' stacks
+    assert c["securityContext"]["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "CHECKPOINT_RESTORE"]
     assert env["SLOWPATH_BPF_MAX_PROCESSES"]["value"] == "65536"
     assert env["SLOWPATH_KUBERNETES_ENABLED"]["value"] == "false"
     assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9100"
