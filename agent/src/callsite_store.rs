@@ -24,7 +24,7 @@ use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
 use prometheus::{IntCounter, IntGauge, Registry};
 
-use crate::callsites::{folded_path, symbolize_site, CallSite, Frame, EXITED, KIND_NAMES};
+use crate::callsites::{folded_path, symbolize_site, unknown_site, EXITED, KIND_NAMES};
 use crate::stack_tables::StackTables;
 
 /// How often the kernel tables are read.
@@ -148,15 +148,11 @@ pub struct Harvester {
     exits_since_renewal: usize,
     dropped_seen: u64,
     folded: SharedFolded,
-    metrics: Option<CallSiteMetrics>,
+    metrics: CallSiteMetrics,
 }
 
 impl Harvester {
-    pub fn new(
-        tables: StackTables,
-        folded: SharedFolded,
-        metrics: Option<CallSiteMetrics>,
-    ) -> Self {
+    pub fn new(tables: StackTables, folded: SharedFolded, metrics: CallSiteMetrics) -> Self {
         Self {
             tables,
             symbolizer: Symbolizer::new(),
@@ -193,7 +189,8 @@ impl Harvester {
                 .or_insert_with(|| {
                     let symbolized = match live && self.tables.fill_stack(&mut site) {
                         true => symbolize_site(&self.symbolizer, &site),
-                        false => exited_site(),
+                        // gone before its first harvest
+                        false => unknown_site(0, EXITED),
                     };
                     Known {
                         path: folded_path(&site.comm, &symbolized, site.kind),
@@ -239,9 +236,7 @@ impl Harvester {
             }
             folded.len()
         };
-        let Some(m) = &self.metrics else {
-            return;
-        };
+        let m = &self.metrics;
         m.samples.inc_by(batch.iter().map(|b| b.2).sum());
         let dropped = self.tables.dropped();
         m.dropped.inc_by(dropped.saturating_sub(self.dropped_seen));
@@ -268,7 +263,7 @@ impl HarvesterThread {
         let thread = std::thread::Builder::new()
             .name("slowpath-stacks".into())
             .spawn(move || {
-                let mut harvester = Harvester::new(tables, folded, Some(metrics));
+                let mut harvester = Harvester::new(tables, folded, metrics);
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(HARVEST_INTERVAL) {
                     harvester.harvest();
                 }
@@ -300,21 +295,6 @@ fn process_alive(tgid: u32) -> bool {
                 .map(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
         })
         .unwrap_or(false)
-}
-
-/// A call site whose process exited before its first harvest.
-fn exited_site() -> CallSite {
-    CallSite {
-        samples: 0,
-        frames: vec![Frame {
-            function: "?".into(),
-            module: EXITED.into(),
-            file: None,
-            line: None,
-            from_stack_top: false,
-        }],
-        truncated: false,
-    }
 }
 
 #[cfg(test)]

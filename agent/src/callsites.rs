@@ -131,9 +131,14 @@ fn unsymbolized(samples: u64, err: &blazesym::Error) -> CallSite {
         ErrorKind::PermissionDenied => "no access to the process's memory map".to_string(),
         _ => format!("symbolization failed: {err}"),
     };
+    unknown_site(samples, &why)
+}
+
+/// A call site of one unknown frame that says `why`.
+pub fn unknown_site(samples: u64, why: &str) -> CallSite {
     CallSite {
         samples,
-        frames: vec![unknown(&why)],
+        frames: vec![unknown(why)],
         truncated: false,
     }
 }

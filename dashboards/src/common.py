@@ -235,6 +235,23 @@ def row(pid, title):
     return db.Row(title).id(pid).collapsed(False)
 
 
+def dashboard(title, uid, description, variables, other):
+    """A slowpath dashboard: shared tags, range, refresh and cursor, a link to
+    the `other` dashboard (a `link(...)`), and the given variables."""
+    return (
+        db.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["slowpath", "ebpf", "kernel"])
+        .time("now-1h", "now")
+        .refresh("1m")
+        .timezone("browser")
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .link(other)
+        .variables(variables)
+    )
+
+
 def link(title, url, tooltip):
     return db.DashboardLink(title).type(dm.DashboardLinkType.LINK).url(url).tooltip(tooltip) \
         .include_vars(True).keep_time(True).target_blank(False).as_dropdown(False).icon("dashboard").tags([])

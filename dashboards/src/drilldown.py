@@ -1,14 +1,13 @@
 """slowpath / Drill-down: one node, namespace, pod and process (comm), every
 signal over time, with the node context that explains it."""
 
-from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from common import (COUNT, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, Ids,
-                    datasource_variable, heatmap_panel, link, query_variable, row, stat_panel, state_timeline_panel,
-                    target, timeseries_panel, value_mappings)
+                    dashboard, datasource_variable, heatmap_panel, link, query_variable, row, stat_panel,
+                    state_timeline_panel, target, timeseries_panel, value_mappings)
 
 UID = "slowpath-drilldown"
 
@@ -54,18 +53,12 @@ def variables():
 
 def build():
     ids = Ids()
-    d = (
-        db.Dashboard("slowpath / Drill-down")
-        .uid(UID)
-        .description("One node, namespace, pod and process (comm): vDSO fallback, rt_sigprocmask, sleeps, THP "
-                     "faults and compaction over time, with the node's clocksource, canary and THP settings.")
-        .tags(["slowpath", "ebpf", "kernel"])
-        .time("now-1h", "now")
-        .refresh("1m")
-        .timezone("browser")
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .link(link("Overview", "/d/slowpath-overview/slowpath-overview", "Every node and the top processes"))
-        .variables(variables())
+    d = dashboard(
+        "slowpath / Drill-down", UID,
+        "One node, namespace, pod and process (comm): vDSO fallback, rt_sigprocmask, sleeps, THP "
+        "faults and compaction over time, with the node's clocksource, canary and THP settings.",
+        variables(),
+        link("Overview", "/d/slowpath-overview/slowpath-overview", "Every node and the top processes"),
     )
 
     # --- Summary over the time range ---------------------------------------------------

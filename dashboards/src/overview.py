@@ -1,13 +1,12 @@
 """slowpath / Overview: every node of the fleet, the processes that fall off
 the kernel's fast paths, and the agent's own health."""
 
-from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, BYTES, Ids,
-                    data_link, datasource_variable, heatmap_panel, link, query_variable, regex_mapping, row,
+                    dashboard, data_link, datasource_variable, heatmap_panel, link, query_variable, regex_mapping, row,
                     stat_panel, state_timeline_panel, table_panel, target, timeseries_panel, value_mappings)
 
 UID = "slowpath-overview"
@@ -62,20 +61,14 @@ def variables():
 
 def build():
     ids = Ids()
-    d = (
-        db.Dashboard("slowpath / Overview")
-        .uid(UID)
-        .description("Processes that fall off the Linux kernel's fast paths (vDSO clock fallback, "
-                     "rt_sigprocmask storms, sleep loops, THP faults and compaction), per node, per "
-                     "process and per pod, from the slowpath eBPF agent.")
-        .tags(["slowpath", "ebpf", "kernel"])
-        .time("now-1h", "now")
-        .refresh("1m")
-        .timezone("browser")
-        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
-        .link(link("Drill-down", "/d/slowpath-drilldown/slowpath-drilldown",
-                   "One node, namespace, pod and process over time"))
-        .variables(variables())
+    d = dashboard(
+        "slowpath / Overview", UID,
+        "Processes that fall off the Linux kernel's fast paths (vDSO clock fallback, "
+        "rt_sigprocmask storms, sleep loops, THP faults and compaction), per node, per "
+        "process and per pod, from the slowpath eBPF agent.",
+        variables(),
+        link("Drill-down", "/d/slowpath-drilldown/slowpath-drilldown",
+             "One node, namespace, pod and process over time"),
     )
 
     # --- Nodes: clocksource and the vDSO -------------------------------------

@@ -232,11 +232,12 @@ deltas() {
 }
 delta() { deltas "$1" "$2" | median; }
 # 25th..75th percentile (nearest rank) of the per-round deltas: the noise.
-iqr() {
+quartiles() { # "q1 q3" of the per-round deltas
     deltas "$1" "$2" | sort -g | awk '{ a[NR] = $1 } END {
         lo = int(NR / 4 + 0.75); hi = int(3 * NR / 4 + 0.75); if (lo < 1) lo = 1; if (hi < 1) hi = 1
-        printf "%+.0f..%+.0f", a[lo], a[hi] }'
+        print a[lo], a[hi] }'
 }
+iqr() { quartiles "$1" "$2" | awk '{ printf "%+.0f..%+.0f", $1, $2 }'; }
 
 echo
 echo "== per-call cost (ns; median of $ROUNDS rounds; delta = median of per-round differences)"
@@ -273,9 +274,7 @@ done
 # the noise of the agent's own figure (half its interquartile range, at least 2 ns).
 for row in "${rows[@]}"; do
     m=${row%%:*} label=${row#*:}
-    tol=$(deltas slowpath "$m" | sort -g | awk '{ a[NR] = $1 } END {
-        lo = int(NR / 4 + 0.75); hi = int(3 * NR / 4 + 0.75); if (lo < 1) lo = 1; if (hi < 1) hi = 1
-        t = (a[hi] - a[lo]) / 2; printf "%.1f", t < 2 ? 2 : t }')
+    tol=$(quartiles slowpath "$m" | awk '{ t = ($2 - $1) / 2; printf "%.1f", t < 2 ? 2 : t }')
     printf '  %-58s %s\n' "$label: doctor $(sgn "${d_dr[$m]}") ns <= slowpath $(sgn "${d_sp[$m]}") ns (+-$tol)" \
         "$(mark "${d_dr[$m]} <= ${d_sp[$m]} + $tol")"
 done

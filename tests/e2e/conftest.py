@@ -153,6 +153,20 @@ def agent(request, agent_bin, tmp_path_factory):
     assert a.stop() == 0, a.log_text()
 
 
+def bpf_fd_ids(pid, kind):
+    """Ids of the BPF objects of `kind` ("prog" or "map") that process `pid`
+    holds open, from its fdinfo."""
+    ids = set()
+    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            m = re.search(rf"^{kind}_id:\s+(\d+)$", fd.read_text(), re.M)
+        except OSError:  # closed meanwhile
+            continue
+        if m:
+            ids.add(int(m.group(1)))
+    return ids
+
+
 def run_workload(workload_bin, *args, strace=None):
     """Run the workload to completion; returns its pid (and strace counts
     by syscall when `strace` is a path for `strace -f -c -o`)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Agent, run_workload
+from conftest import Agent, bpf_fd_ids, run_workload
 
 HARVEST = 1.0  # seconds between harvests (callsite_store::HARVEST_INTERVAL)
 LINE = re.compile(r"^(\S[^\n]*) (\d+)$")
@@ -42,14 +42,9 @@ def samples(agent, comm, kind):
 
 def agent_maps(agent):
     """{map name: map id} of the maps the agent holds."""
-    ids = set()
-    for fd in Path(f"/proc/{agent.proc.pid}/fdinfo").iterdir():
-        m = re.search(r"^map_id:\s+(\d+)$", fd.read_text(), re.M)
-        if m:
-            ids.add(m.group(1))
     out = {}
-    for i in ids:
-        info = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", i],
+    for i in bpf_fd_ids(agent.proc.pid, "map"):
+        info = json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(i)],
                                          check=True, capture_output=True, text=True).stdout)
         out[info["name"]] = info
     return out

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Scrape
+from conftest import REPO, Scrape, bpf_fd_ids
 
 UNIT = REPO / "deploy" / "systemd" / "slowpath.service"
 CONF = REPO / "tests" / "deploy" / "containers.conf"
@@ -251,19 +251,6 @@ def host_pid(container_pid, init_host_pid):
     raise AssertionError(f"no host process for container pid {container_pid}")
 
 
-def bpf_prog_ids(pid):
-    """Ids of the BPF programs that process `pid` holds open."""
-    ids = set()
-    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
-        try:
-            m = re.search(r"^prog_id:\s+(\d+)$", fd.read_text(), re.M)
-        except OSError:
-            continue
-        if m:
-            ids.add(int(m.group(1)))
-    return ids
-
-
 def loaded_prog_ids():
     out = run(["bpftool", "prog", "show"]).stdout
     return {int(m.group(1)) for m in re.finditer(r"^(\d+): ", out, re.M)}
@@ -357,7 +344,7 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     # The BPF programs it holds, seen from the host.
     init_pid = int(podman("inspect", "-f", "{{.State.Pid}}", c.name).stdout.strip())
     agent_host_pid = host_pid(pid, init_pid)
-    progs = bpf_prog_ids(agent_host_pid)
+    progs = bpf_fd_ids(agent_host_pid, "prog")
     assert progs, "the agent holds no BPF programs"
 
     # Restart=on-failure: a crash brings it back (after RestartSec=5s).
@@ -373,7 +360,7 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     c.sh("echo SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:9899 >> /etc/default/slowpath && systemctl restart slowpath")
     c.wait_ready(restarts=1, port=9899)
     assert c.sh("curl -fsS http://127.0.0.1:9891/readyz", check=False).returncode != 0
-    progs = bpf_prog_ids(host_pid(int(c.show("slowpath", "ExecMainPID")["ExecMainPID"]), init_pid))
+    progs = bpf_fd_ids(host_pid(int(c.show("slowpath", "ExecMainPID")["ExecMainPID"]), init_pid), "prog")
 
     # Clean stop: SIGTERM, exit 0, programs detached.
     started = time.monotonic()
