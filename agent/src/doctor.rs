@@ -113,6 +113,28 @@ pub struct Report {
     pub findings: Vec<Finding>,
 }
 
+/// Which processes the report is about (`--pid`, `--comm`, `--cgroup`);
+/// all of them by default.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Only this tgid.
+    pub pid: Option<u32>,
+    /// Only processes with this comm.
+    pub comm: Option<String>,
+    /// Only processes in this cgroup v2 path or below it.
+    pub cgroup: Option<String>,
+}
+
+impl From<&DoctorArgs> for Filter {
+    fn from(args: &DoctorArgs) -> Self {
+        Self {
+            pid: args.pid,
+            comm: args.comm.clone(),
+            cgroup: args.cgroup.clone(),
+        }
+    }
+}
+
 /// A process's counter deltas over the observation.
 struct Delta {
     labels: BTreeMap<&'static str, String>,
@@ -135,7 +157,7 @@ pub fn run(
     let before = worker.snapshot()?;
     let observed = observe(args.duration, &interrupted);
     let after = worker.snapshot()?;
-    let deltas = deltas(&before, &after, args);
+    let deltas = deltas(&before, &after, &Filter::from(args));
     let mut report = build_report(&after, &deltas, observed, sysfs);
     attach_call_sites(
         &mut report,
@@ -202,7 +224,7 @@ fn label_map(labels: &[(&'static str, String)]) -> BTreeMap<&'static str, String
     labels.iter().cloned().collect()
 }
 
-fn deltas(before: &Snapshot, after: &Snapshot, args: &DoctorArgs) -> Vec<Delta> {
+fn deltas(before: &Snapshot, after: &Snapshot, filter: &Filter) -> Vec<Delta> {
     let mut start: BTreeMap<Vec<(&str, String)>, sp_counters> = BTreeMap::new();
     for s in &before.series {
         start.insert(s.labels.clone(), s.counters);
@@ -210,7 +232,7 @@ fn deltas(before: &Snapshot, after: &Snapshot, args: &DoctorArgs) -> Vec<Delta> 
     after
         .series
         .iter()
-        .filter(|s| selected(&label_map(&s.labels), args))
+        .filter(|s| selected(&label_map(&s.labels), filter))
         .map(|s| {
             let mut c = s.counters;
             if let Some(b) = start.get(&s.labels) {
@@ -224,7 +246,7 @@ fn deltas(before: &Snapshot, after: &Snapshot, args: &DoctorArgs) -> Vec<Delta> 
         .collect()
 }
 
-fn selected(labels: &BTreeMap<&'static str, String>, args: &DoctorArgs) -> bool {
+fn selected(labels: &BTreeMap<&'static str, String>, args: &Filter) -> bool {
     let get = |k: &str| labels.get(k).map(String::as_str).unwrap_or("");
     if args.pid.is_some_and(|pid| get("pid") != pid.to_string()) {
         return false;
@@ -259,10 +281,37 @@ fn process(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Process
 }
 
 fn build_report(snapshot: &Snapshot, deltas: &[Delta], window: Duration, sysfs: &Path) -> Report {
-    let secs = window.as_secs_f64();
+    let host = |file: &str| {
+        std::fs::read_to_string(file)
+            .unwrap_or_default()
+            .trim()
+            .to_string()
+    };
+    report_from(
+        snapshot,
+        deltas,
+        window.as_secs_f64(),
+        sysfs,
+        clock_benchmark(snapshot),
+        (
+            host("/proc/sys/kernel/hostname"),
+            host("/proc/sys/kernel/osrelease"),
+        ),
+    )
+}
+
+/// The report for measured inputs: `bench` from [`clock_benchmark`],
+/// `(node, kernel)` names.
+fn report_from(
+    snapshot: &Snapshot,
+    deltas: &[Delta],
+    secs: f64,
+    sysfs: &Path,
+    bench: Vec<ClockCost>,
+    (node_name, kernel): (String, String),
+) -> Report {
     let cs = node::read_clocksources(sysfs);
     let thp = node::read_thp_settings(sysfs);
-    let bench = clock_benchmark(snapshot);
     let mut findings = Vec::new();
     findings.extend(clocksource_finding(&cs, &bench, deltas, secs));
     let node_falls_back = findings
@@ -282,14 +331,8 @@ fn build_report(snapshot: &Snapshot, deltas: &[Delta], window: Duration, sysfs: 
     });
     Report {
         schema_version: 1,
-        node: std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .unwrap_or_default()
-            .trim()
-            .into(),
-        kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .unwrap_or_default()
-            .trim()
-            .into(),
+        node: node_name,
+        kernel,
         duration_seconds: secs,
         attach: snapshot
             .probes
@@ -784,6 +827,42 @@ fn print_text(r: &Report, colour: bool) {
     }
 }
 
+/// The report of an observation of `secs` seconds between two recorded
+/// snapshots, with a fixed clock benchmark (golden tests).
+#[cfg(test)]
+pub fn golden_report(
+    before: &Snapshot,
+    after: &Snapshot,
+    secs: f64,
+    sysfs: &Path,
+    filter: Filter,
+) -> Report {
+    let bench = [0usize, 1, 4, 5, 6, 7, 10, 2, 3]
+        .iter()
+        .enumerate()
+        .map(|(i, &clock)| ClockCost {
+            clock: CLOCK_NAMES[clock],
+            libc_ns: 20.0 + i as f64,
+            syscall_ns: 150.0 + 10.0 * i as f64,
+            vdso_clock: is_vdso_clock(clock),
+            fell_back: after
+                .canary
+                .iter()
+                .find(|c| c.clock == clock)
+                .and_then(|c| c.fell_back),
+        })
+        .collect();
+    let deltas = deltas(before, after, &filter);
+    report_from(
+        after,
+        &deltas,
+        secs,
+        sysfs,
+        bench,
+        ("node-1".into(), "6.1.0-test".into()),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -823,12 +902,10 @@ mod tests {
 
     #[test]
     fn filters_select_processes() {
-        let args = |pid, comm: Option<&str>, cgroup: Option<&str>| DoctorArgs {
-            duration: Duration::from_secs(1),
+        let args = |pid, comm: Option<&str>, cgroup: Option<&str>| Filter {
             pid,
             cgroup: cgroup.map(String::from),
             comm: comm.map(String::from),
-            format: Format::Json,
         };
         let labels = BTreeMap::from([
             ("pid", "42".to_string()),

@@ -13,6 +13,8 @@ mod canary;
 mod cgroup;
 mod cli;
 mod doctor;
+#[cfg(test)]
+mod golden;
 mod identity;
 mod kubernetes;
 mod labels;

@@ -203,16 +203,30 @@ impl Collector for SlowpathCollector {
                 })
             }
         };
-        let mut out = per_process_families(&snapshot.series);
-        out.extend(node_families(&snapshot, &self.sysfs));
-        out.extend(agent_families(&snapshot));
-        if let Some(up) = &self.kubernetes_up {
-            let value = if up.load(Ordering::Relaxed) { 1.0 } else { 0.0 };
-            out.push(family(&KUBERNETES_UP, vec![gauge(&[], value)]));
-        }
-        out.retain(|f| !f.get_metric().is_empty());
-        out
+        let kubernetes_up = self
+            .kubernetes_up
+            .as_ref()
+            .map(|up| up.load(Ordering::Relaxed));
+        families(&snapshot, &self.sysfs, kubernetes_up)
     }
+}
+
+/// Every family of one scrape: per-process series of `snapshot`, the node's
+/// settings under `sysfs`, the agent's own state. Empty families are left out.
+pub fn families(
+    snapshot: &Snapshot,
+    sysfs: &std::path::Path,
+    kubernetes_up: Option<bool>,
+) -> Vec<MetricFamily> {
+    let mut out = per_process_families(&snapshot.series);
+    out.extend(node_families(snapshot, sysfs));
+    out.extend(agent_families(snapshot));
+    if let Some(up) = kubernetes_up {
+        let value = if up { 1.0 } else { 0.0 };
+        out.push(family(&KUBERNETES_UP, vec![gauge(&[], value)]));
+    }
+    out.retain(|f| !f.get_metric().is_empty());
+    out
 }
 
 /// A metric with `labels` (name, value) in order.

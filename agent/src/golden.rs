@@ -1,0 +1,386 @@
+//! Golden tests: the exposition and the doctor's JSON for fixed, recorded
+//! snapshots. A refactoring must leave both byte for byte identical; a
+//! deliberate change of output regenerates them with
+//! `SLOWPATH_UPDATE_GOLDEN=1 cargo test golden` and shows up in the diff of
+//! `agent/tests/golden/`.
+
+// Fixtures set a few counters of a zeroed block, one per line.
+#![allow(clippy::field_reassign_with_default)]
+
+use std::path::{Path, PathBuf};
+
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{Encoder, Registry, TextEncoder};
+
+use crate::bpf::types::sp_counters;
+use crate::bpf::{AttachType, ProbeStatus};
+use crate::canary::ClockCanary;
+use crate::worker::{Series, Snapshot};
+
+/// One recorded process: comm, cgroup, tgid, pod (namespace, pod, container).
+struct Proc {
+    comm: &'static str,
+    cgroup: &'static str,
+    tgid: u32,
+    pod: Option<[&'static str; 3]>,
+    counters: sp_counters,
+}
+
+const POD_CGROUP: &str = "/kubepods.slice/kubepods-burstable.slice/\
+kubepods-burstable-pod0c1d2e3f_4a5b_6c7d_8e9f_a0b1c2d3e4f5.slice/\
+cri-containerd-1111111111111111111111111111111111111111111111111111111111111111.scope";
+
+/// A busy node: a JVM in a pod falling off the vDSO and faulting THP, Ruby
+/// switching contexts, a 1 ms ticker, a profiler on CPU-time clocks,
+/// kcompactd and a manual compaction, and a hostile comm.
+fn recorded() -> Vec<Proc> {
+    let mut java = sp_counters::default();
+    java.clock_gettime[1] = 500_000;
+    java.clock_gettime[0] = 20_000;
+    java.gettimeofday = 3_000;
+    java.time = 7;
+    java.thp_fault_alloc = 400;
+    java.thp_fault_fallback = 300;
+    java.compaction_runs[0] = 50;
+    java.compaction_ns[0] = 900_000_000;
+    let mut ruby = sp_counters::default();
+    ruby.sigprocmask[3] = 2_000_000;
+    ruby.sigprocmask[2] = 2_000_000;
+    let mut mosn = sp_counters::default();
+    mosn.sleep_calls[1][1][0] = 10_000;
+    mosn.sleep_buckets[1][3] = 10_000;
+    mosn.sleep_requested_ns[1] = 10_000 * 1_000_000;
+    mosn.sleep_calls[0][1][0] = 5;
+    mosn.sleep_buckets[0][5] = 5;
+    mosn.sleep_requested_ns[0] = 5 * 50_000_000;
+    mosn.sleep_calls[1][1][1] = 300;
+    let mut prof = sp_counters::default();
+    prof.clock_gettime[2] = 900_000;
+    prof.clock_gettime[3] = 10;
+    prof.clock_gettime[11] = 100_000;
+    prof.clock_gettime[12] = 3;
+    prof.clock_gettime[13] = 1;
+    prof.sigprocmask[0] = 200_000;
+    prof.sigprocmask[1] = 199_000;
+    prof.sigprocmask[4] = 2;
+    let mut kcompactd = sp_counters::default();
+    kcompactd.compaction_runs[1] = 3;
+    kcompactd.compaction_ns[1] = 2_000_000;
+    let mut sh = sp_counters::default();
+    sh.compaction_runs[2] = 1;
+    sh.compaction_ns[2] = 5_000_000;
+    sh.thp_fault_alloc = 40;
+    let mut weird = sp_counters::default();
+    weird.gettimeofday = 1;
+    vec![
+        Proc {
+            comm: "java",
+            cgroup: POD_CGROUP,
+            tgid: 101,
+            pod: Some(["shop", "cart-7f9", "app"]),
+            counters: java,
+        },
+        Proc {
+            comm: "ruby",
+            cgroup: "/system.slice/puppet.service",
+            tgid: 202,
+            pod: None,
+            counters: ruby,
+        },
+        Proc {
+            comm: "mosn",
+            cgroup: "/system.slice/mosn.service",
+            tgid: 303,
+            pod: None,
+            counters: mosn,
+        },
+        Proc {
+            comm: "prof",
+            cgroup: "/user.slice/user-1000.slice/session-3.scope",
+            tgid: 404,
+            pod: None,
+            counters: prof,
+        },
+        Proc {
+            comm: "kcompactd0",
+            cgroup: "/",
+            tgid: 55,
+            pod: None,
+            counters: kcompactd,
+        },
+        Proc {
+            comm: "sh",
+            cgroup: "/user.slice",
+            tgid: 66,
+            pod: None,
+            counters: sh,
+        },
+        Proc {
+            comm: "we\"ird\\ {x}",
+            cgroup: "/",
+            tgid: 77,
+            pod: None,
+            counters: weird,
+        },
+    ]
+}
+
+/// The snapshot the worker would publish for `procs`.
+fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
+    let mut series: Vec<Series> = procs
+        .into_iter()
+        .map(|p| {
+            let key = crate::labels::SeriesKey::new(
+                p.comm.to_string(),
+                p.cgroup.to_string(),
+                pid_label.then_some(p.tgid),
+            );
+            let mut labels = key.label_pairs();
+            if pods {
+                let [ns, pod, container] = p.pod.unwrap_or(["", "", ""]);
+                labels.push(("namespace", ns.to_string()));
+                labels.push(("pod", pod.to_string()));
+                labels.push(("container", container.to_string()));
+            }
+            Series {
+                labels,
+                counters: p.counters,
+            }
+        })
+        .collect();
+    series.sort_by(|a, b| a.labels.cmp(&b.labels));
+    Snapshot {
+        series,
+        tracked_processes: 17,
+        lost: [1, 2, 3, 4],
+        probes: probes(),
+        canary: vec![
+            ClockCanary {
+                clock: 0,
+                seconds_per_read: 2.5e-8,
+                fell_back: Some(false),
+            },
+            ClockCanary {
+                clock: 1,
+                seconds_per_read: 3e-8,
+                fell_back: Some(true),
+            },
+            ClockCanary {
+                clock: 4,
+                seconds_per_read: 1e-7,
+                fell_back: None,
+            },
+        ],
+    }
+}
+
+fn probes() -> Vec<ProbeStatus> {
+    let probe = |probe, attach_type, error: Option<&str>| ProbeStatus {
+        probe,
+        attach_type,
+        error: error.map(str::to_string),
+    };
+    vec![
+        probe("sys_enter", AttachType::TpBtf, None),
+        probe("sched_process_exit", AttachType::TpBtf, None),
+        probe("sched_process_exec", AttachType::TpBtf, None),
+        probe("mm_page_alloc", AttachType::RawTp, None),
+        probe("mm_compaction_begin", AttachType::TpBtf, None),
+        probe("mm_compaction_end", AttachType::TpBtf, Some("refused")),
+    ]
+}
+
+/// A sysfs tree with a clocksource and THP settings, under the target dir.
+fn sysfs(name: &str, clocksource: (&str, &str), thp: (&str, &str)) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/golden-sysfs")
+        .join(name);
+    let cs = root.join("devices/system/clocksource/clocksource0");
+    let mm = root.join("kernel/mm/transparent_hugepage");
+    std::fs::create_dir_all(&cs).unwrap();
+    std::fs::create_dir_all(&mm).unwrap();
+    write_atomic(&cs.join("current_clocksource"), clocksource.0);
+    write_atomic(&cs.join("available_clocksource"), clocksource.1);
+    write_atomic(&mm.join("enabled"), thp.0);
+    write_atomic(&mm.join("defrag"), thp.1);
+    root
+}
+
+/// Tests run in parallel on the same fixture: a reader never sees a file
+/// half written.
+fn write_atomic(path: &Path, line: &str) {
+    let tmp = path.with_extension(format!("tmp{:?}", std::thread::current().id()));
+    std::fs::write(&tmp, format!("{line}\n")).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn tsc_thp_always() -> PathBuf {
+    sysfs(
+        "tsc-always",
+        ("tsc", "tsc kvm-clock "),
+        (
+            "[always] madvise never",
+            "[always] defer defer+madvise madvise never",
+        ),
+    )
+}
+
+fn hpet_thp_madvise() -> PathBuf {
+    sysfs(
+        "hpet-madvise",
+        ("hpet", "tsc hpet acpi_pm "),
+        (
+            "always [madvise] never",
+            "always defer defer+madvise [madvise] never",
+        ),
+    )
+}
+
+/// Compare `actual` with the golden file `name`, or rewrite it when
+/// SLOWPATH_UPDATE_GOLDEN is set.
+fn check(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("SLOWPATH_UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (SLOWPATH_UPDATE_GOLDEN=1 writes it)",
+            path.display()
+        )
+    });
+    if expected != actual {
+        let first = expected
+            .lines()
+            .zip(actual.lines())
+            .position(|(e, a)| e != a)
+            .unwrap_or(expected.lines().count().min(actual.lines().count()));
+        panic!(
+            "{name} differs from the golden file at line {}:\n  golden: {:?}\n  actual: {:?}",
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+/// Fixed families behind a collector, so the real `Registry` orders and
+/// encodes them as a scrape does.
+struct Fixed {
+    descs: Vec<Desc>,
+    families: Vec<MetricFamily>,
+}
+
+impl Collector for Fixed {
+    fn desc(&self) -> Vec<&Desc> {
+        self.descs.iter().collect()
+    }
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.families.clone()
+    }
+}
+
+fn exposition(families: Vec<MetricFamily>) -> String {
+    let descs = families
+        .iter()
+        .map(|f| Desc::new(f.name().into(), f.help().into(), vec![], Default::default()).unwrap())
+        .collect();
+    let registry = Registry::new();
+    registry
+        .register(Box::new(Fixed { descs, families }))
+        .unwrap();
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&registry.gather(), &mut out)
+        .unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn golden_exposition_with_pid_and_pod_labels() {
+    let snap = snapshot(recorded(), true, true);
+    let fams = crate::metrics::families(&snap, &tsc_thp_always(), Some(true));
+    check("metrics-pid-pods.prom", &exposition(fams));
+}
+
+#[test]
+fn golden_exposition_plain() {
+    let snap = snapshot(recorded(), false, false);
+    let fams = crate::metrics::families(&snap, &hpet_thp_madvise(), None);
+    check("metrics-plain.prom", &exposition(fams));
+}
+
+#[test]
+fn golden_exposition_of_a_failed_read() {
+    let snap = Snapshot {
+        probes: probes(),
+        ..Default::default()
+    };
+    let fams = crate::metrics::families(&snap, Path::new("/nonexistent"), Some(false));
+    check("metrics-empty.prom", &exposition(fams));
+}
+
+/// The doctor's JSON for an observation of 10 s: `before` holds part of the
+/// JVM's counts, the rest of the processes started during the observation.
+fn doctor_json(sysfs: &Path, filter: crate::doctor::Filter, canary_falls_back: bool) -> String {
+    let mut after = snapshot(recorded(), true, false);
+    if !canary_falls_back {
+        for c in &mut after.canary {
+            c.fell_back = c.fell_back.map(|_| false);
+        }
+    }
+    let mut early = recorded();
+    early.retain(|p| p.comm == "java");
+    early[0].counters = sp_counters::default();
+    early[0].counters.clock_gettime[1] = 100_000;
+    let before = snapshot(early, true, false);
+    let report = crate::doctor::golden_report(&before, &after, 10.0, sysfs, filter);
+    serde_json::to_string_pretty(&report).unwrap() + "\n"
+}
+
+#[test]
+fn golden_doctor_tsc_thp_always() {
+    let json = doctor_json(&tsc_thp_always(), Default::default(), false);
+    check("doctor-tsc-always.json", &json);
+}
+
+#[test]
+fn golden_doctor_tsc_canary_falls_back_one_comm() {
+    let filter = crate::doctor::Filter {
+        comm: Some("prof".into()),
+        ..Default::default()
+    };
+    check(
+        "doctor-tsc-canary-comm.json",
+        &doctor_json(&tsc_thp_always(), filter, true),
+    );
+}
+
+#[test]
+fn golden_doctor_hpet_filtered() {
+    let filter = crate::doctor::Filter {
+        cgroup: Some("/system.slice/".into()),
+        ..Default::default()
+    };
+    check(
+        "doctor-hpet-system-slice.json",
+        &doctor_json(&hpet_thp_madvise(), filter, true),
+    );
+}
+
+#[test]
+fn golden_doctor_one_pid() {
+    let filter = crate::doctor::Filter {
+        pid: Some(101),
+        ..Default::default()
+    };
+    check(
+        "doctor-hpet-pid.json",
+        &doctor_json(&hpet_thp_madvise(), filter, true),
+    );
+}
