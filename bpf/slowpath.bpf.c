@@ -164,6 +164,8 @@ struct {
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
  * generates its Rust type (ring buffer records have no map value type). */
 struct sp_proc_event sp_proc_event_btf_anchor SEC(".bss");
+/* Likewise for every enum of slowpath.h (see struct sp_enums). */
+struct sp_enums sp_enums_btf_anchor SEC(".bss");
 
 /* arr[idx] += 1 with a bounds check the verifier can follow: barrier_var()
  * stops the compiler from checking one copy of idx and indexing with another. */

@@ -7,8 +7,10 @@
  * never from a hand-copied twin. Every counter is a __u64 so a counter block
  * can be summed element by element.
  *
- * The enums below fix the array index of every label value. The agent's
- * label tables (agent/src/labels.rs) list the names in the same order.
+ * The enums below fix the array index of every label value. They reach the
+ * agent as Rust constants through the object's BTF (struct sp_enums, anchored
+ * in slowpath.bpf.c); each signal module (agent/src/signals/) lists the label
+ * names of its enums' slots in the same order.
  */
 #ifndef SLOWPATH_H
 #define SLOWPATH_H
@@ -59,7 +61,11 @@ enum sp_sleep_mode {
 /* Requested relative sleep histogram: bucket i holds requests with
  * duration <= 10^(i-6) s (1 us .. 10 s) and above the previous bound;
  * the last bucket holds everything above 10 s. Not cumulative. */
-#define SP_SLEEP_BUCKET_COUNT 9
+enum sp_sleep_bucket {
+	SP_SLEEP_BUCKET_1MS = 3, /* (100 us, 1 ms]: the 1 ms ticker's bucket */
+	SP_SLEEP_BUCKET_INF = 8, /* above 10 s */
+	SP_SLEEP_BUCKET_COUNT = 9,
+};
 
 enum sp_compaction_trigger {
 	SP_COMPACTION_DIRECT = 0,    /* a task stalled in the page allocator */
@@ -94,8 +100,10 @@ struct sp_counters {
 	__u64 compaction_ns[SP_COMPACTION_TRIGGER_COUNT];
 };
 
-/* sp_proc.flags */
-#define SP_PROC_EXITED 1 /* group died but the exit record did not fit the ring buffer */
+/* Bits of sp_proc.flags. */
+enum sp_proc_flag {
+	SP_PROC_EXITED = 1, /* group died but the exit record did not fit the ring buffer */
+};
 
 /* Value of the `procs` map, keyed by tgid. */
 struct sp_proc {
@@ -115,6 +123,7 @@ enum sp_callsite_kind {
 	SP_CALLSITE_CLOCK = 0,	   /* clock_gettime, gettimeofday, time */
 	SP_CALLSITE_SIGPROCMASK = 1,
 	SP_CALLSITE_SLEEP = 2,	   /* nanosleep, clock_nanosleep */
+	SP_CALLSITE_KIND_COUNT = 3,
 };
 
 /* Key of the `callsites` map: one user stack of one process doing one kind
@@ -151,6 +160,22 @@ struct sp_compaction_start {
 	__u64 start_ns; /* bpf_ktime_get_ns() at mm_compaction_begin */
 	__u32 trigger;	/* enum sp_compaction_trigger */
 	__u32 _pad;
+};
+
+/* One field per enum above: a variable of this type (slowpath.bpf.c) puts
+ * every enum into the object's BTF, so the skeleton generates their Rust
+ * constants and no index is copied into the agent by hand. Never read. */
+struct sp_enums {
+	enum sp_clock clock;
+	enum sp_sigmask_op sigmask_op;
+	enum sp_sleep_syscall sleep_syscall;
+	enum sp_sleep_mode sleep_mode;
+	enum sp_sleep_bucket sleep_bucket;
+	enum sp_compaction_trigger compaction_trigger;
+	enum sp_lost_reason lost_reason;
+	enum sp_proc_flag proc_flag;
+	enum sp_callsite_kind callsite_kind;
+	enum sp_proc_event_kind proc_event_kind;
 };
 
 #endif /* SLOWPATH_H */

@@ -34,6 +34,16 @@ unsafe impl plain::Plain for types::sp_proc_event {}
 // SAFETY: as above (integers only, explicit padding field).
 unsafe impl plain::Plain for types::sp_callsite_key {}
 
+/// Index of an enum slot in a counter array (`types::sp_clock::SP_CLOCK_TAI`
+/// -> 10): the generated enum types wrap their C value. A macro, not a
+/// function, so that it works in constants and array lengths.
+macro_rules! slot {
+    ($value:expr) => {
+        $value.0 as usize
+    };
+}
+pub(crate) use slot;
+
 /// The kernel tracepoints slowpath hooks, as named in `slowpath_probe_attached{probe}`.
 pub const PROBES: [&str; 6] = [
     "sys_enter",

@@ -6,31 +6,13 @@
 
 use std::time::Instant;
 
-use crate::labels::VDSO_CLOCKS;
+use crate::bpf::types::sp_clock;
+use crate::signals::clock::{kernel_clockid, VDSO_CLOCKS};
+use crate::snapshot::CanaryReading;
 
 /// Reads per clock in one canary batch. Costs ~30 us per clock through the
 /// vDSO, a few ms when every read is a syscall.
 pub const BATCH: u64 = 1000;
-
-/// Result of one canary batch for one clock.
-#[derive(Clone, Debug)]
-pub struct ClockCanary {
-    /// `enum sp_clock` index (see `labels::CLOCK_NAMES`).
-    pub clock: usize,
-    /// Mean seconds per libc `clock_gettime` of this clock.
-    pub seconds_per_read: f64,
-    /// Whether the batch entered the kernel; `None` when the syscall probe
-    /// is not attached, so the kernel side could not tell.
-    pub fell_back: Option<bool>,
-}
-
-/// Kernel clockid of an `enum sp_clock` index (they differ only for TAI).
-fn kernel_clockid(clock: usize) -> libc::clockid_t {
-    match clock {
-        10 => libc::CLOCK_TAI,
-        other => other as libc::clockid_t,
-    }
-}
 
 /// Mean seconds per call of `read` over `BATCH` calls, each given a valid,
 /// writable timespec.
@@ -47,7 +29,7 @@ fn time_batch(mut read: impl FnMut(*mut libc::timespec)) -> f64 {
 }
 
 /// Time `BATCH` libc reads of `clock`; returns mean seconds per read.
-pub fn time_reads(clock: usize) -> f64 {
+pub fn time_reads(clock: sp_clock) -> f64 {
     let id = kernel_clockid(clock);
     // SAFETY: `time_batch` passes a valid, writable timespec.
     time_batch(|ts| unsafe {
@@ -57,7 +39,7 @@ pub fn time_reads(clock: usize) -> f64 {
 
 /// Time `BATCH` raw `syscall(SYS_clock_gettime)` reads of `clock` (what a
 /// process that bypasses the vDSO pays); mean seconds per read.
-pub fn time_raw_reads(clock: usize) -> f64 {
+pub fn time_raw_reads(clock: sp_clock) -> f64 {
     let id = kernel_clockid(clock);
     // SAFETY: clock_gettime(2) writes one timespec through the valid,
     // writable pointer `time_batch` passes; the id is an integer.
@@ -69,7 +51,7 @@ pub fn time_raw_reads(clock: usize) -> f64 {
 /// Run one batch per vDSO clock. `own_syscalls(clock)` returns the agent's
 /// own `clock_gettime` syscall count for that clock so far, or `None` when
 /// it cannot be known.
-pub fn run(mut own_syscalls: impl FnMut(usize) -> Option<u64>) -> Vec<ClockCanary> {
+pub fn run(mut own_syscalls: impl FnMut(sp_clock) -> Option<u64>) -> Vec<CanaryReading> {
     VDSO_CLOCKS
         .iter()
         .map(|&clock| {
@@ -80,7 +62,7 @@ pub fn run(mut own_syscalls: impl FnMut(usize) -> Option<u64>) -> Vec<ClockCanar
                 (Some(b), Some(a)) => Some(a.saturating_sub(b) >= BATCH),
                 _ => None,
             };
-            ClockCanary {
+            CanaryReading {
                 clock,
                 seconds_per_read,
                 fell_back,
@@ -92,15 +74,6 @@ pub fn run(mut own_syscalls: impl FnMut(usize) -> Option<u64>) -> Vec<ClockCanar
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernel_clockids_match_libc() {
-        assert_eq!(kernel_clockid(0), libc::CLOCK_REALTIME);
-        assert_eq!(kernel_clockid(1), libc::CLOCK_MONOTONIC);
-        assert_eq!(kernel_clockid(4), libc::CLOCK_MONOTONIC_RAW);
-        assert_eq!(kernel_clockid(7), libc::CLOCK_BOOTTIME);
-        assert_eq!(kernel_clockid(10), libc::CLOCK_TAI);
-    }
 
     #[test]
     fn fallback_needs_the_whole_batch_in_the_kernel() {

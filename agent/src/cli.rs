@@ -1,8 +1,12 @@
 //! Command-line flags, named after the Prometheus exporter convention.
 
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::{AttachType, KERNEL_BTF};
@@ -26,16 +30,18 @@ pub struct Cli {
         long = "web.listen-address",
         env = "SLOWPATH_WEB_LISTEN_ADDRESS",
         default_value = ":9891",
-        value_name = "[HOST]:PORT"
+        value_name = "[HOST]:PORT",
+        value_parser = parse_listen_address
     )]
-    pub listen_address: String,
+    pub listen_address: SocketAddr,
 
     /// Path under which to expose metrics.
     #[arg(
         long = "web.telemetry-path",
         env = "SLOWPATH_WEB_TELEMETRY_PATH",
         default_value = "/metrics",
-        value_name = "PATH"
+        value_name = "PATH",
+        value_parser = parse_telemetry_path
     )]
     pub telemetry_path: String,
 
@@ -169,6 +175,68 @@ pub enum Format {
     Json,
 }
 
+/// A flag value that the agent refuses with its own one-line message (cause
+/// and fix), printed as `slowpath: error: ...` with exit status 1 like every
+/// other start-up error, rather than clap's usage error.
+#[derive(Debug)]
+pub struct BadFlag(String);
+
+impl fmt::Display for BadFlag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BadFlag {}
+
+/// Report a failed parse: a [`BadFlag`] as one line and exit status 1;
+/// anything else (unknown flag, `--help`, `--version`) as clap does.
+pub fn exit_on_parse_error(err: clap::Error) -> ExitCode {
+    use std::error::Error;
+    let bad = (err.kind() == ErrorKind::ValueValidation)
+        .then(|| err.source().and_then(|e| e.downcast_ref::<BadFlag>()))
+        .flatten();
+    match bad {
+        Some(bad) => {
+            eprintln!("slowpath: error: {bad}");
+            ExitCode::FAILURE
+        }
+        None => err.exit(),
+    }
+}
+
+/// Parse `--web.listen-address`: `:PORT` (every IPv4 address), `HOST:PORT`,
+/// `[V6]:PORT`.
+pub fn parse_listen_address(s: &str) -> Result<SocketAddr, BadFlag> {
+    let bad = || {
+        BadFlag(format!(
+            "bad --web.listen-address {s:?}: expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891"
+        ))
+    };
+    let with_host = if s.starts_with(':') {
+        format!("0.0.0.0{s}")
+    } else {
+        s.to_string()
+    };
+    let (_, port) = with_host.rsplit_once(':').ok_or_else(bad)?;
+    port.parse::<u16>().map_err(|_| bad())?;
+    with_host
+        .to_socket_addrs()
+        .map_err(|_| bad())?
+        .next()
+        .ok_or_else(bad)
+}
+
+/// `--web.telemetry-path`: an absolute path other than `/`.
+fn parse_telemetry_path(s: &str) -> Result<String, BadFlag> {
+    if !s.starts_with('/') || s.len() < 2 {
+        return Err(BadFlag(format!(
+            "bad --web.telemetry-path {s:?}: it must start with / and name a path, e.g. /metrics"
+        )));
+    }
+    Ok(s.to_string())
+}
+
 fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
     let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
     if n < 4096 || !n.is_power_of_two() {
@@ -192,7 +260,7 @@ mod tests {
     #[test]
     fn defaults_follow_the_exporter_convention() {
         let cli = Cli::try_parse_from(["slowpath"]).unwrap();
-        assert_eq!(cli.listen_address, ":9891");
+        assert_eq!(cli.listen_address, "0.0.0.0:9891".parse().unwrap());
         assert_eq!(cli.telemetry_path, "/metrics");
         assert!(!cli.pid_label);
         assert_eq!(cli.canary_interval, Duration::from_secs(15));
@@ -221,10 +289,34 @@ mod tests {
     }
 
     #[test]
+    fn listen_addresses() {
+        assert_eq!(
+            parse_listen_address(":9891").unwrap(),
+            "0.0.0.0:9891".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_address("127.0.0.1:1").unwrap(),
+            "127.0.0.1:1".parse().unwrap()
+        );
+        assert_eq!(
+            parse_listen_address("[::1]:9891").unwrap(),
+            "[::1]:9891".parse().unwrap()
+        );
+        for bad in ["9891", ":99999", "nohost:", ":http"] {
+            let err = parse_listen_address(bad).unwrap_err().to_string();
+            assert!(err.contains("bad --web.listen-address"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         assert!(Cli::try_parse_from(["slowpath", "--no-such-flag"]).is_err());
         assert!(Cli::try_parse_from(["slowpath", "--bpf.ringbuf-bytes", "5000"]).is_err());
         assert!(Cli::try_parse_from(["slowpath", "--canary.interval", "soon"]).is_err());
+        for path in ["metrics", "/"] {
+            let err = Cli::try_parse_from(["slowpath", "--web.telemetry-path", path]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation);
+        }
         let raw = Cli::try_parse_from(["slowpath", "--bpf.attach-type", "raw-tp"]).unwrap();
         assert_eq!(raw.attach_type, Some(AttachType::RawTp));
     }

@@ -13,10 +13,21 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, Registry, TextEncoder};
 
-use crate::bpf::types::sp_counters;
-use crate::bpf::{AttachType, ProbeStatus};
-use crate::canary::ClockCanary;
-use crate::worker::{Series, Snapshot};
+use crate::bpf::types::{
+    sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
+    sp_sleep_syscall,
+};
+use crate::bpf::{slot, AttachType, ProbeStatus};
+use crate::kubernetes::PodLabels;
+use crate::node::NodeSettings;
+use crate::snapshot::{CanaryReading, Cgroup, Series, SeriesKey, Snapshot};
+
+const NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_NANOSLEEP);
+const CLOCK_NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_CLOCK_NANOSLEEP);
+const RELATIVE: usize = slot!(sp_sleep_mode::SP_SLEEP_RELATIVE);
+const ABSOLUTE: usize = slot!(sp_sleep_mode::SP_SLEEP_ABSOLUTE);
+/// The (10 ms, 100 ms] bucket of the requested-sleep histogram.
+const BUCKET_100MS: usize = slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS) + 2;
 
 /// One recorded process: comm, cgroup, tgid, pod (namespace, pod, container).
 struct Proc {
@@ -36,40 +47,40 @@ cri-containerd-1111111111111111111111111111111111111111111111111111111111111111.
 /// kcompactd and a manual compaction, and a hostile comm.
 fn recorded() -> Vec<Proc> {
     let mut java = sp_counters::default();
-    java.clock_gettime[1] = 500_000;
-    java.clock_gettime[0] = 20_000;
+    java.clock_gettime[slot!(sp_clock::SP_CLOCK_MONOTONIC)] = 500_000;
+    java.clock_gettime[slot!(sp_clock::SP_CLOCK_REALTIME)] = 20_000;
     java.gettimeofday = 3_000;
     java.time = 7;
     java.thp_fault_alloc = 400;
     java.thp_fault_fallback = 300;
-    java.compaction_runs[0] = 50;
-    java.compaction_ns[0] = 900_000_000;
+    java.compaction_runs[slot!(sp_compaction_trigger::SP_COMPACTION_DIRECT)] = 50;
+    java.compaction_ns[slot!(sp_compaction_trigger::SP_COMPACTION_DIRECT)] = 900_000_000;
     let mut ruby = sp_counters::default();
-    ruby.sigprocmask[3] = 2_000_000;
-    ruby.sigprocmask[2] = 2_000_000;
+    ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_QUERY)] = 2_000_000;
+    ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_SETMASK)] = 2_000_000;
     let mut mosn = sp_counters::default();
-    mosn.sleep_calls[1][1][0] = 10_000;
-    mosn.sleep_buckets[1][3] = 10_000;
-    mosn.sleep_requested_ns[1] = 10_000 * 1_000_000;
-    mosn.sleep_calls[0][1][0] = 5;
-    mosn.sleep_buckets[0][5] = 5;
-    mosn.sleep_requested_ns[0] = 5 * 50_000_000;
-    mosn.sleep_calls[1][1][1] = 300;
+    mosn.sleep_calls[CLOCK_NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][RELATIVE] = 10_000;
+    mosn.sleep_buckets[CLOCK_NANOSLEEP][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 10_000;
+    mosn.sleep_requested_ns[CLOCK_NANOSLEEP] = 10_000 * 1_000_000;
+    mosn.sleep_calls[NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][RELATIVE] = 5;
+    mosn.sleep_buckets[NANOSLEEP][BUCKET_100MS] = 5;
+    mosn.sleep_requested_ns[NANOSLEEP] = 5 * 50_000_000;
+    mosn.sleep_calls[CLOCK_NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][ABSOLUTE] = 300;
     let mut prof = sp_counters::default();
-    prof.clock_gettime[2] = 900_000;
-    prof.clock_gettime[3] = 10;
-    prof.clock_gettime[11] = 100_000;
-    prof.clock_gettime[12] = 3;
-    prof.clock_gettime[13] = 1;
-    prof.sigprocmask[0] = 200_000;
-    prof.sigprocmask[1] = 199_000;
-    prof.sigprocmask[4] = 2;
+    prof.clock_gettime[slot!(sp_clock::SP_CLOCK_PROCESS_CPUTIME)] = 900_000;
+    prof.clock_gettime[slot!(sp_clock::SP_CLOCK_THREAD_CPUTIME)] = 10;
+    prof.clock_gettime[slot!(sp_clock::SP_CLOCK_CPU)] = 100_000;
+    prof.clock_gettime[slot!(sp_clock::SP_CLOCK_FD)] = 3;
+    prof.clock_gettime[slot!(sp_clock::SP_CLOCK_INVALID)] = 1;
+    prof.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_BLOCK)] = 200_000;
+    prof.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_UNBLOCK)] = 199_000;
+    prof.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_INVALID)] = 2;
     let mut kcompactd = sp_counters::default();
-    kcompactd.compaction_runs[1] = 3;
-    kcompactd.compaction_ns[1] = 2_000_000;
+    kcompactd.compaction_runs[slot!(sp_compaction_trigger::SP_COMPACTION_KCOMPACTD)] = 3;
+    kcompactd.compaction_ns[slot!(sp_compaction_trigger::SP_COMPACTION_KCOMPACTD)] = 2_000_000;
     let mut sh = sp_counters::default();
-    sh.compaction_runs[2] = 1;
-    sh.compaction_ns[2] = 5_000_000;
+    sh.compaction_runs[slot!(sp_compaction_trigger::SP_COMPACTION_MANUAL)] = 1;
+    sh.compaction_ns[slot!(sp_compaction_trigger::SP_COMPACTION_MANUAL)] = 5_000_000;
     sh.thp_fault_alloc = 40;
     let mut weird = sp_counters::default();
     weird.gettimeofday = 1;
@@ -131,43 +142,41 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
     let mut series: Vec<Series> = procs
         .into_iter()
         .map(|p| {
-            let key = crate::labels::SeriesKey::new(
-                p.comm.to_string(),
-                p.cgroup.to_string(),
-                pid_label.then_some(p.tgid),
-            );
-            let mut labels = key.label_pairs();
-            if pods {
-                let [ns, pod, container] = p.pod.unwrap_or(["", "", ""]);
-                labels.push(("namespace", ns.to_string()));
-                labels.push(("pod", pod.to_string()));
-                labels.push(("container", container.to_string()));
-            }
+            let [namespace, pod, container] = p.pod.unwrap_or(["", "", ""]).map(String::from);
             Series {
-                labels,
+                key: SeriesKey {
+                    comm: p.comm.to_string(),
+                    cgroup: Cgroup::new(p.cgroup.to_string()),
+                    pid: pid_label.then_some(p.tgid),
+                },
+                pod: pods.then_some(PodLabels {
+                    namespace,
+                    pod,
+                    container,
+                }),
                 counters: p.counters,
             }
         })
         .collect();
-    series.sort_by(|a, b| a.labels.cmp(&b.labels));
+    series.sort_by(|a, b| a.key.cmp(&b.key));
     Snapshot {
         series,
         tracked_processes: 17,
         lost: [1, 2, 3, 4],
         probes: probes(),
         canary: vec![
-            ClockCanary {
-                clock: 0,
+            CanaryReading {
+                clock: sp_clock::SP_CLOCK_REALTIME,
                 seconds_per_read: 2.5e-8,
                 fell_back: Some(false),
             },
-            ClockCanary {
-                clock: 1,
+            CanaryReading {
+                clock: sp_clock::SP_CLOCK_MONOTONIC,
                 seconds_per_read: 3e-8,
                 fell_back: Some(true),
             },
-            ClockCanary {
-                clock: 4,
+            CanaryReading {
+                clock: sp_clock::SP_CLOCK_MONOTONIC_RAW,
                 seconds_per_read: 1e-7,
                 fell_back: None,
             },
@@ -304,14 +313,14 @@ fn exposition(families: Vec<MetricFamily>) -> String {
 #[test]
 fn golden_exposition_with_pid_and_pod_labels() {
     let snap = snapshot(recorded(), true, true);
-    let fams = crate::metrics::families(&snap, &tsc_thp_always(), Some(true));
+    let fams = crate::metrics::families(&snap, &NodeSettings::read(&tsc_thp_always()), Some(true));
     check("metrics-pid-pods.prom", &exposition(fams));
 }
 
 #[test]
 fn golden_exposition_plain() {
     let snap = snapshot(recorded(), false, false);
-    let fams = crate::metrics::families(&snap, &hpet_thp_madvise(), None);
+    let fams = crate::metrics::families(&snap, &NodeSettings::read(&hpet_thp_madvise()), None);
     check("metrics-plain.prom", &exposition(fams));
 }
 
@@ -321,7 +330,11 @@ fn golden_exposition_of_a_failed_read() {
         probes: probes(),
         ..Default::default()
     };
-    let fams = crate::metrics::families(&snap, Path::new("/nonexistent"), Some(false));
+    let fams = crate::metrics::families(
+        &snap,
+        &NodeSettings::read(Path::new("/nonexistent")),
+        Some(false),
+    );
     check("metrics-empty.prom", &exposition(fams));
 }
 
@@ -337,7 +350,7 @@ fn doctor_json(sysfs: &Path, filter: crate::doctor::Filter, canary_falls_back: b
     let mut early = recorded();
     early.retain(|p| p.comm == "java");
     early[0].counters = sp_counters::default();
-    early[0].counters.clock_gettime[1] = 100_000;
+    early[0].counters.clock_gettime[slot!(sp_clock::SP_CLOCK_MONOTONIC)] = 100_000;
     let before = snapshot(early, true, false);
     let report = crate::doctor::golden_report(&before, &after, 10.0, sysfs, filter);
     serde_json::to_string_pretty(&report).unwrap() + "\n"

@@ -48,8 +48,14 @@ pub struct PodIndex {
 /// The index, shared between the watch task and the BPF worker thread.
 pub type SharedPodIndex = Arc<RwLock<PodIndex>>;
 
-/// `namespace`, `pod`, `container` label values.
-pub type PodLabels = [(&'static str, String); 3];
+/// `namespace`, `pod`, `container` label values of one process (empty
+/// when not known).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodLabels {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
 
 impl PodIndex {
     /// Insert or update a pod from the API.
@@ -97,14 +103,11 @@ impl PodIndex {
             .zip(identity.container_id.as_ref())
             .and_then(|(m, id)| m.containers.get(id).cloned())
             .unwrap_or_default();
-        [
-            (
-                "namespace",
-                meta.map(|m| m.namespace.clone()).unwrap_or_default(),
-            ),
-            ("pod", meta.map(|m| m.name.clone()).unwrap_or_default()),
-            ("container", container),
-        ]
+        PodLabels {
+            namespace: meta.map(|m| m.namespace.clone()).unwrap_or_default(),
+            pod: meta.map(|m| m.name.clone()).unwrap_or_default(),
+            container,
+        }
     }
 
     /// Whether the pod `uid` was deleted more than `grace` ago.
@@ -261,15 +264,15 @@ mod tests {
     fn labels_come_from_the_pod_and_its_container_status() {
         let mut index = PodIndex::default();
         assert_eq!(
-            index.labels(&identity("u1"))[1].1,
+            index.labels(&identity("u1")).pod,
             "",
             "unknown pod: empty labels"
         );
         index.apply(&pod("u1", "cart-7d9"));
         let labels = index.labels(&identity("u1"));
         assert_eq!(
-            labels.map(|(_, v)| v),
-            ["shop".to_string(), "cart-7d9".into(), "cart".into()]
+            [labels.namespace, labels.pod, labels.container],
+            ["shop", "cart-7d9", "cart"]
         );
     }
 
@@ -283,9 +286,9 @@ mod tests {
         assert!(!index.expired("u1", grace, t0 + Duration::from_secs(10)));
         assert!(index.expired("u1", grace, t0 + grace));
         // labels survive until the prune
-        assert_eq!(index.labels(&identity("u1"))[1].1, "a");
+        assert_eq!(index.labels(&identity("u1")).pod, "a");
         index.prune(grace, t0 + grace);
-        assert_eq!(index.labels(&identity("u1"))[1].1, "");
+        assert_eq!(index.labels(&identity("u1")).pod, "");
     }
 
     #[test]

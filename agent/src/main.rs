@@ -7,40 +7,45 @@
 //! line on stderr and nothing left attached.
 
 mod bpf;
-mod callsite_store;
 mod callsites;
 mod canary;
 mod cgroup;
 mod cli;
 mod doctor;
+mod exposition;
+mod finding;
 #[cfg(test)]
 mod golden;
 mod identity;
 mod kubernetes;
-mod labels;
 mod metrics;
 mod node;
 mod preflight;
 mod procs;
 mod server;
-mod stack_tables;
+mod signals;
+mod snapshot;
 mod worker;
 
 use std::io::{ErrorKind, IsTerminal};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use clap::Parser;
 use libbpf_rs::PrintLevel;
 use prometheus::Registry;
 use tracing::{debug, info, trace, warn};
 
+use crate::callsites::harvest;
 use crate::cli::{Cli, Command, DoctorArgs};
 use crate::worker::{Worker, WorkerOptions};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return cli::exit_on_parse_error(err),
+    };
     let doctor = matches!(cli.command, Some(Command::Doctor(_)));
     // The doctor's output is its report: keep the log to warnings unless asked.
     let level = if doctor && cli.log_level == "info" {
@@ -89,13 +94,7 @@ fn libbpf_log(level: PrintLevel, msg: String) {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    if !cli.telemetry_path.starts_with('/') || cli.telemetry_path.len() < 2 {
-        bail!(
-            "bad --web.telemetry-path {:?}: it must start with / and name a path, e.g. /metrics",
-            cli.telemetry_path
-        );
-    }
-    let addr = preflight::parse_listen_address(&cli.listen_address)?;
+    let addr = cli.listen_address;
     let listener = std::net::TcpListener::bind(addr).map_err(|err| match err.kind() {
         ErrorKind::AddrInUse => anyhow!(
             "cannot listen on {addr}: address already in use: stop the process using it \
@@ -155,9 +154,9 @@ fn run(cli: Cli) -> Result<()> {
     let callsites = match stack_tables {
         Some(tables) => {
             preflight::warn_if_cannot_symbolize("--debug.callsites");
-            let folded = callsite_store::SharedFolded::default();
-            let metrics = callsite_store::CallSiteMetrics::register(&registry)?;
-            let thread = callsite_store::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
+            let folded = harvest::SharedFolded::default();
+            let metrics = harvest::CallSiteMetrics::register(&registry)?;
+            let thread = harvest::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
             info!("call sites: sampling user stacks, folded at /debug/callsites");
             Some((folded, thread))
         }
@@ -191,7 +190,8 @@ fn log_attached(probes: &[bpf::ProbeStatus]) {
         .filter(|p| p.attached())
         .map(|p| format!("{}={}", p.probe, p.attach_type))
         .collect();
-    info!(attached = %attached.join(" "), "BPF programs attached");
+    let signals: Vec<&str> = signals::SIGNALS.iter().map(|s| s.name).collect();
+    info!(attached = %attached.join(" "), signals = %signals.join(" "), "BPF programs attached");
 }
 
 /// BPF settings from the flags; `capture_stacks` for the doctor.
@@ -221,7 +221,16 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     log_attached(worker.probes());
     preflight::warn_if_cannot_symbolize("doctor");
     let stacks = worker.take_stack_tables();
-    doctor::run(&worker, stacks.as_ref(), args, &cli.sysfs)
+    let opts = doctor::DoctorOptions {
+        duration: args.duration,
+        filter: doctor::Filter {
+            pid: args.pid,
+            comm: args.comm.clone(),
+            cgroup: args.cgroup.clone(),
+        },
+        format: args.format,
+    };
+    doctor::run(&worker, stacks.as_ref(), &opts, &cli.sysfs)
 }
 
 /// The kernel's host name, the default Kubernetes node name.

@@ -47,6 +47,23 @@ pub fn read_thp_settings(sysfs: &Path) -> ThpSettings {
     }
 }
 
+/// The node settings the signals report, read once per scrape or report.
+#[derive(Debug, Default, PartialEq)]
+pub struct NodeSettings {
+    pub clocksources: Clocksources,
+    pub thp: ThpSettings,
+}
+
+impl NodeSettings {
+    /// Read both from the sysfs tree at `sysfs` (missing files leave gaps).
+    pub fn read(sysfs: &Path) -> Self {
+        Self {
+            clocksources: read_clocksources(sysfs),
+            thp: read_thp_settings(sysfs),
+        }
+    }
+}
+
 /// `always [madvise] never` -> `madvise`.
 pub fn selected_choice(text: &str) -> Option<String> {
     let start = text.find('[')? + 1;

@@ -1,67 +1,33 @@
 //! Checks made before anything is attached, each failing with one line that
 //! says the cause and the fix.
 
-use std::fs;
-use std::net::{SocketAddr, ToSocketAddrs};
-
 use anyhow::{anyhow, bail, Result};
+use caps::{CapSet, Capability, CapsHashSet};
 use tracing::warn;
 
-/// Capability numbers (include/uapi/linux/capability.h).
-const CAP_DAC_READ_SEARCH: u32 = 2;
-const CAP_SYS_PTRACE: u32 = 19;
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_PERFMON: u32 = 38;
-const CAP_BPF: u32 = 39;
-const CAP_CHECKPOINT_RESTORE: u32 = 40;
-
-/// Parse `--web.listen-address`: `:PORT` (every IPv4 address), `HOST:PORT`,
-/// `[V6]:PORT`.
-pub fn parse_listen_address(s: &str) -> Result<SocketAddr> {
-    let bad = || {
-        anyhow!(
-            "bad --web.listen-address {s:?}: expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891"
-        )
-    };
-    let with_host = if s.starts_with(':') {
-        format!("0.0.0.0{s}")
-    } else {
-        s.to_string()
-    };
-    let (_, port) = with_host.rsplit_once(':').ok_or_else(bad)?;
-    port.parse::<u16>().map_err(|_| bad())?;
-    with_host
-        .to_socket_addrs()
-        .map_err(|_| bad())?
-        .next()
-        .ok_or_else(bad)
-}
-
-/// Effective capability set of this process, from /proc/self/status.
-fn effective_caps() -> Result<u64> {
-    let status = fs::read_to_string("/proc/self/status")?;
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .ok_or_else(|| anyhow!("no CapEff line in /proc/self/status"))?;
-    Ok(u64::from_str_radix(hex.trim(), 16)?)
+/// Effective capabilities of this thread (checked before any other thread
+/// starts).
+fn effective_caps() -> Result<CapsHashSet> {
+    caps::read(None, CapSet::Effective)
+        .map_err(|e| anyhow!("reading this process's capabilities: {e}"))
 }
 
 /// Names of the capabilities missing to load and attach tracing programs:
 /// CAP_BPF and CAP_PERFMON (kernel 5.8+), or CAP_SYS_ADMIN.
-pub fn missing_capabilities(caps: u64) -> Vec<&'static str> {
-    let has = |cap: u32| caps & (1u64 << cap) != 0;
-    if has(CAP_SYS_ADMIN) {
+pub fn missing_capabilities(caps: &CapsHashSet) -> Vec<String> {
+    if caps.contains(&Capability::CAP_SYS_ADMIN) {
         return vec![];
     }
-    let mut missing = vec![];
-    if !has(CAP_BPF) {
-        missing.push("CAP_BPF");
-    }
-    if !has(CAP_PERFMON) {
-        missing.push("CAP_PERFMON");
-    }
-    missing
+    missing(caps, &[Capability::CAP_BPF, Capability::CAP_PERFMON])
+}
+
+/// Names (`CAP_BPF`) of those of `wanted` that `caps` lacks, in order.
+fn missing(caps: &CapsHashSet, wanted: &[Capability]) -> Vec<String> {
+    wanted
+        .iter()
+        .filter(|c| !caps.contains(c))
+        .map(Capability::to_string)
+        .collect()
 }
 
 /// Names of the capabilities missing to symbolize the stacks of processes
@@ -70,25 +36,18 @@ pub fn missing_capabilities(caps: u64) -> Vec<&'static str> {
 /// binaries are reached) CAP_DAC_READ_SEARCH (the directory is mode 0500,
 /// owned by the process's user) and CAP_CHECKPOINT_RESTORE (kernel 5.9+) or
 /// CAP_SYS_ADMIN (fs/proc/base.c, proc_map_files_get_link()).
-pub fn missing_symbolization_capabilities(caps: u64) -> Vec<&'static str> {
-    let has = |cap: u32| caps & (1u64 << cap) != 0;
-    let mut missing = vec![];
-    if !has(CAP_SYS_PTRACE) {
-        missing.push("CAP_SYS_PTRACE");
+pub fn missing_symbolization_capabilities(caps: &CapsHashSet) -> Vec<String> {
+    let mut wanted = vec![Capability::CAP_SYS_PTRACE, Capability::CAP_DAC_READ_SEARCH];
+    if !caps.contains(&Capability::CAP_SYS_ADMIN) {
+        wanted.push(Capability::CAP_CHECKPOINT_RESTORE);
     }
-    if !has(CAP_DAC_READ_SEARCH) {
-        missing.push("CAP_DAC_READ_SEARCH");
-    }
-    if !has(CAP_CHECKPOINT_RESTORE) && !has(CAP_SYS_ADMIN) {
-        missing.push("CAP_CHECKPOINT_RESTORE");
-    }
-    missing
+    missing(caps, &wanted)
 }
 
 /// Warn, once, when sampled stacks will not be symbolized for lack of
 /// capabilities: they then show `[no access to the process's memory map]`.
 pub fn warn_if_cannot_symbolize(what: &str) {
-    let missing = missing_symbolization_capabilities(effective_caps().unwrap_or(0));
+    let missing = missing_symbolization_capabilities(&effective_caps().unwrap_or_default());
     if !missing.is_empty() {
         warn!(
             missing = %missing.join(" "),
@@ -109,7 +68,6 @@ pub fn warn_if_cannot_symbolize(what: &str) {
 /// turns them on itself. Must run before any thread is started (capability
 /// sets are per thread and inherited).
 pub fn raise_permitted_capabilities() {
-    use caps::{CapSet, Capability};
     for cap in [
         Capability::CAP_BPF,
         Capability::CAP_PERFMON,
@@ -126,7 +84,7 @@ pub fn raise_permitted_capabilities() {
 
 pub fn check_capabilities() -> Result<()> {
     raise_permitted_capabilities();
-    let missing = missing_capabilities(effective_caps()?);
+    let missing = missing_capabilities(&effective_caps()?);
     if missing.is_empty() {
         return Ok(());
     }
@@ -142,44 +100,31 @@ pub fn check_capabilities() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use Capability::*;
 
-    #[test]
-    fn listen_addresses() {
-        assert_eq!(
-            parse_listen_address(":9891").unwrap(),
-            "0.0.0.0:9891".parse().unwrap()
-        );
-        assert_eq!(
-            parse_listen_address("127.0.0.1:1").unwrap(),
-            "127.0.0.1:1".parse().unwrap()
-        );
-        assert_eq!(
-            parse_listen_address("[::1]:9891").unwrap(),
-            "[::1]:9891".parse().unwrap()
-        );
-        for bad in ["9891", ":99999", "nohost:", ":http"] {
-            let err = parse_listen_address(bad).unwrap_err().to_string();
-            assert!(err.contains("bad --web.listen-address"), "{bad}: {err}");
-        }
+    fn set(caps: &[Capability]) -> CapsHashSet {
+        caps.iter().copied().collect()
     }
 
     #[test]
     fn capabilities_needed() {
-        let bit = |c: u32| 1u64 << c;
-        assert!(missing_capabilities(bit(CAP_SYS_ADMIN)).is_empty());
-        assert!(missing_capabilities(bit(CAP_BPF) | bit(CAP_PERFMON)).is_empty());
-        assert_eq!(missing_capabilities(bit(CAP_BPF)), vec!["CAP_PERFMON"]);
-        assert_eq!(missing_capabilities(0), vec!["CAP_BPF", "CAP_PERFMON"]);
+        assert!(missing_capabilities(&set(&[CAP_SYS_ADMIN])).is_empty());
+        assert!(missing_capabilities(&set(&[CAP_BPF, CAP_PERFMON])).is_empty());
+        assert_eq!(missing_capabilities(&set(&[CAP_BPF])), vec!["CAP_PERFMON"]);
+        assert_eq!(
+            missing_capabilities(&set(&[])),
+            vec!["CAP_BPF", "CAP_PERFMON"]
+        );
     }
 
     #[test]
     fn symbolization_capabilities_needed() {
-        let bit = |c: u32| 1u64 << c;
-        let read = bit(CAP_SYS_PTRACE) | bit(CAP_DAC_READ_SEARCH);
-        assert!(missing_symbolization_capabilities(read | bit(CAP_CHECKPOINT_RESTORE)).is_empty());
-        assert!(missing_symbolization_capabilities(read | bit(CAP_SYS_ADMIN)).is_empty());
+        let read = [CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH];
+        let with = |extra| set(&[read[0], read[1], extra]);
+        assert!(missing_symbolization_capabilities(&with(CAP_CHECKPOINT_RESTORE)).is_empty());
+        assert!(missing_symbolization_capabilities(&with(CAP_SYS_ADMIN)).is_empty());
         assert_eq!(
-            missing_symbolization_capabilities(bit(CAP_BPF) | bit(CAP_PERFMON)),
+            missing_symbolization_capabilities(&set(&[CAP_BPF, CAP_PERFMON])),
             vec![
                 "CAP_SYS_PTRACE",
                 "CAP_DAC_READ_SEARCH",

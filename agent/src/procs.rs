@@ -15,18 +15,19 @@ use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::mem::size_of;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 use tracing::debug;
 
-use crate::bpf::types::{sp_counters, sp_proc, sp_proc_event};
+use crate::bpf::types::{sp_counters, sp_proc, sp_proc_event, sp_proc_flag};
 use crate::cgroup::CgroupResolver;
-use crate::labels::{comm_to_string, SeriesKey};
+use crate::snapshot::{comm_to_string, Cgroup, SeriesKey};
 
-/// `SP_PROC_EXITED` in `bpf/slowpath.h`.
-const SP_PROC_EXITED: u32 = 1;
+/// Bound of the parsed-cgroup cache (cleared when it grows past it).
+const MAX_PARSED_CGROUPS: usize = 65_536;
 
 /// Number of u64 counters in `struct sp_counters`.
 const COUNTER_WORDS: usize = size_of::<sp_counters>() / size_of::<u64>();
@@ -70,6 +71,8 @@ pub type PendingRecords = Rc<RefCell<Vec<sp_proc_event>>>;
 pub struct Aggregator {
     pid_label: bool,
     cgroups: CgroupResolver,
+    /// Parsed cgroups by path: series in one cgroup share one parse.
+    parsed: HashMap<String, Arc<Cgroup>>,
     /// Final counts of process images that are gone, by series.
     retired: HashMap<SeriesKey, sp_counters>,
     /// Labels of images seen live, so their records get the same cgroup
@@ -101,6 +104,7 @@ impl Aggregator {
         Self {
             pid_label,
             cgroups: CgroupResolver::new(),
+            parsed: HashMap::new(),
             retired: HashMap::new(),
             keys: HashMap::new(),
             recently_retired: HashMap::new(),
@@ -113,13 +117,25 @@ impl Aggregator {
         if let Some(key) = self.keys.get(&id) {
             return key.clone();
         }
-        let key = SeriesKey::new(
-            comm_to_string(&p.comm),
-            self.cgroups.resolve(p.cgroup_id),
-            self.pid_label.then_some(tgid),
-        );
+        let key = SeriesKey {
+            comm: comm_to_string(&p.comm),
+            cgroup: self.cgroup(p.cgroup_id),
+            pid: self.pid_label.then_some(tgid),
+        };
         self.keys.insert(id, key.clone());
         key
+    }
+
+    /// The cgroup of `id`, its path resolved and its identity parsed once.
+    fn cgroup(&mut self, id: u64) -> Arc<Cgroup> {
+        let path = self.cgroups.resolve(id);
+        if self.parsed.len() >= MAX_PARSED_CGROUPS {
+            self.parsed.clear();
+        }
+        self.parsed
+            .entry(path)
+            .or_insert_with_key(|path| Cgroup::new(path.clone()))
+            .clone()
     }
 
     fn retire(&mut self, tgid: u32, p: &sp_proc) {
@@ -205,7 +221,7 @@ impl Aggregator {
             let mut p = sp_proc::default();
             plain::copy_from_bytes(&mut p, &value)
                 .map_err(|e| anyhow::anyhow!("procs value of unexpected size: {e:?}"))?;
-            if p.flags & SP_PROC_EXITED != 0 {
+            if p.flags & sp_proc_flag::SP_PROC_EXITED.0 != 0 {
                 debug!(
                     tgid,
                     "folding an exited entry the ring buffer had no room for"

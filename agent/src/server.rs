@@ -16,7 +16,7 @@ use prometheus::{Encoder, Histogram, HistogramOpts, Registry, TextEncoder};
 use tracing::{error, info};
 
 use crate::bpf::ProbeStatus;
-use crate::callsite_store::SharedFolded;
+use crate::callsites::harvest::SharedFolded;
 use crate::callsites::KIND_NAMES;
 
 /// How long in-flight scrapes may finish after a shutdown signal.

@@ -14,13 +14,13 @@ use anyhow::{anyhow, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
 use tracing::{debug, error, info, warn};
 
-use crate::bpf::{self, types, LoadOptions, ProbeStatus};
-use crate::canary::{self, ClockCanary};
-use crate::identity;
+use crate::bpf::types::{self, sp_clock};
+use crate::bpf::{self, slot, LoadOptions, ProbeStatus};
+use crate::callsites::tables::StackTables;
+use crate::canary;
 use crate::kubernetes::SharedPodIndex;
-use crate::labels::{SeriesKey, LOST_REASONS};
 use crate::procs::{Aggregator, PendingRecords};
-use crate::stack_tables::StackTables;
+use crate::snapshot::{Series, SeriesKey, Snapshot, LOST_REASON_COUNT, LOST_REASON_NAMES};
 
 /// How often the ring buffer is drained between scrapes, so it never fills
 /// under process churn.
@@ -47,30 +47,8 @@ pub struct PodLabelling {
     pub deleted_pod_grace: Duration,
 }
 
-/// One exported per-process series.
-#[derive(Clone, Debug)]
-pub struct Series {
-    /// `comm`, `cgroup`, `unit`, [`pid`], [`namespace`, `pod`, `container`].
-    pub labels: Vec<(&'static str, String)>,
-    pub counters: types::sp_counters,
-}
-
-/// Everything the metrics need from the kernel side at one instant.
-#[derive(Clone, Debug, Default)]
-pub struct Snapshot {
-    /// Per-process totals, sorted by series key.
-    pub series: Vec<Series>,
-    /// Live entries in the kernel's process table.
-    pub tracked_processes: usize,
-    /// Lost-event counters by `enum sp_lost_reason`.
-    pub lost: [u64; LOST_REASONS.len()],
-    pub probes: Vec<ProbeStatus>,
-    /// Last vDSO canary results (empty until the first run).
-    pub canary: Vec<ClockCanary>,
-}
-
 enum Request {
-    Snapshot(SyncSender<Result<Arc<Snapshot>, String>>),
+    Snapshot(SyncSender<Result<Arc<Snapshot>>>),
     Stop(SyncSender<()>),
 }
 
@@ -137,7 +115,7 @@ impl Worker {
 
     /// Read the kernel tables now (blocking; call off the async executor).
     pub fn snapshot(&self) -> Result<Arc<Snapshot>> {
-        self.ask(Request::Snapshot)?.map_err(|e| anyhow!(e))
+        self.ask(Request::Snapshot)?
     }
 }
 
@@ -215,7 +193,7 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
     let mut next_canary = Instant::now();
     let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
     let own_tgid = std::process::id();
-    let mut lost_seen = [0u64; LOST_REASONS.len()];
+    let mut lost_seen = [0u64; LOST_REASON_COUNT];
 
     loop {
         let now = Instant::now();
@@ -251,10 +229,9 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
                             probes: loaded.probes.clone(),
                             canary: canary_results.clone(),
                         })
-                    })
-                    .map_err(|e| format!("{e:#}"));
+                    });
                 if let Err(err) = &result {
-                    error!(error = %err, "reading the kernel tables");
+                    error!(error = %format!("{err:#}"), "reading the kernel tables");
                 }
                 let _ = reply.send(result);
             }
@@ -277,7 +254,7 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
     }
 }
 
-/// Series with their export labels: the key's, then the pod's.
+/// The series of one refresh, with their pod's labels when Kubernetes is on.
 fn export(
     series: Vec<(SeriesKey, types::sp_counters)>,
     pods: Option<&PodLabelling>,
@@ -285,12 +262,10 @@ fn export(
     let index = pods.map(|p| p.index.read().unwrap_or_else(|e| e.into_inner()));
     series
         .into_iter()
-        .map(|(key, counters)| {
-            let mut labels = key.label_pairs();
-            if let Some(index) = &index {
-                labels.extend(index.labels(&identity::parse(&key.cgroup)));
-            }
-            Series { labels, counters }
+        .map(|(key, counters)| Series {
+            pod: index.as_ref().map(|i| i.labels(&key.cgroup.identity)),
+            key,
+            counters,
         })
         .collect()
 }
@@ -303,9 +278,11 @@ fn drop_deleted_pods(agg: &mut Aggregator, pods: &PodLabelling) {
     {
         let index = pods.index.read().unwrap_or_else(|e| e.into_inner());
         agg.drop_retired(|key| {
-            identity::parse(&key.cgroup)
+            key.cgroup
+                .identity
                 .pod_uid
-                .is_some_and(|uid| index.expired(&uid, grace, now))
+                .as_ref()
+                .is_some_and(|uid| index.expired(uid, grace, now))
         });
     }
     pods.index
@@ -315,20 +292,20 @@ fn drop_deleted_pods(agg: &mut Aggregator, pods: &PodLabelling) {
 }
 
 /// The agent's own `clock_gettime` syscall count for `clock`.
-fn own_clock_syscalls(procs: &dyn MapCore, tgid: u32, clock: usize) -> u64 {
+fn own_clock_syscalls(procs: &dyn MapCore, tgid: u32, clock: sp_clock) -> u64 {
     let Ok(Some(bytes)) = procs.lookup(&tgid.to_ne_bytes(), MapFlags::ANY) else {
         return 0; // no entry yet: no counted syscall yet
     };
     let mut p = types::sp_proc::default();
     match plain::copy_from_bytes(&mut p, &bytes) {
-        Ok(()) => p.c.clock_gettime[clock],
+        Ok(()) => p.c.clock_gettime[slot!(clock)],
         Err(_) => 0,
     }
 }
 
 /// Log lost-event counters that grew since the last call.
-fn log_new_losses(now: &[u64; LOST_REASONS.len()], seen: &mut [u64; LOST_REASONS.len()]) {
-    for ((reason, &n), last) in LOST_REASONS.iter().zip(now).zip(seen.iter_mut()) {
+fn log_new_losses(now: &[u64; LOST_REASON_COUNT], seen: &mut [u64; LOST_REASON_COUNT]) {
+    for ((reason, &n), last) in LOST_REASON_NAMES.iter().zip(now).zip(seen.iter_mut()) {
         if n > *last {
             warn!(
                 reason,
@@ -342,8 +319,8 @@ fn log_new_losses(now: &[u64; LOST_REASONS.len()], seen: &mut [u64; LOST_REASONS
 }
 
 /// Sum the per-CPU lost-event counters.
-fn read_lost(map: &dyn MapCore) -> [u64; LOST_REASONS.len()] {
-    let mut out = [0u64; LOST_REASONS.len()];
+fn read_lost(map: &dyn MapCore) -> [u64; LOST_REASON_COUNT] {
+    let mut out = [0u64; LOST_REASON_COUNT];
     for (reason, slot) in out.iter_mut().enumerate() {
         let key = (reason as u32).to_ne_bytes();
         if let Ok(Some(per_cpu)) = map.lookup_percpu(&key, MapFlags::ANY) {

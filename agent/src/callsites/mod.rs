@@ -21,7 +21,12 @@ use blazesym::symbolize::{Input, Reason, Symbolized, Symbolizer};
 use blazesym::{ErrorKind, Pid};
 use serde::Serialize;
 
-use crate::stack_tables::RawCallSite;
+use crate::bpf::slot;
+use crate::bpf::types::sp_callsite_kind;
+use tables::RawCallSite;
+
+pub mod harvest;
+pub mod tables;
 
 /// One symbolized frame.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -53,11 +58,11 @@ pub fn for_process(
     symbolizer: &Symbolizer,
     raw: &[RawCallSite],
     pid: u32,
-    kind: u32,
+    kind: sp_callsite_kind,
 ) -> Vec<CallSite> {
     let mut sites: Vec<CallSite> = raw
         .iter()
-        .filter(|s| s.tgid == pid && s.kind == kind && !s.ips.is_empty())
+        .filter(|s| s.tgid == pid && s.kind == kind.0 && !s.ips.is_empty())
         .map(|s| symbolize_site(symbolizer, s))
         .collect();
     // Identical symbolized stacks (different return addresses in one
@@ -209,7 +214,8 @@ pub fn one_line(site: &CallSite) -> String {
 
 /// Name of a call kind (`enum sp_callsite_kind`) in folded stacks and in the
 /// `kind` query parameter of `/debug/callsites`.
-pub const KIND_NAMES: [&str; 3] = ["clock", "rt_sigprocmask", "sleep"];
+pub const KIND_NAMES: [&str; slot!(sp_callsite_kind::SP_CALLSITE_KIND_COUNT)] =
+    ["clock", "rt_sigprocmask", "sleep"];
 
 /// One folded-stack path (the flame graph format of `stackcollapse`, without
 /// the count): `comm;outermost;...;innermost;[kind]`, with

@@ -24,8 +24,8 @@ use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
 use prometheus::{IntCounter, IntGauge, Registry};
 
-use crate::callsites::{folded_path, symbolize_site, unknown_site, EXITED, KIND_NAMES};
-use crate::stack_tables::StackTables;
+use super::tables::StackTables;
+use super::{folded_path, symbolize_site, unknown_site, EXITED, KIND_NAMES};
 
 /// How often the kernel tables are read.
 pub const HARVEST_INTERVAL: Duration = Duration::from_secs(1);

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
 use crate::bpf::{types, Loaded};
-use crate::labels::comm_to_string;
+use crate::snapshot::comm_to_string;
 
 /// User stacks sampled at counted syscalls: one entry of the `callsites` map.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,0 +1,133 @@
+//! What the doctor's rules work on and produce, shared by every signal: the
+//! per-process deltas of one observation, the node's settings and clock
+//! costs, and the finding (severity, processes, evidence, cause, fix) each
+//! rule may return.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
+use crate::callsites::CallSite;
+use crate::kubernetes::PodLabels;
+use crate::node::NodeSettings;
+use crate::snapshot::SeriesKey;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+/// One process in a finding.
+#[derive(Debug, Serialize)]
+pub struct ProcessRate {
+    pub pid: u32,
+    pub comm: String,
+    pub cgroup: String,
+    pub unit: String,
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    /// The finding's headline rate for this process, per second.
+    pub per_second: f64,
+    /// Break-down (e.g. per clock, per operation), per second unless named otherwise.
+    pub detail: BTreeMap<String, f64>,
+    /// Sampled user stacks at the calls this finding is about (see `callsites`).
+    pub call_sites: Vec<CallSite>,
+}
+
+/// One diagnosis: which slow path, who takes it, why, and what to do.
+#[derive(Debug, Serialize)]
+pub struct Finding {
+    pub id: &'static str,
+    pub severity: Severity,
+    pub title: String,
+    pub processes: Vec<ProcessRate>,
+    pub evidence: BTreeMap<String, String>,
+    pub cause: String,
+    pub fix: String,
+    pub expected_gain: Option<String>,
+    /// Which sampled call sites show where the processes make these calls.
+    #[serde(skip)]
+    pub call_sites: Option<sp_callsite_kind>,
+}
+
+/// ns per read of one clock, through libc and through the raw syscall.
+#[derive(Debug, Serialize)]
+pub struct ClockCost {
+    pub clock: &'static str,
+    pub libc_ns: f64,
+    pub syscall_ns: f64,
+    /// Whether the vDSO should serve this clock.
+    pub vdso_clock: bool,
+    /// Whether the agent's libc reads of it entered the kernel.
+    pub fell_back: Option<bool>,
+    /// The clock measured.
+    #[serde(skip)]
+    pub id: sp_clock,
+}
+
+/// A process's counter growth over the observation.
+#[derive(Clone, Debug)]
+pub struct Delta {
+    pub key: SeriesKey,
+    pub pod: Option<PodLabels>,
+    pub c: sp_counters,
+}
+
+/// What every doctor rule sees.
+pub struct Observation<'a> {
+    /// The processes selected, with their counter growth.
+    pub deltas: &'a [Delta],
+    /// Length of the observation in seconds.
+    pub secs: f64,
+    pub node: &'a NodeSettings,
+    /// Measured clock read costs on this node.
+    pub bench: &'a [ClockCost],
+}
+
+impl Observation<'_> {
+    /// The processes `rate` picks (rate per second and break-down), highest first.
+    pub fn ranked(
+        &self,
+        mut rate: impl FnMut(&Delta) -> Option<(f64, BTreeMap<String, f64>)>,
+    ) -> Vec<ProcessRate> {
+        let mut processes: Vec<ProcessRate> = self
+            .deltas
+            .iter()
+            .filter_map(|d| rate(d).map(|(per_second, detail)| process(d, per_second, detail)))
+            .collect();
+        processes.sort_by(|a, b| b.per_second.total_cmp(&a.per_second));
+        processes
+    }
+}
+
+fn process(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> ProcessRate {
+    let pod = d.pod.clone().unwrap_or_default();
+    ProcessRate {
+        pid: d.key.pid.unwrap_or(0),
+        comm: d.key.comm.clone(),
+        cgroup: d.key.cgroup.path.clone(),
+        unit: d.key.unit().to_string(),
+        namespace: pod.namespace,
+        pod: pod.pod,
+        container: pod.container,
+        per_second,
+        detail,
+        call_sites: Vec::new(),
+    }
+}
+
+/// Most severe first; within a severity, the highest top rate first (the
+/// sort is stable: equal findings keep the order the rules gave them).
+pub fn rank(findings: &mut [Finding]) {
+    findings.sort_by(|a, b| {
+        b.severity.cmp(&a.severity).then_with(|| {
+            let top = |f: &Finding| f.processes.first().map_or(0.0, |p| p.per_second);
+            top(b).total_cmp(&top(a))
+        })
+    });
+}

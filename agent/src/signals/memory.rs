@@ -1,0 +1,251 @@
+//! Memory: transparent huge pages allocated on a page fault and the faults
+//! that fell back to 4 KiB pages (hook `mm_page_alloc`: order 9 with a THP
+//! fault gfp mask, see `bpf/slowpath.bpf.c`), memory compaction runs and
+//! their time by trigger (hooks `mm_compaction_begin`/`_end`), and the
+//! node's THP policy (sysfs `transparent_hugepage/{enabled,defrag}`).
+//!
+//! Doctor rules: direct compaction stalls, THP faults and their fallbacks.
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use crate::bpf::slot;
+use crate::bpf::types::{sp_compaction_trigger, sp_counters};
+use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
+use crate::finding::{Finding, Observation, Severity};
+use crate::node::ThpSettings;
+use crate::signals::{Scrape, Signal};
+
+const TRIGGER_COUNT: usize = slot!(sp_compaction_trigger::SP_COMPACTION_TRIGGER_COUNT);
+
+/// `trigger` label values, indexed by `enum sp_compaction_trigger`.
+pub const TRIGGER_NAMES: [&str; TRIGGER_COUNT] = ["direct", "kcompactd", "manual"];
+
+const DIRECT: usize = slot!(sp_compaction_trigger::SP_COMPACTION_DIRECT);
+
+const _: fn(&sp_counters) -> &[u64; TRIGGER_COUNT] = |c| &c.compaction_runs;
+const _: fn(&sp_counters) -> &[u64; TRIGGER_COUNT] = |c| &c.compaction_ns;
+
+// Doctor thresholds.
+/// Share of the observation a process spent in direct compaction.
+const DIRECT_COMPACTION_RATIO: f64 = 0.01;
+/// Share of THP fault allocations that failed, above which it is a warning.
+const THP_FALLBACK_RATIO: f64 = 0.3;
+/// THP faults per second of one process worth a finding.
+const THP_FAULTS_PER_SEC: f64 = 1.0;
+
+const THP_ALLOCS: Family = Family {
+    name: "slowpath_thp_fault_allocs_total",
+    help: "Transparent huge pages allocated on a page fault in process context (tracepoint kmem:mm_page_alloc, order 9 with a THP fault gfp mask)",
+    kind: MetricType::COUNTER,
+};
+const THP_FALLBACKS: Family = Family {
+    name: "slowpath_thp_fault_fallbacks_total",
+    help: "THP fault allocations that failed, so the fault fell back to 4 KiB pages (tracepoint kmem:mm_page_alloc, final attempt returned no page)",
+    kind: MetricType::COUNTER,
+};
+const COMPACTION_RUNS: Family = Family {
+    name: "slowpath_compaction_runs_total",
+    help: "Memory compaction runs of one zone (tracepoints compaction:mm_compaction_begin/end) by trigger, attributed to the task that ran them",
+    kind: MetricType::COUNTER,
+};
+const COMPACTION_SECONDS: Family = Family {
+    name: "slowpath_compaction_seconds_total",
+    help: "Seconds spent in memory compaction runs (mm_compaction_begin to mm_compaction_end) by trigger; direct = allocation stall felt by the process",
+    kind: MetricType::COUNTER,
+};
+const THP_SETTINGS: Family = Family {
+    name: "slowpath_thp_settings_info",
+    help: "Transparent huge page policy from /sys/kernel/mm/transparent_hugepage/{enabled,defrag}, value 1",
+    kind: MetricType::GAUGE,
+};
+
+pub const SIGNAL: Signal = Signal {
+    name: "memory",
+    families: &[
+        &THP_ALLOCS,
+        &THP_FALLBACKS,
+        &COMPACTION_RUNS,
+        &COMPACTION_SECONDS,
+        &THP_SETTINGS,
+    ],
+    export,
+    diagnose,
+};
+
+fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
+    let mut thp_allocs = Vec::new();
+    let mut thp_fallbacks = Vec::new();
+    let mut runs = Vec::new();
+    let mut seconds = Vec::new();
+    for (key, series) in scrape.series() {
+        let c = &series.counters;
+        push_nonzero(&mut thp_allocs, with(key, &[]), c.thp_fault_alloc as f64);
+        push_nonzero(
+            &mut thp_fallbacks,
+            with(key, &[]),
+            c.thp_fault_fallback as f64,
+        );
+        for (i, trigger) in TRIGGER_NAMES.iter().enumerate() {
+            let labels = with(key, &[("trigger", trigger)]);
+            if c.compaction_runs[i] > 0 {
+                seconds.push(counter(&labels, c.compaction_ns[i] as f64 / 1e9));
+            }
+            push_nonzero(&mut runs, labels, c.compaction_runs[i] as f64);
+        }
+    }
+    let thp = &scrape.node.thp;
+    let settings = match (&thp.enabled, &thp.defrag) {
+        (None, None) => vec![],
+        (enabled, defrag) => vec![gauge(
+            &[
+                ("enabled", enabled.clone().unwrap_or_default()),
+                ("defrag", defrag.clone().unwrap_or_default()),
+            ],
+            1.0,
+        )],
+    };
+    vec![
+        family(&THP_ALLOCS, thp_allocs),
+        family(&THP_FALLBACKS, thp_fallbacks),
+        family(&COMPACTION_RUNS, runs),
+        family(&COMPACTION_SECONDS, seconds),
+        family(&THP_SETTINGS, settings),
+    ]
+}
+
+fn diagnose(obs: &Observation<'_>) -> Vec<Finding> {
+    [compaction_finding(obs), thp_finding(obs)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+fn compaction_finding(obs: &Observation<'_>) -> Option<Finding> {
+    let (secs, thp) = (obs.secs, &obs.node.thp);
+    let processes = obs.ranked(|d| {
+        let ratio = d.c.compaction_ns[DIRECT] as f64 / 1e9 / secs;
+        let detail = BTreeMap::from([
+            (
+                "direct_runs_per_second".to_string(),
+                d.c.compaction_runs[DIRECT] as f64 / secs,
+            ),
+            (
+                "thp_fault_allocs_per_second".to_string(),
+                d.c.thp_fault_alloc as f64 / secs,
+            ),
+        ]);
+        (ratio >= DIRECT_COMPACTION_RATIO).then_some((ratio, detail))
+    });
+    let top = processes.first()?;
+    let defrag = thp.defrag.clone().unwrap_or_default();
+    Some(Finding {
+        id: "direct_compaction_stalls",
+        severity: Severity::Warning,
+        title: format!(
+            "{} spends {:.1} % of its time in direct compaction",
+            top.comm,
+            top.per_second * 100.0
+        ),
+        evidence: thp_evidence(thp),
+        processes,
+        cause: "Allocations of high-order pages (transparent huge pages above all) find memory \
+                fragmented and compact it synchronously, inside the process."
+            .into(),
+        fix: if defrag == "always" {
+            "defrag is \"always\": echo defer+madvise > /sys/kernel/mm/transparent_hugepage/defrag \
+             (compaction in the background, synchronous only for madvise regions)."
+                .into()
+        } else {
+            "Make compaction asynchronous (defrag defer or defer+madvise), or limit THP to \
+             programs that ask for it (enabled=madvise)."
+                .into()
+        },
+        expected_gain: Some(
+            "php-fpm under load with THP enabled=always: turning THP off halved system time".into(),
+        ),
+        call_sites: None,
+    })
+}
+
+fn thp_finding(obs: &Observation<'_>) -> Option<Finding> {
+    let (secs, thp) = (obs.secs, &obs.node.thp);
+    let processes = obs.ranked(|d| {
+        let (allocs, fallbacks) = (d.c.thp_fault_alloc as f64, d.c.thp_fault_fallback as f64);
+        let rate = (allocs + fallbacks) / secs;
+        if rate < THP_FAULTS_PER_SEC {
+            return None;
+        }
+        let detail = BTreeMap::from([
+            ("allocs_per_second".to_string(), allocs / secs),
+            ("fallbacks_per_second".to_string(), fallbacks / secs),
+            (
+                "fallback_ratio".to_string(),
+                fallbacks / (allocs + fallbacks),
+            ),
+        ]);
+        Some((rate, detail))
+    });
+    processes.first()?;
+    let fallbacks: f64 = processes
+        .iter()
+        .map(|p| p.detail["fallbacks_per_second"])
+        .sum();
+    let total: f64 = processes.iter().map(|p| p.per_second).sum();
+    let ratio = fallbacks / total;
+    let enabled = thp.enabled.clone().unwrap_or_default();
+    let (severity, cause, fix) = if ratio >= THP_FALLBACK_RATIO {
+        (
+            Severity::Warning,
+            format!(
+                "{:.0} % of THP fault allocations fail: memory is fragmented, processes pay for the \
+                 attempts without getting huge pages.",
+                ratio * 100.0
+            ),
+            "Make compaction asynchronous (defrag defer+madvise) or reserve huge pages (hugetlbfs) \
+             for the programs that need them."
+                .to_string(),
+        )
+    } else {
+        (
+            Severity::Info,
+            format!("Processes fault in transparent huge pages (enabled={enabled})."),
+            if enabled == "always" {
+                "Fine for programs that use large heaps; if system time is high or latency spikes \
+                 under load, try enabled=madvise so only programs that ask get huge pages."
+                    .to_string()
+            } else {
+                "No action needed while fallbacks stay rare and direct compaction stays low."
+                    .to_string()
+            },
+        )
+    };
+    Some(Finding {
+        id: "thp_faults",
+        severity,
+        title: format!(
+            "THP fault allocations at {total:.0}/s, {:.0} % falling back",
+            ratio * 100.0
+        ),
+        evidence: thp_evidence(thp),
+        processes,
+        cause,
+        fix,
+        expected_gain: None,
+        call_sites: None,
+    })
+}
+
+fn thp_evidence(thp: &ThpSettings) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "thp_enabled".to_string(),
+            thp.enabled.clone().unwrap_or_default(),
+        ),
+        (
+            "thp_defrag".to_string(),
+            thp.defrag.clone().unwrap_or_default(),
+        ),
+    ])
+}
