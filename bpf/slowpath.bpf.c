@@ -31,6 +31,15 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_clock_nanosleep 230
 #define SP_NR_madvise 28
 #define SP_NR_process_madvise 440
+#define SP_NR_futex 202
+#define SP_NR_futex_waitv 449
+#define SP_NR_epoll_wait 232
+#define SP_NR_epoll_pwait 281
+#define SP_NR_epoll_pwait2 441
+#define SP_NR_poll 7
+#define SP_NR_ppoll 271
+#define SP_NR_select 23
+#define SP_NR_pselect6 270
 #define SP_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h: in an ia32 syscall */
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
 #elif defined(__TARGET_ARCH_arm64)
@@ -42,12 +51,30 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_clock_nanosleep 115
 #define SP_NR_madvise 233
 #define SP_NR_process_madvise 440
+#define SP_NR_futex 98
+#define SP_NR_futex_waitv 449
+#define SP_NR_epoll_wait (-1001) /* arm64 has only epoll_pwait */
+#define SP_NR_epoll_pwait 22
+#define SP_NR_epoll_pwait2 441
+#define SP_NR_poll (-1002) /* only ppoll */
+#define SP_NR_ppoll 73
+#define SP_NR_select (-1003) /* only pselect6 */
+#define SP_NR_pselect6 72
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
 #else
 #error "slowpath supports x86_64 and arm64"
 #endif
 
 #define SP_EEXIST 17
+
+/* include/uapi/linux/futex.h */
+#define SP_FUTEX_WAIT 0
+#define SP_FUTEX_LOCK_PI 6
+#define SP_FUTEX_WAIT_BITSET 9
+#define SP_FUTEX_WAIT_REQUEUE_PI 11
+#define SP_FUTEX_LOCK_PI2 13
+#define SP_FUTEX_PRIVATE_FLAG 128
+#define SP_FUTEX_CLOCK_REALTIME 256
 #define SP_PF_KTHREAD 0x00200000 /* include/linux/sched.h */
 #define SP_MADV_COLLAPSE 25
 
@@ -161,6 +188,40 @@ struct {
 	__type(value, struct sp_proc);
 } proc_scratch SEC(".maps");
 
+/* Timers expiring on each CPU now (struct sp_timer_cpu): a wakeup seen
+ * by sched_waking while one expires was made by that timer. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sp_timer_cpu);
+} timer_cpu SEC(".maps");
+
+/* enum sp_timer_fn of each hrtimer function address seen: the name is
+ * formatted once per address (bpf_snprintf "%ps"), not per expiry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, __u64);
+	__type(value, __u32);
+} timer_fns SEC(".maps");
+
+/* Offsets of CLOCK_REALTIME and CLOCK_TAI from CLOCK_MONOTONIC in ns, kept
+ * current by the agent (every 500 ms), to turn absolute deadlines on those
+ * clocks into requested lengths. BPF has no realtime clock before 6.1. */
+__s64 realtime_offset_ns = 0;
+__s64 tai_offset_ns = 0;
+/* Timer wakeups in one ~1 s window that make a process a timer loop
+ * (struct sp_counters.timer_hot_windows); the agent sets it from
+ * --timer.loop-threshold. */
+const volatile __u32 timer_hot_wakeups = 200;
+/* Where a task's user registers sit in its kernel stack (task_pt_regs()
+ * minus task->stack: the same for every task), learned by the raw_tp
+ * sys_enter program from its own arguments; raw_tp programs cannot call
+ * bpf_task_pt_regs() on a task they did not get as a BTF pointer. 0 until
+ * the first counted syscall. */
+__u64 pt_regs_offset = 0;
+
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
  * generates its Rust type (ring buffer records have no map value type). */
 struct sp_proc_event sp_proc_event_btf_anchor SEC(".bss");
@@ -185,20 +246,25 @@ static __always_inline void lost_inc(__u32 reason)
 		*v += 1; /* per-CPU slot: no atomic needed */
 }
 
-/* Insert a zeroed entry for the current thread group. Slow path: once per
- * process image. */
-static __noinline struct sp_proc *proc_create(__u32 tgid)
+/* Insert a zeroed entry for the thread group of `task` (the current task
+ * when NULL). Slow path: once per process image. */
+static __noinline struct sp_proc *proc_create(__u32 tgid, struct task_struct *task)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	bool current = !task;
 	__u32 zero = 0;
 	struct sp_proc *tmpl;
 	long err;
 
+	if (current)
+		task = (struct task_struct *)bpf_get_current_task();
 	tmpl = bpf_map_lookup_elem(&proc_scratch, &zero);
 	if (!tmpl)
 		return NULL;
 	tmpl->start_boottime_ns = BPF_CORE_READ(task, group_leader, start_boottime);
-	tmpl->cgroup_id = bpf_get_current_cgroup_id();
+	tmpl->exec_id = BPF_CORE_READ(task, group_leader, self_exec_id);
+	/* the cgroup v2 id: what bpf_get_current_cgroup_id() returns for current */
+	tmpl->cgroup_id = current ? bpf_get_current_cgroup_id()
+				  : BPF_CORE_READ(task, cgroups, dfl_cgrp, kn, id);
 	BPF_CORE_READ_INTO(&tmpl->comm, task, group_leader, comm);
 	err = bpf_map_update_elem(&procs, &tgid, tmpl, BPF_NOEXIST);
 	if (err && err != -SP_EEXIST) {
@@ -213,7 +279,7 @@ static __always_inline struct sp_proc *proc_current(void)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct sp_proc *p = bpf_map_lookup_elem(&procs, &tgid);
 
-	return p ? p : proc_create(tgid);
+	return p ? p : proc_create(tgid, NULL);
 }
 
 /* ---- syscalls: clock reads, rt_sigprocmask, sleeps ---------------------- */
@@ -238,13 +304,82 @@ static __always_inline bool in_compat_syscall(const bool btf)
 #endif
 }
 
+/* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`. */
+static __always_inline void count_timeout(struct sp_proc *p, __u32 wait, __u64 rel_ns)
+{
+	int b;
+
+	/* cap at ~136 years so the sum cannot wrap on absurd requests */
+	if (rel_ns > 0xffffffffULL * SP_NSEC_PER_SEC)
+		rel_ns = 0xffffffffULL * SP_NSEC_PER_SEC;
+	/* a zero timeout of poll/select/epoll/futex never sleeps: no timer */
+	if (rel_ns == 0 && wait >= SP_WAIT_FUTEX)
+		return;
+	b = sp_sleep_bucket(rel_ns / SP_NSEC_PER_SEC, rel_ns % SP_NSEC_PER_SEC);
+	if (wait >= SP_WAIT_SYSCALL_COUNT || b < 0)
+		return;
+	SP_INC_AT(p->c.timeout_buckets[wait], b);
+	__sync_fetch_and_add(&p->c.timeout_ns[wait], rel_ns);
+}
+
+/* Now on `clock` (enum sp_clock) in ns, or -1 for a clock BPF cannot read. */
+static __always_inline __s64 clock_now_ns(__u32 clock)
+{
+	switch (clock) {
+	case SP_CLOCK_MONOTONIC:
+		return bpf_ktime_get_ns();
+	case SP_CLOCK_BOOTTIME:
+		return bpf_ktime_get_boot_ns();
+	case SP_CLOCK_REALTIME:
+		return bpf_ktime_get_ns() + realtime_offset_ns;
+	case SP_CLOCK_TAI:
+		return bpf_ktime_get_ns() + tai_offset_ns;
+	}
+	return -1;
+}
+
+/* The timeout of `wait` in the user timespec at `uts`: relative when
+ * `abs_clock` is negative, else a deadline on that enum sp_clock (made
+ * relative to the clock's time now; a deadline already past counts as 0).
+ * `timeval`: the struct holds microseconds (select). Returns -1 when the
+ * request is invalid or unreadable (the wait still counts as a call). */
+static __always_inline int timeout_from_user(struct sp_proc *p, __u32 wait, const void *uts,
+					     int abs_clock, bool timeval)
+{
+	struct __kernel_timespec ts;
+	__s64 ns, now;
+
+	if (bpf_probe_read_user(&ts, sizeof(ts), uts)) {
+		lost_inc(SP_LOST_SLEEP_UNREADABLE);
+		return -1;
+	}
+	if (timeval) {
+		if (ts.tv_nsec < 0 || ts.tv_nsec >= 1000000)
+			return -1;
+		ts.tv_nsec *= 1000;
+	}
+	if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= (__s64)SP_NSEC_PER_SEC)
+		return -1; /* EINVAL */
+	if (ts.tv_sec > 0xffffffffLL)
+		ts.tv_sec = 0xffffffffLL;
+	ns = ts.tv_sec * (__s64)SP_NSEC_PER_SEC + ts.tv_nsec;
+	if (abs_clock >= 0) {
+		now = clock_now_ns(abs_clock);
+		if (now < 0) {
+			lost_inc(SP_LOST_SLEEP_UNREADABLE);
+			return -1;
+		}
+		ns = ns > now ? ns - now : 0;
+	}
+	count_timeout(p, wait, ns);
+	return 0;
+}
+
 static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 clock,
 					__u32 mode, const void *rqtp)
 {
-	struct __kernel_timespec ts;
-	__u64 sec, *calls;
+	__u64 *calls;
 	__u32 slot;
-	int b;
 
 	if (syscall >= SP_SLEEP_SYSCALL_COUNT)
 		return;
@@ -255,20 +390,96 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 	if (slot >= SP_CLOCK_COUNT * SP_SLEEP_MODE_COUNT)
 		return;
 	__sync_fetch_and_add(&calls[slot], 1);
-	if (mode != SP_SLEEP_RELATIVE)
-		return;
-	if (bpf_probe_read_user(&ts, sizeof(ts), rqtp)) {
-		lost_inc(SP_LOST_SLEEP_UNREADABLE);
-		return;
+	/* enum sp_sleep_syscall and enum sp_wait agree on the two sleeps */
+	timeout_from_user(p, syscall, rqtp, mode == SP_SLEEP_ABSOLUTE ? (int)clock : -1, false);
+}
+
+/* futex(2) ops that wait with a timeout: the deadline's clock (enum sp_clock)
+ * when absolute, -1 when relative (FUTEX_WAIT: kernel/futex/syscalls.c,
+ * futex_init_timeout()), -2 when the op does not wait with a timer. */
+static __always_inline int futex_timeout_clock(__u32 op)
+{
+	bool realtime = op & SP_FUTEX_CLOCK_REALTIME;
+
+	switch (op & ~(SP_FUTEX_PRIVATE_FLAG | SP_FUTEX_CLOCK_REALTIME)) {
+	case SP_FUTEX_WAIT:
+		return -1;
+	case SP_FUTEX_LOCK_PI:
+		return SP_CLOCK_REALTIME;
+	case SP_FUTEX_WAIT_BITSET:
+	case SP_FUTEX_WAIT_REQUEUE_PI:
+	case SP_FUTEX_LOCK_PI2:
+		return realtime ? SP_CLOCK_REALTIME : SP_CLOCK_MONOTONIC;
 	}
-	b = sp_sleep_bucket(ts.tv_sec, ts.tv_nsec);
-	if (b < 0)
-		return; /* EINVAL request: counted as a call, not a duration */
-	SP_INC_AT(p->c.sleep_buckets[syscall], b);
-	/* cap at ~136 years so the sum cannot wrap on absurd requests */
-	sec = ts.tv_sec > 0xffffffffLL ? 0xffffffffULL : (__u64)ts.tv_sec;
-	__sync_fetch_and_add(&p->c.sleep_requested_ns[syscall],
-			     sec * SP_NSEC_PER_SEC + (__u64)ts.tv_nsec);
+	return -2;
+}
+
+/* Whether syscall `id` is a wait that arms a timer: a timed wait with no
+ * timeout (or a zero one, which never sleeps) is not counted at all. */
+static __always_inline bool wait_is_timed(struct pt_regs *regs, long id, const bool btf)
+{
+	switch (id) {
+	case SP_NR_futex:
+		return SP_SYSCALL_ARG(btf, regs, 4) &&
+		       futex_timeout_clock(SP_SYSCALL_ARG(btf, regs, 2)) != -2;
+	case SP_NR_futex_waitv:
+	case SP_NR_epoll_pwait2:
+		return SP_SYSCALL_ARG(btf, regs, 4);
+	case SP_NR_epoll_wait:
+	case SP_NR_epoll_pwait:
+		return (int)SP_SYSCALL_ARG(btf, regs, 4) > 0;
+	case SP_NR_poll:
+		return (int)SP_SYSCALL_ARG(btf, regs, 3) > 0;
+	case SP_NR_ppoll:
+		return SP_SYSCALL_ARG(btf, regs, 3);
+	case SP_NR_select:
+	case SP_NR_pselect6:
+		return SP_SYSCALL_ARG(btf, regs, 5);
+	}
+	return true; /* not a wait: counted as it is */
+}
+
+/* The requested timeout of a timed wait (`wait_is_timed()`). */
+static __always_inline void count_wait(struct sp_proc *p, struct pt_regs *regs, long id,
+				       const bool btf)
+{
+	__s32 ms;
+
+	switch (id) {
+	case SP_NR_futex:
+		timeout_from_user(p, SP_WAIT_FUTEX, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
+				  futex_timeout_clock(SP_SYSCALL_ARG(btf, regs, 2)), false);
+		break;
+	case SP_NR_futex_waitv:
+		timeout_from_user(p, SP_WAIT_FUTEX, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
+				  sp_classify_clockid((__s32)SP_SYSCALL_ARG(btf, regs, 5)), false);
+		break;
+	case SP_NR_epoll_wait:
+	case SP_NR_epoll_pwait:
+		ms = (__s32)SP_SYSCALL_ARG(btf, regs, 4);
+		count_timeout(p, SP_WAIT_EPOLL_WAIT, (__u64)ms * 1000000);
+		break;
+	case SP_NR_epoll_pwait2:
+		timeout_from_user(p, SP_WAIT_EPOLL_WAIT, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
+				  -1, false);
+		break;
+	case SP_NR_poll:
+		ms = (__s32)SP_SYSCALL_ARG(btf, regs, 3);
+		count_timeout(p, SP_WAIT_POLL, (__u64)ms * 1000000);
+		break;
+	case SP_NR_ppoll:
+		timeout_from_user(p, SP_WAIT_POLL, (const void *)SP_SYSCALL_ARG(btf, regs, 3), -1,
+				  false);
+		break;
+	case SP_NR_select:
+		timeout_from_user(p, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
+				  true);
+		break;
+	case SP_NR_pselect6:
+		timeout_from_user(p, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
+				  false);
+		break;
+	}
 }
 
 /* Whether this call's user stack is sampled: the first call of each
@@ -320,19 +531,25 @@ dropped:
 
 static __always_inline __u32 callsite_kind(long id)
 {
-	if (id == SP_NR_rt_sigprocmask)
+	switch (id) {
+	case SP_NR_rt_sigprocmask:
 		return SP_CALLSITE_SIGPROCMASK;
-	if (id == SP_NR_nanosleep || id == SP_NR_clock_nanosleep)
-		return SP_CALLSITE_SLEEP;
-	return SP_CALLSITE_CLOCK;
+	case SP_NR_clock_gettime:
+	case SP_NR_gettimeofday:
+	case SP_NR_time:
+		return SP_CALLSITE_CLOCK;
+	}
+	return SP_CALLSITE_SLEEP; /* sleeps and timed waits */
 }
 
-/* Count one of our six syscalls, `id`, entered with user registers `regs`. */
+/* Count one of our syscalls, `id`, entered with user registers `regs`. */
 static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
 	struct sp_proc *p;
 	__u32 idx;
 
+	if (!wait_is_timed(regs, id, btf))
+		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	p = proc_current();
 	if (!p)
 		return 0;
@@ -366,6 +583,9 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 									      : SP_SLEEP_RELATIVE,
 			    (const void *)SP_SYSCALL_ARG(btf, regs, 3));
 		break;
+	default:
+		count_wait(p, regs, id, btf);
+		break;
 	}
 	return 0;
 }
@@ -380,12 +600,24 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	case SP_NR_rt_sigprocmask:
 	case SP_NR_nanosleep:
 	case SP_NR_clock_nanosleep:
+	case SP_NR_futex:
+	case SP_NR_futex_waitv:
+	case SP_NR_epoll_wait:
+	case SP_NR_epoll_pwait:
+	case SP_NR_epoll_pwait2:
+	case SP_NR_poll:
+	case SP_NR_ppoll:
+	case SP_NR_select:
+	case SP_NR_pselect6:
 		break;
 	default:
 		return 0;
 	}
 	if (in_compat_syscall(btf))
 		return 0;
+	if (!btf && !pt_regs_offset)
+		pt_regs_offset = (__u64)regs - (__u64)BPF_CORE_READ(
+			(struct task_struct *)bpf_get_current_task(), stack);
 	return count_syscall(ctx, regs, id, btf);
 }
 
@@ -422,7 +654,259 @@ SP_SYSCALL_FENTRY(time)
 SP_SYSCALL_FENTRY(rt_sigprocmask)
 SP_SYSCALL_FENTRY(nanosleep)
 SP_SYSCALL_FENTRY(clock_nanosleep)
+SP_SYSCALL_FENTRY(futex)
+SP_SYSCALL_FENTRY(futex_waitv)
+SP_SYSCALL_FENTRY(epoll_wait)
+SP_SYSCALL_FENTRY(epoll_pwait)
+SP_SYSCALL_FENTRY(epoll_pwait2)
+SP_SYSCALL_FENTRY(poll)
+SP_SYSCALL_FENTRY(ppoll)
+SP_SYSCALL_FENTRY(select)
+SP_SYSCALL_FENTRY(pselect6)
 #endif
+
+/* ---- timer wakeups ------------------------------------------------------ */
+
+/*
+ * A wakeup is a timer wakeup when sched:sched_waking fires on a CPU between
+ * timer:hrtimer_expire_entry and timer:hrtimer_expire_exit: the expiring
+ * timer's callback made it (kernel/time/hrtimer.c, __run_hrtimer()). That
+ * covers the sleepers (hrtimer_wakeup: nanosleep, clock_nanosleep, and the
+ * timeouts of futex, epoll, poll and select, via schedule_hrtimeout_range())
+ * and timers that wake a task indirectly (timerfd_tmrproc wakes the reader
+ * or poller of a timerfd; it_real_fn and posix_timer_fn signal the process).
+ * try_to_wake_up() traces sched_waking only for a task that really sleeps,
+ * so a timer that fires after its task woke up otherwise counts nothing, and
+ * a wait ended early by an event cancels its timer and counts nothing.
+ */
+
+/* bpf_snprintf formats need a read-only map. */
+static const char timer_fn_format[] = "%ps";
+
+/* Whether `name` (a kallsyms name, maybe with an LTO ".llvm.N" suffix)
+ * is `want`. */
+static __always_inline bool fn_name_is(const char *name, const char *want, int len)
+{
+	for (int i = 0; i < len; i++)
+		if (name[i] != want[i])
+			return false;
+	return name[len] == '\0' || name[len] == '.';
+}
+
+#define SP_FN_IS(name, lit) fn_name_is(name, lit, sizeof(lit) - 1)
+
+/* enum sp_timer_fn of an hrtimer callback address: by name, once per address. */
+static __noinline __u32 timer_fn_kind(__u64 fn)
+{
+	char name[32] = {};
+	__u32 *known, kind;
+
+	known = bpf_map_lookup_elem(&timer_fns, &fn);
+	if (known)
+		return *known;
+	if (bpf_snprintf(name, sizeof(name), timer_fn_format, &fn, sizeof(fn)) < 0)
+		return SP_TIMER_FN_OTHER;
+	if (SP_FN_IS(name, "hrtimer_wakeup"))
+		kind = SP_TIMER_FN_SLEEPER;
+	else if (SP_FN_IS(name, "timerfd_tmrproc"))
+		kind = SP_TIMER_FN_TIMERFD;
+	else if (SP_FN_IS(name, "it_real_fn") || SP_FN_IS(name, "posix_timer_fn"))
+		kind = SP_TIMER_FN_POSIX;
+	else
+		kind = SP_TIMER_FN_OTHER;
+	bpf_map_update_elem(&timer_fns, &fn, &kind, BPF_ANY); /* a full cache only costs a format */
+	return kind;
+}
+
+/* The innermost timer expiring on this CPU, or NULL; drops frames whose
+ * _exit was never seen (SP_TIMER_FRAME_MAX_NS), so one lost event cannot
+ * make every later wakeup on the CPU look like a timer's. */
+static __always_inline struct sp_timer_frame *timer_top(struct sp_timer_cpu *t, __u64 now)
+{
+	__u32 depth = t->depth, top;
+
+	if (depth == 0)
+		return NULL;
+	top = depth - 1;
+	barrier_var(top);
+	if (top >= SP_TIMER_MAX_DEPTH)
+		return NULL;
+	if (now - t->frames[top].start_ns > SP_TIMER_FRAME_MAX_NS) {
+		t->depth = 0;
+		return NULL;
+	}
+	return &t->frames[top];
+}
+
+static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer)
+{
+	struct sp_timer_cpu *t;
+	__u32 zero = 0, depth;
+	__u64 now;
+
+	t = bpf_map_lookup_elem(&timer_cpu, &zero);
+	if (!t)
+		return 0;
+	now = bpf_ktime_get_ns();
+	timer_top(t, now); /* drop stale frames first */
+	depth = t->depth;
+	barrier_var(depth);
+	if (depth >= SP_TIMER_MAX_DEPTH)
+		return 0; /* deeper than hrtimer callbacks nest */
+	t->frames[depth].hrtimer = (__u64)timer;
+	t->frames[depth].start_ns = now;
+	t->frames[depth].fn = timer_fn_kind((__u64)BPF_CORE_READ(timer, function));
+	t->depth = depth + 1;
+	return 0;
+}
+
+static __always_inline int on_hrtimer_expire_exit(struct hrtimer *timer)
+{
+	struct sp_timer_cpu *t;
+	__u32 zero = 0, depth, top;
+
+	t = bpf_map_lookup_elem(&timer_cpu, &zero);
+	if (!t || t->depth == 0)
+		return 0;
+	depth = t->depth;
+	top = depth - 1;
+	barrier_var(top);
+	/* only the exit of the timer on top: an exit whose entry was not seen
+	 * (attached in between, or skipped) leaves the frames alone */
+	if (top < SP_TIMER_MAX_DEPTH && t->frames[top].hrtimer == (__u64)timer)
+		t->depth = top;
+	return 0;
+}
+
+/* The syscall a sleeping task `p` waits in, from its user registers. */
+static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
+{
+	struct pt_regs *regs;
+	long nr;
+
+	if (BPF_CORE_READ(p, flags) & SP_PF_KTHREAD)
+		return SP_WAIT_OTHER; /* no user registers */
+#if defined(__TARGET_ARCH_x86)
+	if (BPF_CORE_READ(p, thread_info.status) & SP_TS_COMPAT)
+		return SP_WAIT_OTHER; /* ia32 syscall numbers */
+#endif
+	if (btf) {
+		regs = (struct pt_regs *)bpf_task_pt_regs(p);
+	} else {
+		if (!pt_regs_offset)
+			return SP_WAIT_OTHER; /* no syscall counted yet */
+		regs = (struct pt_regs *)((__u64)BPF_CORE_READ(p, stack) + pt_regs_offset);
+	}
+	nr = SP_SYSCALL_NR(regs);
+	switch (nr) {
+	case SP_NR_nanosleep:
+		return SP_WAIT_NANOSLEEP;
+	case SP_NR_clock_nanosleep:
+		return SP_WAIT_CLOCK_NANOSLEEP;
+	case SP_NR_futex:
+	case SP_NR_futex_waitv:
+		return SP_WAIT_FUTEX;
+	case SP_NR_epoll_wait:
+	case SP_NR_epoll_pwait:
+	case SP_NR_epoll_pwait2:
+		return SP_WAIT_EPOLL_WAIT;
+	case SP_NR_poll:
+	case SP_NR_ppoll:
+		return SP_WAIT_POLL;
+	case SP_NR_select:
+	case SP_NR_pselect6:
+		return SP_WAIT_SELECT;
+	}
+	return SP_WAIT_OTHER;
+}
+
+/* Count `hot` windows: the first time a process reaches timer_hot_wakeups
+ * wakeups in a ~1 s window. Plain stores: a race between CPUs can only
+ * shift one wakeup between windows. */
+static __always_inline void timer_window(struct sp_proc *p)
+{
+	__u32 window = bpf_ktime_get_ns() >> 30;
+
+	if (p->timer_window != window) {
+		p->timer_window = window;
+		p->timer_window_wakeups = 0;
+	}
+	if (++p->timer_window_wakeups == timer_hot_wakeups)
+		__sync_fetch_and_add(&p->c.timer_hot_windows, 1);
+}
+
+static __always_inline int on_sched_waking(struct task_struct *p, const bool btf)
+{
+	struct sp_timer_frame *top;
+	struct sp_timer_cpu *t;
+	struct sp_proc *proc;
+	__u32 zero = 0, wait, tgid;
+
+	t = bpf_map_lookup_elem(&timer_cpu, &zero);
+	if (!t || t->depth == 0)
+		return 0; /* every wakeup not made by a timer leaves here */
+	top = timer_top(t, bpf_ktime_get_ns());
+	if (!top)
+		return 0;
+	switch (top->fn) {
+	case SP_TIMER_FN_SLEEPER:
+		wait = sleeper_wait(p, btf);
+		break;
+	case SP_TIMER_FN_TIMERFD:
+		wait = SP_WAIT_TIMERFD;
+		break;
+	case SP_TIMER_FN_POSIX:
+		wait = SP_WAIT_POSIX_TIMER;
+		break;
+	default:
+		wait = SP_WAIT_OTHER;
+	}
+	tgid = BPF_CORE_READ(p, tgid);
+	proc = bpf_map_lookup_elem(&procs, &tgid);
+	if (!proc)
+		proc = proc_create(tgid, p); /* counts a full table as lost */
+	if (!proc)
+		return 0;
+	SP_INC_AT(proc->c.timer_wakeups, wait);
+	timer_window(proc);
+	return 0;
+}
+
+SEC("tp_btf/hrtimer_expire_entry")
+int BPF_PROG(hrtimer_expire_entry_btf, struct hrtimer *timer)
+{
+	return on_hrtimer_expire_entry(timer);
+}
+
+SEC("raw_tp/hrtimer_expire_entry")
+int BPF_PROG(hrtimer_expire_entry_raw, struct hrtimer *timer)
+{
+	return on_hrtimer_expire_entry(timer);
+}
+
+SEC("tp_btf/hrtimer_expire_exit")
+int BPF_PROG(hrtimer_expire_exit_btf, struct hrtimer *timer)
+{
+	return on_hrtimer_expire_exit(timer);
+}
+
+SEC("raw_tp/hrtimer_expire_exit")
+int BPF_PROG(hrtimer_expire_exit_raw, struct hrtimer *timer)
+{
+	return on_hrtimer_expire_exit(timer);
+}
+
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sched_waking_btf, struct task_struct *p)
+{
+	return on_sched_waking(p, true);
+}
+
+SEC("raw_tp/sched_waking")
+int BPF_PROG(sched_waking_raw, struct task_struct *p)
+{
+	return on_sched_waking(p, false);
+}
 
 /* ---- THP faults -------------------------------------------------------- */
 

@@ -58,7 +58,34 @@ enum sp_sleep_mode {
 	SP_SLEEP_MODE_COUNT = 2,
 };
 
-/* Requested relative sleep histogram: bucket i holds requests with
+/* What a timed wait was waiting in, or which timer woke it: the `wait`
+ * label. The first SP_WAIT_SYSCALL_COUNT are syscalls whose timeout the
+ * sys_enter hook reads (requested-timeout histogram); the others are known
+ * only from the expiring timer. */
+enum sp_wait {
+	SP_WAIT_NANOSLEEP = 0,
+	SP_WAIT_CLOCK_NANOSLEEP = 1,
+	SP_WAIT_FUTEX = 2,	/* futex, futex_waitv */
+	SP_WAIT_EPOLL_WAIT = 3, /* epoll_wait, epoll_pwait, epoll_pwait2 */
+	SP_WAIT_POLL = 4,	/* poll, ppoll */
+	SP_WAIT_SELECT = 5,	/* select, pselect6 */
+	SP_WAIT_SYSCALL_COUNT = 6,
+	SP_WAIT_TIMERFD = 6,	 /* a timerfd expired (timerfd_tmrproc) */
+	SP_WAIT_POSIX_TIMER = 7, /* setitimer(2) (it_real_fn) or timer_create(2) (posix_timer_fn) */
+	SP_WAIT_OTHER = 8,	 /* any other timer, or a sleeper in another syscall */
+	SP_WAIT_COUNT = 9,
+};
+
+/* What an expiring hrtimer's function is (hrtimer->function, named once
+ * per address with bpf_snprintf("%ps")). */
+enum sp_timer_fn {
+	SP_TIMER_FN_OTHER = 0,
+	SP_TIMER_FN_SLEEPER = 1, /* hrtimer_wakeup: a task sleeping with a timeout */
+	SP_TIMER_FN_TIMERFD = 2, /* timerfd_tmrproc */
+	SP_TIMER_FN_POSIX = 3,	 /* it_real_fn, posix_timer_fn */
+};
+
+/* Requested timeout histogram: bucket i holds requests with
  * duration <= 10^(i-6) s (1 us .. 10 s) and above the previous bound;
  * the last bucket holds everything above 10 s. Not cumulative. */
 enum sp_sleep_bucket {
@@ -79,7 +106,7 @@ enum sp_lost_reason {
 	SP_LOST_PROCESS_TABLE_FULL = 0,	   /* event dropped: `procs` map full */
 	SP_LOST_COMPACTION_TABLE_FULL = 1, /* run not timed: `compaction_starts` full */
 	SP_LOST_RINGBUF_FULL = 2,	   /* exec split not recorded: counts stay with the new image */
-	SP_LOST_SLEEP_UNREADABLE = 3,	   /* sleep counted, duration unreadable: not in the histogram */
+	SP_LOST_SLEEP_UNREADABLE = 3,	   /* timed wait counted, timeout unreadable: not in the histogram */
 	SP_LOST_REASON_COUNT = 4,
 };
 
@@ -91,9 +118,18 @@ struct sp_counters {
 	__u64 sigprocmask[SP_SIGMASK_OP_COUNT]; /* by enum sp_sigmask_op */
 	/* [syscall][clock][mode]; nanosleep(2) is always relative on CLOCK_MONOTONIC */
 	__u64 sleep_calls[SP_SLEEP_SYSCALL_COUNT][SP_CLOCK_COUNT][SP_SLEEP_MODE_COUNT];
-	/* relative requests only, by syscall: non-cumulative buckets and the sum in ns */
-	__u64 sleep_buckets[SP_SLEEP_SYSCALL_COUNT][SP_SLEEP_BUCKET_COUNT];
-	__u64 sleep_requested_ns[SP_SLEEP_SYSCALL_COUNT];
+	/* Requested timeouts of timed waits by enum sp_wait (syscalls only),
+	 * relative or converted from an absolute deadline at the call:
+	 * non-cumulative buckets (enum sp_sleep_bucket) and the sum in ns. */
+	__u64 timeout_buckets[SP_WAIT_SYSCALL_COUNT][SP_SLEEP_BUCKET_COUNT];
+	__u64 timeout_ns[SP_WAIT_SYSCALL_COUNT];
+	/* Wakeups by an expiring timer, by enum sp_wait, counted for the woken
+	 * process (timer:hrtimer_expire_entry .. _exit, sched:sched_waking). */
+	__u64 timer_wakeups[SP_WAIT_COUNT];
+	/* ~1 s windows (2^30 ns) in which the process was woken by timers at
+	 * least `timer_hot_wakeups` times: non-zero marks a timer loop, whose
+	 * requested timeouts get per-process series. */
+	__u64 timer_hot_windows;
 	__u64 thp_fault_alloc;
 	__u64 thp_fault_fallback;
 	__u64 compaction_runs[SP_COMPACTION_TRIGGER_COUNT];
@@ -113,16 +149,22 @@ struct sp_proc {
 	 * value in clock ticks */
 	__u64 start_boottime_ns;
 	__u64 cgroup_id; /* cgroup v2 id (inode number in cgroup2fs) at first event */
+	/* group leader's self_exec_id (bumped by every exec): tells the image
+	 * after an exec from the one before, which has the same tgid and start */
+	__u64 exec_id;
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
 	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
+	__u32 timer_window; /* bpf_ktime_get_ns() >> 30 of the current timer window */
+	__u32 timer_window_wakeups; /* timer wakeups in that window */
+	__u32 _pad;
 };
 
 /* What a sampled call site was doing (callsites map key). */
 enum sp_callsite_kind {
 	SP_CALLSITE_CLOCK = 0,	   /* clock_gettime, gettimeofday, time */
 	SP_CALLSITE_SIGPROCMASK = 1,
-	SP_CALLSITE_SLEEP = 2,	   /* nanosleep, clock_nanosleep */
+	SP_CALLSITE_SLEEP = 2,	   /* nanosleep, clock_nanosleep, and timed futex/epoll/poll/select waits */
 	SP_CALLSITE_KIND_COUNT = 3,
 };
 
@@ -155,6 +197,29 @@ struct sp_proc_event {
 	struct sp_proc proc;
 };
 
+/* An hrtimer expiring on this CPU (between hrtimer_expire_entry and _exit). */
+struct sp_timer_frame {
+	__u64 hrtimer;	/* struct hrtimer * */
+	__u64 start_ns; /* bpf_ktime_get_ns() at expire_entry */
+	__u32 fn;	/* enum sp_timer_fn */
+	__u32 _pad;
+};
+
+/* A frame older than this was left by an _exit event that was never seen
+ * (a program attached between a callback's entry and exit, or skipped by
+ * the kernel's recursion guard): callbacks run for microseconds. */
+#define SP_TIMER_FRAME_MAX_NS 1000000
+
+/* hrtimer callbacks may nest once: a hard-irq timer inside a softirq one. */
+#define SP_TIMER_MAX_DEPTH 2
+
+/* Value of the per-CPU `timer_cpu` array: the timers expiring now. */
+struct sp_timer_cpu {
+	__u32 depth;
+	__u32 _pad;
+	struct sp_timer_frame frames[SP_TIMER_MAX_DEPTH];
+};
+
 /* Value of `compaction_starts`, keyed by tid: a run in progress. */
 struct sp_compaction_start {
 	__u64 start_ns; /* bpf_ktime_get_ns() at mm_compaction_begin */
@@ -171,6 +236,8 @@ struct sp_enums {
 	enum sp_sleep_syscall sleep_syscall;
 	enum sp_sleep_mode sleep_mode;
 	enum sp_sleep_bucket sleep_bucket;
+	enum sp_wait wait;
+	enum sp_timer_fn timer_fn;
 	enum sp_compaction_trigger compaction_trigger;
 	enum sp_lost_reason lost_reason;
 	enum sp_proc_flag proc_flag;

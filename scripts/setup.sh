@@ -2,7 +2,7 @@
 # Installs what slowpath needs on Debian/Ubuntu, idempotently.
 #   scripts/setup.sh          build dependencies (clang, libelf, zlib, Rust)
 #   scripts/setup.sh --test   plus what the test suite uses (strace, bpftool,
-#                             pytest, prometheus-client, Prometheus/promtool,
+#                             pytest, prometheus-client, Prometheus/promtool, bpftrace,
 #                             QEMU, busybox and cpio for the guest kernel tests)
 set -euo pipefail
 
@@ -17,7 +17,7 @@ fi
 build_pkgs=(clang libelf-dev zlib1g-dev pkg-config make gcc curl ca-certificates)
 test_pkgs=(strace bpftool python3 python3-pytest python3-prometheus-client prometheus util-linux
            qemu-system-x86 busybox-static cpio podman debootstrap runc
-           systemd dpkg-dev python3-yaml python3-venv)
+           systemd dpkg-dev python3-yaml python3-venv bpftrace)
 
 pkgs=("${build_pkgs[@]}")
 ((want_test)) && pkgs+=("${test_pkgs[@]}")

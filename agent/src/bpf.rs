@@ -45,13 +45,16 @@ macro_rules! slot {
 pub(crate) use slot;
 
 /// The kernel tracepoints slowpath hooks, as named in `slowpath_probe_attached{probe}`.
-pub const PROBES: [&str; 6] = [
+pub const PROBES: [&str; 9] = [
     "sys_enter",
     "sched_process_exit",
     "sched_process_exec",
     "mm_page_alloc",
     "mm_compaction_begin",
     "mm_compaction_end",
+    "hrtimer_expire_entry",
+    "hrtimer_expire_exit",
+    "sched_waking",
 ];
 
 /// How a program is attached (the `attach_type` label).
@@ -122,6 +125,18 @@ pub struct LoadOptions {
     /// Fault injection for tests: attach this probe as raw_tp to a
     /// tracepoint that does not exist, so the kernel refuses it for real.
     pub break_probe: Option<String>,
+    /// Timer wakeups in one kernel window (2^30 ns) that mark a timer loop.
+    pub timer_hot_wakeups: u32,
+}
+
+/// Length of the kernel's timer-loop window: `bpf_ktime_get_ns() >> 30`.
+const HOT_WINDOW_SECONDS: f64 = (1u64 << 30) as f64 / 1e9;
+
+/// Wakeups per kernel window for a rate of `per_second` (at least 1).
+pub fn hot_window_wakeups(per_second: f64) -> u32 {
+    (per_second * HOT_WINDOW_SECONDS)
+        .ceil()
+        .clamp(1.0, u32::MAX as f64) as u32
 }
 
 /// Tracepoint name used by `break_probe`.
@@ -285,13 +300,22 @@ fn auto_plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
 }
 
 /// Kernel functions the fentry programs attach to.
-const FENTRY_TARGETS: [&str; 6] = [
+const FENTRY_TARGETS: [&str; 15] = [
     "__x64_sys_clock_gettime",
     "__x64_sys_gettimeofday",
     "__x64_sys_time",
     "__x64_sys_rt_sigprocmask",
     "__x64_sys_nanosleep",
     "__x64_sys_clock_nanosleep",
+    "__x64_sys_futex",
+    "__x64_sys_futex_waitv",
+    "__x64_sys_epoll_wait",
+    "__x64_sys_epoll_pwait",
+    "__x64_sys_epoll_pwait2",
+    "__x64_sys_poll",
+    "__x64_sys_ppoll",
+    "__x64_sys_select",
+    "__x64_sys_pselect6",
 ];
 
 fn open_and_load<'obj>(
@@ -317,11 +341,11 @@ fn open_and_load<'obj>(
         .proc_events
         .set_max_entries(opts.ringbuf_bytes)
         .context("sizing the proc_events ring buffer")?;
-    if opts.capture_stacks {
-        if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
-            rodata.capture_stacks = true;
-        }
-    } else {
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.capture_stacks = opts.capture_stacks;
+        rodata.timer_hot_wakeups = opts.timer_hot_wakeups;
+    }
+    if !opts.capture_stacks {
         // Stack tables are preallocated (4 MiB for `stacks`): one entry each
         // when nothing will be sampled.
         open.maps
@@ -460,7 +484,14 @@ mod tests {
             btf_path: KERNEL_BTF.into(),
             capture_stacks: false,
             break_probe: broken.map(str::to_string),
+            timer_hot_wakeups: 215,
         }
+    }
+
+    #[test]
+    fn hot_window_is_the_threshold_over_2_to_the_30_ns() {
+        assert_eq!(hot_window_wakeups(200.0), 215);
+        assert_eq!(hot_window_wakeups(1e-9), 1);
     }
 
     #[test]

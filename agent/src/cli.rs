@@ -102,6 +102,15 @@ pub struct Cli {
     )]
     pub sysfs: PathBuf,
 
+    /// Timer wakeups per second of one process that make it a timer loop:
+    /// the doctor's timer_loop finding, and the level above which a process
+    /// gets its own slowpath_timer_requested_seconds histogram (reached in
+    /// any one second).
+    #[arg(long = "timer.loop-threshold", global = true, env = "SLOWPATH_TIMER_LOOP_THRESHOLD",
+          default_value_t = crate::signals::timer::DEFAULT_LOOP_PER_SEC, value_name = "WAKEUPS_PER_SECOND",
+          value_parser = parse_loop_threshold)]
+    pub timer_loop_threshold: f64,
+
     /// Period of the vDSO canary (a timed batch of libc clock reads per vDSO clock).
     #[arg(long = "canary.interval", env = "SLOWPATH_CANARY_INTERVAL", default_value = "15s", value_name = "DURATION",
           value_parser = parse_duration)]
@@ -237,6 +246,16 @@ fn parse_telemetry_path(s: &str) -> Result<String, BadFlag> {
     Ok(s.to_string())
 }
 
+/// `--timer.loop-threshold`: a positive, finite number of wakeups per second.
+fn parse_loop_threshold(s: &str) -> Result<f64, BadFlag> {
+    match s.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n <= 1e9 => Ok(n),
+        _ => Err(BadFlag(format!(
+            "bad --timer.loop-threshold {s:?}: expected a positive number of wakeups per second, e.g. 200"
+        ))),
+    }
+}
+
 fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
     let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
     if n < 4096 || !n.is_power_of_two() {
@@ -313,6 +332,11 @@ mod tests {
         assert!(Cli::try_parse_from(["slowpath", "--no-such-flag"]).is_err());
         assert!(Cli::try_parse_from(["slowpath", "--bpf.ringbuf-bytes", "5000"]).is_err());
         assert!(Cli::try_parse_from(["slowpath", "--canary.interval", "soon"]).is_err());
+        for bad in ["0", "-5", "many", "inf", "NaN"] {
+            let flag = format!("--timer.loop-threshold={bad}");
+            let err = Cli::try_parse_from(["slowpath", &flag]).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::ValueValidation, "{bad}");
+        }
         for path in ["metrics", "/"] {
             let err = Cli::try_parse_from(["slowpath", "--web.telemetry-path", path]).unwrap_err();
             assert_eq!(err.kind(), ErrorKind::ValueValidation);

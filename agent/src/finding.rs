@@ -37,6 +37,20 @@ pub struct ProcessRate {
     pub detail: BTreeMap<String, f64>,
     /// Sampled user stacks at the calls this finding is about (see `callsites`).
     pub call_sites: Vec<CallSite>,
+    /// The language runtime the live process runs, when a signal can tell
+    /// it and has advice for it (`Signal::enrich`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeNote>,
+}
+
+/// A runtime recognised in a live process, with the fix for that runtime.
+#[derive(Debug, Serialize)]
+pub struct RuntimeNote {
+    /// `go`, `jvm`, `node`, `python`, or a library (`sentinel-golang`).
+    pub name: &'static str,
+    /// How it was told (which mapping, note or string).
+    pub evidence: String,
+    pub fix: &'static str,
 }
 
 /// One diagnosis: which slow path, who takes it, why, and what to do.
@@ -87,6 +101,11 @@ pub struct Observation<'a> {
     pub node: &'a NodeSettings,
     /// Measured clock read costs on this node.
     pub bench: &'a [ClockCost],
+    /// Timer wakeups per second that make a timer loop (`--timer.loop-threshold`).
+    pub timer_loop_per_sec: f64,
+    /// Measured CPU seconds one timed wakeup costs the woken thread on this
+    /// node (syscall, timer and two context switches), when measured.
+    pub wakeup_cost_seconds: Option<f64>,
 }
 
 impl Observation<'_> {
@@ -118,6 +137,7 @@ fn process(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Process
         per_second,
         detail,
         call_sites: Vec::new(),
+        runtime: None,
     }
 }
 

@@ -15,7 +15,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 
 use crate::bpf::types::{
     sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
-    sp_sleep_syscall,
+    sp_sleep_syscall, sp_wait,
 };
 use crate::bpf::{slot, AttachType, ProbeStatus};
 use crate::kubernetes::PodLabels;
@@ -24,6 +24,7 @@ use crate::snapshot::{CanaryReading, Cgroup, Series, SeriesKey, Snapshot};
 
 const NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_NANOSLEEP);
 const CLOCK_NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_CLOCK_NANOSLEEP);
+const FUTEX: usize = slot!(sp_wait::SP_WAIT_FUTEX);
 const RELATIVE: usize = slot!(sp_sleep_mode::SP_SLEEP_RELATIVE);
 const ABSOLUTE: usize = slot!(sp_sleep_mode::SP_SLEEP_ABSOLUTE);
 /// The (10 ms, 100 ms] bucket of the requested-sleep histogram.
@@ -60,12 +61,24 @@ fn recorded() -> Vec<Proc> {
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_SETMASK)] = 2_000_000;
     let mut mosn = sp_counters::default();
     mosn.sleep_calls[CLOCK_NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][RELATIVE] = 10_000;
-    mosn.sleep_buckets[CLOCK_NANOSLEEP][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 10_000;
-    mosn.sleep_requested_ns[CLOCK_NANOSLEEP] = 10_000 * 1_000_000;
+    mosn.timeout_buckets[CLOCK_NANOSLEEP][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 10_000;
+    mosn.timeout_ns[CLOCK_NANOSLEEP] = 10_000 * 1_000_000;
     mosn.sleep_calls[NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][RELATIVE] = 5;
-    mosn.sleep_buckets[NANOSLEEP][BUCKET_100MS] = 5;
-    mosn.sleep_requested_ns[NANOSLEEP] = 5 * 50_000_000;
+    mosn.timeout_buckets[NANOSLEEP][BUCKET_100MS] = 5;
+    mosn.timeout_ns[NANOSLEEP] = 5 * 50_000_000;
     mosn.sleep_calls[CLOCK_NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][ABSOLUTE] = 300;
+    // the sentinel-golang ticker: woken 1000 times a second, mostly from
+    // the Go scheduler's futex and epoll_pwait timeouts
+    mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_CLOCK_NANOSLEEP)] = 2_000;
+    mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_FUTEX)] = 5_000;
+    mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_EPOLL_WAIT)] = 3_000;
+    mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_OTHER)] = 2;
+    mosn.timeout_buckets[FUTEX][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 5_000;
+    mosn.timeout_ns[FUTEX] = 5_000 * 900_000;
+    mosn.timer_hot_windows = 9;
+    java.timer_wakeups[slot!(sp_wait::SP_WAIT_FUTEX)] = 40;
+    java.timeout_buckets[FUTEX][BUCKET_100MS] = 40;
+    java.timeout_ns[FUTEX] = 40 * 50_000_000;
     let mut prof = sp_counters::default();
     prof.clock_gettime[slot!(sp_clock::SP_CLOCK_PROCESS_CPUTIME)] = 900_000;
     prof.clock_gettime[slot!(sp_clock::SP_CLOCK_THREAD_CPUTIME)] = 10;

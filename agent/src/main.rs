@@ -204,6 +204,7 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         btf_path: cli.btf_path.clone(),
         capture_stacks,
         break_probe: cli.break_probe.clone(),
+        timer_hot_wakeups: bpf::hot_window_wakeups(cli.timer_loop_threshold),
     }
 }
 
@@ -229,6 +230,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
             cgroup: args.cgroup.clone(),
         },
         format: args.format,
+        timer_loop_per_sec: cli.timer_loop_threshold,
     };
     doctor::run(&worker, stacks.as_ref(), &opts, &cli.sysfs)
 }

@@ -60,9 +60,14 @@ pub fn sub_counters(into: &mut sp_counters, from: &sp_counters) {
     }
 }
 
-/// Identity of one process image in the kernel table: tgid and the group
-/// leader's start time (distinguishes a reused pid).
-type ImageId = (u32, u64);
+/// Identity of one process image in the kernel table: tgid, the group
+/// leader's start time (distinguishes a reused pid) and its exec id (the
+/// image after an exec from the one before it).
+type ImageId = (u32, u64, u64);
+
+fn image_id(tgid: u32, p: &sp_proc) -> ImageId {
+    (tgid, p.start_boottime_ns, p.exec_id)
+}
 
 /// Ring buffer records waiting to be folded, filled by the ring callback.
 pub type PendingRecords = Rc<RefCell<Vec<sp_proc_event>>>;
@@ -113,7 +118,7 @@ impl Aggregator {
     }
 
     fn key_for(&mut self, tgid: u32, p: &sp_proc) -> SeriesKey {
-        let id = (tgid, p.start_boottime_ns);
+        let id = image_id(tgid, p);
         if let Some(key) = self.keys.get(&id) {
             return key.clone();
         }
@@ -140,7 +145,7 @@ impl Aggregator {
 
     fn retire(&mut self, tgid: u32, p: &sp_proc) {
         let key = self.key_for(tgid, p);
-        self.keys.remove(&(tgid, p.start_boottime_ns));
+        self.keys.remove(&image_id(tgid, p));
         add_counters(self.retired.entry(key).or_default(), &p.c);
     }
 
@@ -156,7 +161,7 @@ impl Aggregator {
         let now = Instant::now();
         for event in &records {
             self.recently_retired
-                .insert((event.tgid, event.proc.start_boottime_ns), now);
+                .insert(image_id(event.tgid, &event.proc), now);
             self.retire(event.tgid, &event.proc);
         }
         self.recently_retired
@@ -181,10 +186,7 @@ impl Aggregator {
         let mut totals = self.retired.clone();
         let mut tracked = 0;
         for (tgid, p) in live {
-            if self
-                .recently_retired
-                .contains_key(&(tgid, p.start_boottime_ns))
-            {
+            if self.recently_retired.contains_key(&image_id(tgid, &p)) {
                 continue; // its final record is already in `retired`
             }
             tracked += 1;

@@ -134,7 +134,7 @@ impl Drop for Worker {
 
 fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Ready>>) {
     let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; 3];
-    let loaded = match bpf::load(&mut storage, &opts.load) {
+    let mut loaded = match bpf::load(&mut storage, &opts.load) {
         Ok(loaded) => loaded,
         Err(err) => {
             let _ = ready.send(Err(err));
@@ -196,6 +196,7 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
     let mut lost_seen = [0u64; LOST_REASON_COUNT];
 
     loop {
+        update_clock_offsets(loaded.skel.maps.bss_data.as_deref_mut());
         let now = Instant::now();
         if now >= next_canary {
             canary_results = canary::run(|clock| {
@@ -289,6 +290,26 @@ fn drop_deleted_pods(agg: &mut Aggregator, pods: &PodLabelling) {
         .write()
         .unwrap_or_else(|e| e.into_inner())
         .prune(grace, now);
+}
+
+/// Tell the BPF side how far CLOCK_REALTIME and CLOCK_TAI are ahead of
+/// CLOCK_MONOTONIC, to turn absolute deadlines on them into lengths. Kept
+/// current every pass of the worker loop (at most `DRAIN_INTERVAL` apart),
+/// so a clock step is off for at most that long.
+fn update_clock_offsets(bss: Option<&mut types::bss>) {
+    let Some(bss) = bss else { return };
+    let now = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec through a valid pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    };
+    let mono = now(libc::CLOCK_MONOTONIC);
+    bss.realtime_offset_ns = now(libc::CLOCK_REALTIME) - mono;
+    bss.tai_offset_ns = now(libc::CLOCK_TAI) - mono;
 }
 
 /// The agent's own `clock_gettime` syscall count for `clock`.

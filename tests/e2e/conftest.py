@@ -244,3 +244,57 @@ def vmstat():
         k: int(v)
         for k, v in (line.split() for line in Path("/proc/vmstat").read_text().splitlines())
     }
+
+
+TRACEFS = Path("/sys/kernel/tracing")
+
+
+@pytest.fixture(scope="session")
+def tracefs():
+    """tracefs for bpftrace's tracepoints: mounted only if it was not, and
+    unmounted again at the end."""
+    mounted_here = not (TRACEFS / "events").exists()
+    if mounted_here:
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True)
+    yield TRACEFS
+    if mounted_here:
+        subprocess.run(["umount", str(TRACEFS)], check=True)
+
+
+def wait_ready(bpftrace):
+    """Read a bpftrace's stdout up to the "ready" its BEGIN prints (after
+    "Attaching N probes..."): its probes are attached from then on."""
+    for line in bpftrace.stdout:
+        if line.strip() == "ready":
+            return
+    bpftrace.wait()
+    raise AssertionError(f"bpftrace exited {bpftrace.returncode}: {bpftrace.stderr.read()}")
+
+
+class TimerOracle:
+    """An independent count of timer wakeups: bpftrace, on the tracepoints
+    alone (no slowpath code), counting each sched:sched_waking made on a CPU
+    while an hrtimer callback runs there, by woken thread id:
+    `with TimerOracle() as oracle: ...` then `oracle.wakeups([tid, ...])`.
+    Needs the `tracefs` fixture."""
+
+    SCRIPT = """
+tracepoint:timer:hrtimer_expire_entry { @depth[cpu] = @depth[cpu] + 1; }
+tracepoint:timer:hrtimer_expire_exit /@depth[cpu] > 0/ { @depth[cpu] = @depth[cpu] - 1; }
+tracepoint:sched:sched_waking /@depth[cpu] > 0/ { @wakeups[args->pid] = count(); }
+BEGIN { printf("ready\\n"); }
+"""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(["bpftrace", "-B", "line", "-e", self.SCRIPT], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        wait_ready(self.proc)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.send_signal(signal.SIGINT)
+        out, _ = self.proc.communicate(timeout=30)
+        self.by_tid = {int(t): int(n) for t, n in re.findall(r"@wakeups\[(\d+)\]: (\d+)", out)}
+
+    def wakeups(self, tids):
+        return sum(self.by_tid.get(t, 0) for t in tids)

@@ -91,11 +91,27 @@ def test_unknown_kind_is_refused(stacks_agent):
 
 
 def test_getcontext_caller_in_folded_stacks(stacks_agent, workload_bin):
-    pairs = 2_000_000
-    run_workload(workload_bin, "context", pairs)
-    settle()
-    stacks = folded(stacks_agent, "rt_sigprocmask")
-    mine = {p: n for p, n in stacks.items() if p.startswith("sp-workload;")}
+    """The harvester symbolizes a process while it runs: keep the workload
+    running until its stacks show (a loaded CI machine may take a few
+    harvests), then stop it."""
+    pairs = 50_000_000
+    proc = subprocess.Popen([str(workload_bin), "context", str(pairs)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20 * HARVEST
+
+    def read():
+        stacks = folded(stacks_agent, "rt_sigprocmask")
+        return stacks, {p: n for p, n in stacks.items() if p.startswith("sp-workload;")}
+
+    try:
+        stacks, mine = read()
+        while time.monotonic() < deadline and not (
+                any(p.endswith(";run_context;getcontext;[rt_sigprocmask]") for p in mine)
+                and any(p.endswith(";run_context;setcontext;[rt_sigprocmask]") for p in mine)):
+            time.sleep(HARVEST / 2)
+            stacks, mine = read()
+    finally:
+        proc.kill()
+        proc.wait()
     # root first: ...;run_context;getcontext;[rt_sigprocmask]
     assert any(p.endswith(";run_context;getcontext;[rt_sigprocmask]") for p in mine), mine
     assert any(p.endswith(";run_context;setcontext;[rt_sigprocmask]") for p in mine), mine

@@ -72,11 +72,15 @@ def test_ruby_getcontext_case(agent_bin, running):
 
 def test_ticker_case(agent_bin, running):
     pid = running("sleep", 10_000, 1000)
-    f = finding(doctor(agent_bin), "sleep_loop")
+    f = finding(doctor(agent_bin), "timer_loop")
     assert pids(f) == [pid]
     rate = f["processes"][0]["per_second"]
     assert 500 < rate <= 1000, rate  # a 1 ms ticker: at most 1000/s
-    assert set(f["processes"][0]["detail"]) == {"le_0.001_s"}
+    detail = f["processes"][0]["detail"]
+    assert set(detail) == {"wakeups_per_second/clock_nanosleep", "median_requested_timeout_seconds",
+                           "estimated_cpu_percent"}
+    assert detail["median_requested_timeout_seconds"] == 0.001
+    assert 0 < detail["estimated_cpu_percent"] < 50
 
 
 def test_raw_clock_syscalls_are_a_vdso_bypass(agent_bin, running):
@@ -115,7 +119,7 @@ def test_filters_keep_only_the_target(agent_bin, running):
     ticker = running("sleep", 10_000, 1000)
     running("context", 50_000_000)
     report = doctor(agent_bin, f"--pid={ticker}")
-    assert [f["id"] for f in report["findings"]] == ["sleep_loop"]
+    assert [f["id"] for f in report["findings"]] == ["timer_loop"]
     report = doctor(agent_bin, "--comm=no-such-comm")
     assert report["findings"] == []
 
@@ -181,4 +185,4 @@ def test_sigterm_ends_the_observation_with_a_report(agent_bin, running):
     assert time.monotonic() - started < 5
     report = json.loads(out)
     assert 1.5 <= report["duration_seconds"] < 10, report["duration_seconds"]
-    assert pid in pids(finding(report, "sleep_loop"))
+    assert pid in pids(finding(report, "timer_loop"))

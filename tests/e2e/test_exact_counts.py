@@ -26,7 +26,7 @@ def own(scrape, name, pid, **labels):
 def test_probes_use_the_requested_attach_type(agent):
     scrape = agent.scrape()
     attached = scrape.select("slowpath_probe_attached")
-    assert len(attached) == 6
+    assert len(attached) == 9
     for sample in attached:
         assert sample.value == 1, sample
         assert sample.labels["attach_type"] == agent.attach_type
@@ -93,11 +93,20 @@ def test_one_ms_ticker(agent, workload_bin, tmp_path):
     assert own(scrape, HIST + "_sum", pid) == pytest.approx(1.0, abs=1e-9)
 
 
-def test_absolute_sleeps_are_not_in_the_histogram(agent, workload_bin):
+def test_absolute_sleeps_count_their_distance_to_the_deadline(agent, workload_bin):
+    """Deadlines 100 us ahead (Python 3.11+ sleeps this way): each request
+    is the deadline minus the clock's time at the call, a little under 100 us."""
     pid = run_workload(workload_bin, "sleep-abs", 200, 100)
     scrape = agent.scrape()
     assert own(scrape, SLEEPS, pid, syscall="clock_nanosleep", clock="monotonic", mode="absolute") == 200
-    assert own(scrape, HIST + "_count", pid) == 0
+
+    def bucket(le):
+        return own(scrape, HIST + "_bucket", pid, syscall="clock_nanosleep", le=le)
+
+    assert bucket("0.0001") == 200
+    assert bucket("0.00001") == 0
+    assert own(scrape, HIST + "_count", pid) == 200
+    assert own(scrape, HIST + "_sum", pid) == pytest.approx(200 * 100e-6, rel=0.1)
 
 
 def thp_enabled():

@@ -22,17 +22,33 @@
  *                         page by page (4 KiB stride)
  *   churn P K             fork P children one after another; each renames
  *                         itself "sp-churn", makes K raw clock_gettime and exits
+ *   wait KIND N USEC      N waits of USEC each, every one ended by its timer,
+ *                         then prints "nvcsw=<voluntary context switches>":
+ *                         KIND is nanosleep, clock_nanosleep, clock_nanosleep-abs,
+ *                         futex, futex-abs (FUTEX_WAIT_BITSET), epoll_wait, poll,
+ *                         ppoll, select, pselect6, timerfd (periodic, read N
+ *                         times) or itimer (periodic SIGALRM, N sigsuspend)
+ *   wait-early KIND N     N waits with a 1 s timeout (KIND poll or futex), each
+ *                         ended after ~1 ms by another thread (a pipe write, a
+ *                         FUTEX_WAKE) before the timer: no timer wakeup
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/epoll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
+#include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <ucontext.h>
@@ -176,11 +192,167 @@ static int run_churn(long procs, long k)
 	return 0;
 }
 
+static struct timespec ts_of_usec(long usec)
+{
+	struct timespec ts = { .tv_sec = usec / 1000000, .tv_nsec = (usec % 1000000) * 1000 };
+
+	return ts;
+}
+
+/* `at` + `usec` on `clock`. */
+static struct timespec deadline(clockid_t clock, long usec)
+{
+	struct timespec at, req = ts_of_usec(usec);
+
+	clock_gettime(clock, &at);
+	at.tv_nsec += req.tv_nsec;
+	at.tv_sec += req.tv_sec + at.tv_nsec / 1000000000L;
+	at.tv_nsec %= 1000000000L;
+	return at;
+}
+
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+/* One timed wait of `usec` that only its timer ends; 0 on success. */
+static int wait_once(const char *kind, long usec, int epfd, int tfd)
+{
+	struct timespec ts = ts_of_usec(usec), at;
+	struct timeval tv = { .tv_sec = usec / 1000000, .tv_usec = usec % 1000000 };
+	struct epoll_event ev;
+	unsigned long long ticks;
+	int word = 0;
+	sigset_t none;
+
+	if (!strcmp(kind, "nanosleep"))
+		return syscall(SYS_nanosleep, &ts, NULL);
+	if (!strcmp(kind, "clock_nanosleep"))
+		return clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);
+	if (!strcmp(kind, "clock_nanosleep-abs")) {
+		at = deadline(CLOCK_MONOTONIC, usec);
+		return clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &at, NULL);
+	}
+	if (!strcmp(kind, "futex"))
+		return syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &ts) == -1 &&
+		       errno == ETIMEDOUT ? 0 : -1;
+	if (!strcmp(kind, "futex-abs")) {
+		at = deadline(CLOCK_MONOTONIC, usec);
+		return syscall(SYS_futex, &word, FUTEX_WAIT_BITSET_PRIVATE, 0, &at, NULL,
+			       FUTEX_BITSET_MATCH_ANY) == -1 && errno == ETIMEDOUT ? 0 : -1;
+	}
+	if (!strcmp(kind, "epoll_wait"))
+		return epoll_wait(epfd, &ev, 1, (int)(usec / 1000));
+	if (!strcmp(kind, "poll"))
+		return poll(NULL, 0, (int)(usec / 1000));
+	if (!strcmp(kind, "ppoll"))
+		return ppoll(NULL, 0, &ts, NULL);
+	if (!strcmp(kind, "select"))
+		return select(0, NULL, NULL, NULL, &tv);
+	if (!strcmp(kind, "pselect6"))
+		return pselect(0, NULL, NULL, NULL, &ts, NULL);
+	if (!strcmp(kind, "timerfd"))
+		return read(tfd, &ticks, sizeof(ticks)) == sizeof(ticks) ? 0 : -1;
+	if (!strcmp(kind, "itimer")) {
+		sigemptyset(&none);
+		sigsuspend(&none);
+		return 0;
+	}
+	return -1;
+}
+
+static int run_wait(const char *kind, long n, long usec)
+{
+	struct itimerspec period = { .it_interval = ts_of_usec(usec), .it_value = ts_of_usec(usec) };
+	struct itimerval ival = { .it_interval = { 0, usec }, .it_value = { 0, usec } };
+	int epfd = epoll_create1(0), tfd = -1;
+	struct rusage before, after;
+	sigset_t alrm;
+
+	if (!strcmp(kind, "timerfd")) {
+		tfd = timerfd_create(CLOCK_MONOTONIC, 0);
+		timerfd_settime(tfd, 0, &period, NULL);
+	}
+	if (!strcmp(kind, "itimer")) {
+		/* SIGALRM blocked outside sigsuspend: each one ends exactly one wait */
+		signal(SIGALRM, on_alarm);
+		sigemptyset(&alrm);
+		sigaddset(&alrm, SIGALRM);
+		sigprocmask(SIG_BLOCK, &alrm, NULL);
+		setitimer(ITIMER_REAL, &ival, NULL);
+	}
+	getrusage(RUSAGE_THREAD, &before);
+	for (long i = 0; i < n; i++) {
+		if (wait_once(kind, usec, epfd, tfd) < 0 && errno != EINTR) {
+			fprintf(stderr, "sp-workload: wait %s: %s\n", kind, strerror(errno));
+			return 1;
+		}
+	}
+	getrusage(RUSAGE_THREAD, &after);
+	printf("nvcsw=%ld\n", after.ru_nvcsw - before.ru_nvcsw);
+	return 0;
+}
+
+struct early {
+	const char *kind;
+	long n;
+	int pipe[2];
+	int word;
+};
+
+/* The other thread: ends each of the main thread's waits after ~1 ms. */
+static void *end_waits_early(void *arg)
+{
+	struct early *e = arg;
+	struct timespec ms = ts_of_usec(1000);
+
+	for (long i = 0; i < e->n; i++) {
+		nanosleep(&ms, NULL);
+		if (!strcmp(e->kind, "poll")) {
+			if (write(e->pipe[1], "x", 1) != 1)
+				return NULL;
+		} else {
+			__atomic_store_n(&e->word, 1, __ATOMIC_SEQ_CST);
+			syscall(SYS_futex, &e->word, FUTEX_WAKE_PRIVATE, 1);
+		}
+	}
+	return NULL;
+}
+
+static int run_wait_early(const char *kind, long n)
+{
+	struct early e = { .kind = kind, .n = n };
+	struct timespec second = ts_of_usec(1000000);
+	struct pollfd pfd;
+	pthread_t t;
+	char c;
+
+	if (pipe(e.pipe))
+		return 1;
+	pthread_create(&t, NULL, end_waits_early, &e);
+	for (long i = 0; i < n; i++) {
+		if (!strcmp(kind, "poll")) {
+			pfd.fd = e.pipe[0];
+			pfd.events = POLLIN;
+			if (poll(&pfd, 1, 1000) != 1 || read(e.pipe[0], &c, 1) != 1)
+				return 1;
+			continue;
+		}
+		while (!__atomic_load_n(&e.word, __ATOMIC_SEQ_CST))
+			syscall(SYS_futex, &e.word, FUTEX_WAIT_PRIVATE, 0, &second);
+		__atomic_store_n(&e.word, 0, __ATOMIC_SEQ_CST);
+	}
+	pthread_join(t, NULL);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
-	long n = argc > 2 ? parse_count(argv[2]) : 0;
-	long m = argc > 3 ? parse_count(argv[3]) : 0;
+	int named = !strncmp(mode, "wait", 4); /* wait modes take a KIND first */
+	long n = argc > 2 && !named ? parse_count(argv[2]) : 0;
+	long m = argc > 3 && !named ? parse_count(argv[3]) : 0;
 	struct timespec ts;
 	struct timeval tv;
 
@@ -225,6 +397,10 @@ int main(int argc, char **argv)
 		return run_thp(n);
 	if (!strcmp(mode, "churn"))
 		return run_churn(n, m);
+	if (!strcmp(mode, "wait") && argc > 4)
+		return run_wait(argv[2], parse_count(argv[3]), parse_count(argv[4]));
+	if (!strcmp(mode, "wait-early") && argc > 3)
+		return run_wait_early(argv[2], parse_count(argv[3]));
 	fprintf(stderr, "usage: sp-workload MODE [ARGS...] (see the source)\n");
 	return 2;
 }

@@ -90,6 +90,8 @@ pub struct DoctorOptions {
     pub duration: Duration,
     pub filter: Filter,
     pub format: Format,
+    /// Timer wakeups per second that make a timer loop.
+    pub timer_loop_per_sec: f64,
 }
 
 /// Run the doctor: observe with `worker`, print the report, with the call
@@ -109,7 +111,7 @@ pub fn run(
     let observed = observe(opts.duration, &interrupted);
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, &opts.filter);
-    let mut report = build_report(&after, &deltas, observed, sysfs);
+    let mut report = build_report(&after, &deltas, observed, sysfs, opts.timer_loop_per_sec);
     attach_call_sites(
         &mut report,
         &stacks.map(StackTables::read).unwrap_or_default(),
@@ -187,7 +189,13 @@ fn deltas(before: &Snapshot, after: &Snapshot, filter: &Filter) -> Vec<Delta> {
         .collect()
 }
 
-fn build_report(snapshot: &Snapshot, deltas: &[Delta], window: Duration, sysfs: &Path) -> Report {
+fn build_report(
+    snapshot: &Snapshot,
+    deltas: &[Delta],
+    window: Duration,
+    sysfs: &Path,
+    timer_loop_per_sec: f64,
+) -> Report {
     let host = |file: &str| {
         std::fs::read_to_string(file)
             .unwrap_or_default()
@@ -199,7 +207,12 @@ fn build_report(snapshot: &Snapshot, deltas: &[Delta], window: Duration, sysfs: 
         deltas,
         window.as_secs_f64(),
         &NodeSettings::read(sysfs),
-        clock_benchmark(snapshot),
+        Measured {
+            bench: clock_benchmark(snapshot),
+            wakeup_cost_seconds: canary::wakeup_cost(),
+            timer_loop_per_sec,
+            live: true,
+        },
         (
             host("/proc/sys/kernel/hostname"),
             host("/proc/sys/kernel/osrelease"),
@@ -207,23 +220,48 @@ fn build_report(snapshot: &Snapshot, deltas: &[Delta], window: Duration, sysfs: 
     )
 }
 
-/// The report for measured inputs: `bench` from [`clock_benchmark`],
-/// `(node, kernel)` names. Every signal's rules run, in [`SIGNALS`] order.
+/// What the report's rules use beyond the counters: measurements on this
+/// node and the thresholds the user set.
+struct Measured {
+    bench: Vec<ClockCost>,
+    wakeup_cost_seconds: Option<f64>,
+    timer_loop_per_sec: f64,
+    /// The processes still run: signals may look at them (`Signal::enrich`).
+    live: bool,
+}
+
+/// The report for measured inputs and `(node, kernel)` names. Every
+/// signal's rules run, in [`SIGNALS`] order.
 fn report_from(
     snapshot: &Snapshot,
     deltas: &[Delta],
     secs: f64,
     node: &NodeSettings,
-    bench: Vec<ClockCost>,
+    measured: Measured,
     (node_name, kernel): (String, String),
 ) -> Report {
+    let Measured {
+        bench,
+        wakeup_cost_seconds,
+        timer_loop_per_sec,
+        live,
+    } = measured;
     let obs = Observation {
         deltas,
         secs,
         node,
         bench: &bench,
+        timer_loop_per_sec,
+        wakeup_cost_seconds,
     };
-    let mut findings: Vec<Finding> = SIGNALS.iter().flat_map(|s| (s.diagnose)(&obs)).collect();
+    let mut findings = Vec::new();
+    for signal in SIGNALS {
+        let mut found = (signal.diagnose)(&obs);
+        if let Some(enrich) = signal.enrich.filter(|_| live) {
+            found.iter_mut().for_each(enrich);
+        }
+        findings.extend(found);
+    }
     rank(&mut findings);
     let (cs, thp) = (&node.clocksources, &node.thp);
     Report {
@@ -313,7 +351,12 @@ pub fn golden_report(
         &deltas,
         secs,
         &NodeSettings::read(sysfs),
-        bench,
+        Measured {
+            bench,
+            wakeup_cost_seconds: Some(8e-6),
+            timer_loop_per_sec: crate::signals::timer::DEFAULT_LOOP_PER_SEC,
+            live: false,
+        },
         ("node-1".into(), "6.1.0-test".into()),
     )
 }

@@ -56,6 +56,12 @@ pub fn print(r: &Report, colour: bool) {
                 for site in p.call_sites.iter().take(2) {
                     println!("             at {}", callsites::one_line(site));
                 }
+                if let Some(rt) = &p.runtime {
+                    println!(
+                        "             runtime {} ({}): {}",
+                        rt.name, rt.evidence, rt.fix
+                    );
+                }
             }
         }
         for (k, v) in &f.evidence {

@@ -140,6 +140,7 @@ pub const SIGNAL: Signal = Signal {
     ],
     export,
     diagnose,
+    enrich: None,
 };
 
 fn fallback_label(clock: sp_clock) -> &'static str {

@@ -72,6 +72,7 @@ pub const SIGNAL: Signal = Signal {
     ],
     export,
     diagnose,
+    enrich: None,
 };
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {

@@ -17,6 +17,7 @@ pub mod clock;
 pub mod memory;
 pub mod sigmask;
 pub mod sleep;
+pub mod timer;
 
 /// What the metrics of one scrape are made from.
 pub struct Scrape<'a> {
@@ -53,13 +54,18 @@ pub struct Signal {
     pub export: fn(&Scrape<'_>) -> Vec<MetricFamily>,
     /// This signal's findings for one observation, in the order of its rules.
     pub diagnose: fn(&Observation<'_>) -> Vec<Finding>,
+    /// Sharpen one of this signal's findings by looking at the live
+    /// processes it names (`/proc`); run by the doctor only, not in tests
+    /// of recorded observations.
+    pub enrich: Option<fn(&mut Finding)>,
 }
 
 /// Every signal, in the order the doctor runs their rules.
-pub const SIGNALS: [&Signal; 4] = [
+pub const SIGNALS: [&Signal; 5] = [
     &clock::SIGNAL,
     &sigmask::SIGNAL,
     &sleep::SIGNAL,
+    &timer::SIGNAL,
     &memory::SIGNAL,
 ];
 
@@ -130,6 +136,8 @@ pub(crate) mod test_support {
             secs: 1.0,
             node: &node,
             bench: &[],
+            timer_loop_per_sec: super::timer::DEFAULT_LOOP_PER_SEC,
+            wakeup_cost_seconds: None,
         })
     }
 }

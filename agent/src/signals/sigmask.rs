@@ -42,6 +42,7 @@ pub const SIGNAL: Signal = Signal {
     families: &[&SIGPROCMASK],
     export,
     diagnose,
+    enrich: None,
 };
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
