@@ -19,7 +19,7 @@ DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # pod, container with Kubernetes; pid with --metrics.pid-label): the variables
 # of the per-process filters take their values from these series.
 PER_PROCESS_METRICS = (
-    "slowpath_(clock_syscalls|rt_sigprocmask_calls|sleep_calls|thp_fault_allocs"
+    "slowpath_(clock_syscalls|rt_sigprocmask_calls|sleep_calls|timer_wakeups|thp_fault_allocs"
     "|thp_fault_fallbacks|compaction_runs|compaction_seconds)_total"
 )
 

@@ -80,11 +80,11 @@ getcontext/setcontext (query ~ setmask below).""",
         w=5, h=4,
     ))
     d = d.with_panel(stat_panel(
-        ids(), "Short sleeps (<= 1 ms)", """
-Relative sleeps of this process that requested 1 ms or less, over the time range. Normal: few. ~1000 per second
-of range is the 1 ms ticker (~0.7 % CPU per idle instance).""",
-        COUNT, [target(increase("slowpath_sleep_requested_seconds_bucket", 'le="0.001"'), "short sleeps",
-                       instant=True)],
+        ids(), "Timer wakeups", """
+Wakeups of this process by an expiring timer over the time range, whatever it waited in. Normal: under ~50 per
+second of range for an idle service. ~1000 per second of range is a 1 ms ticker (~0.7-1.2 % CPU per idle
+instance).""",
+        COUNT, [target(increase("slowpath_timer_wakeups_total"), "timer wakeups", instant=True)],
         w=5, h=4,
     ))
     d = d.with_panel(stat_panel(
@@ -182,20 +182,29 @@ ordinary signal blocking (block/unblock pairs, setmask restores).""",
         w=12, h=8,
     ))
 
-    # --- Sleeps ----------------------------------------------------------------------------------
-    d = d.with_row(row(ids(), "Sleeps"))
+    # --- Timer wakeups and sleeps --------------------------------------------------------------
+    d = d.with_row(row(ids(), "Timer wakeups and sleeps"))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Timer wakeups by wait", """
+This process's wakeups per second by an expiring timer, by what it waited in: the syscall whose timeout expired
+(nanosleep, clock_nanosleep, futex, epoll_wait, poll, select), a timerfd, a posix_timer (setitimer,
+timer_create), or other. Above ~500/s sustained is a timer loop: `slowpath doctor --pid` names the runtime, its
+fix and the call site.""",
+        OPS, [target(rate("slowpath_timer_wakeups_total", by="wait"), "{{wait}}")],
+        w=12, h=8, threshold_steps=[(None, "green"), (500, "red")],
+    ))
     d = d.with_panel(timeseries_panel(
         ids(), "Sleeps by syscall, clock and mode", """
 This process's nanosleep/clock_nanosleep calls per second. glibc nanosleep()/usleep() show as clock_nanosleep
 realtime relative. ~1000/s relative is a 1 ms ticker (~0.7 % CPU per idle instance; alert above ~500/s): block on
-an event instead, or lengthen the period. Absolute sleeps (mode="absolute") are periodic timers, not in the
-duration histogram.""",
+an event instead, or lengthen the period. Absolute sleeps (mode="absolute", Python 3.11+ time.sleep) count in the
+duration histogram as their distance to the deadline.""",
         OPS, [target(rate("slowpath_sleep_calls_total", by="syscall, clock, mode"), "{{syscall}} {{clock}} {{mode}}")],
         w=12, h=8, threshold_steps=[(None, "green"), (500, "red")],
     ))
     d = d.with_panel(heatmap_panel(
         ids(), "Requested sleep durations", """
-Requested durations of this process's relative sleeps (buckets 1 us ... 10 s, exact), in sleeps per second per
+Requested durations of this process's sleeps (buckets 1 us ... 10 s, exact; absolute deadlines as their distance), in sleeps per second per
 bucket. Normal: long sleeps. A hot band at <= 1 ms at hundreds per second or more is a polling ticker.""",
         [target(f"sum by (le) (rate(slowpath_sleep_requested_seconds_bucket{{{PROC}}}[{RI}]))", "{{le}}",
                 fmt=pm.PromQueryFormat.HEATMAP)],
@@ -203,7 +212,7 @@ bucket. Normal: long sleeps. A hot band at <= 1 ms at hundreds per second or mor
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "Requested sleep quantiles", """
-p50 and p90 of this process's requested relative sleep durations (bucket resolution: a decade). A median at or
+p50 and p90 of this process's requested sleep durations (bucket resolution: a decade). A median at or
 below 1 ms together with a high sleep rate is the ticker case.""",
         SECONDS, [
             target(f"histogram_quantile(0.5, {rate('slowpath_sleep_requested_seconds_bucket', by='le')})", "p50", "A"),

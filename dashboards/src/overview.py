@@ -190,8 +190,8 @@ Fix as for storms: a runtime or coroutine library that does not save/restore the
         w=12, h=9, links=[DRILLDOWN],
     ))
 
-    # --- Sleep loops -----------------------------------------------------------------
-    d = d.with_row(row(ids(), "Sleep loops"))
+    # --- Timer loops and sleeps --------------------------------------------------------
+    d = d.with_row(row(ids(), "Timer loops and sleeps"))
     d = d.with_panel(timeseries_panel(
         ids(), "Top processes by sleep rate", """
 nanosleep/clock_nanosleep calls per second (relative and absolute), top 10 processes. Normal: idle services
@@ -202,29 +202,48 @@ on every idle pod. Fix: block on an event (epoll, futex, channel) instead of pol
         w=12, h=9, threshold_steps=[(None, "green"), (500, "red")], links=[DRILLDOWN],
     ))
     d = d.with_panel(timeseries_panel(
-        ids(), "Short sleeps (requested <= 1 ms) per process", """
-Relative sleeps per second that requested 1 ms or less (`slowpath_sleep_requested_seconds_bucket{le="0.001"}`),
-top 10 processes. Normal: near 0. Above ~500/s sustained per process is a busy ticker (a 1 ms ticker is ~1000/s,
-~0.7 % CPU per idle pod): make it event-driven or raise its period.""",
+        ids(), "Top processes by timer wakeups", """
+Wakeups per second by an expiring timer, whatever the process waits in (sleeps, futex/epoll/poll/select timeouts,
+timerfds, itimers), top 10 processes (`slowpath_timer_wakeups_total`). Normal: idle services under ~50/s. ~1000/s is
+a 1 ms ticker (the sentinel-golang case: 0.7-1.2 % CPU per idle pod); the SlowpathTimerLoop alert fires above 500/s.
+`slowpath doctor --pid` names the runtime and its fix.""",
         OPS,
-        [target(top("slowpath_sleep_requested_seconds_bucket", 'le="0.001"'), LEGEND_PROC)],
+        [target(top("slowpath_timer_wakeups_total"), LEGEND_PROC)],
         w=12, h=9, threshold_steps=[(None, "green"), (500, "red")], links=[DRILLDOWN],
+    ))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Timer wakeups by what the processes wait in", """
+Timer wakeups per second of the selected processes, by `wait`: the syscall whose timeout expired (Go and the JVM
+wait in futex, Node in epoll_wait, Python 3.11+ in clock_nanosleep), timerfd, posix_timer or other. Tells which
+runtime's tickers dominate a node.""",
+        OPS,
+        [target(rate("slowpath_timer_wakeups_total", by="instance, wait"), "{{wait}} @ {{instance}}")],
+        w=12, h=9,
+    ))
+    d = d.with_panel(heatmap_panel(
+        ids(), "Requested timeouts of timed waits (node)", """
+Heatmap of the timeouts processes ask for in every timed wait (sleeps, futex, epoll, poll, select; absolute
+deadlines as their distance at the call), summed over each node's processes, in waits per second per bucket
+(`slowpath_node_timer_requested_seconds`). Normal: mass at 10 ms and above. A hot band at <= 1 ms is a ticker; find
+it in "Top processes by timer wakeups".""",
+        [target(f"sum by (le) (rate(slowpath_node_timer_requested_seconds_bucket{{{NODE}}}[{RI}]))", "{{le}}",
+                fmt=pm.PromQueryFormat.HEATMAP)],
+        y_unit=SECONDS, cell_unit=OPS, w=12, h=9,
     ))
     d = d.with_panel(heatmap_panel(
         ids(), "Requested sleep durations", """
-Heatmap of the requested durations of relative sleeps (buckets 1 us ... 10 s, classified exactly in the kernel),
+Heatmap of the requested durations of sleeps (buckets 1 us ... 10 s, classified exactly in the kernel),
 for the selected nodes and processes, in sleeps per second per bucket. Normal: mass at 100 ms and above. A hot
-band at <= 1 ms is a polling loop (the 1 ms ticker case); find its owner in "Short sleeps (requested <= 1 ms) per
-process".""",
+band at <= 1 ms is a polling loop (the 1 ms ticker case); find its owner in "Top processes by timer wakeups".""",
         [target(f"sum by (le) (rate(slowpath_sleep_requested_seconds_bucket{{{PROC}}}[{RI}]))", "{{le}}",
                 fmt=pm.PromQueryFormat.HEATMAP)],
         y_unit=SECONDS, cell_unit=OPS, w=12, h=9,
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "Median requested sleep of the busiest sleepers", """
-Median requested relative sleep duration of the 10 processes with the most relative sleeps per second
+Median requested sleep duration of the 10 processes with the most sleeps per second
 (histogram_quantile(0.5) of `slowpath_sleep_requested_seconds`). Normal: tens of milliseconds or more. A median of
-1 ms or less at a high rate is a ticker: see "Short sleeps (requested <= 1 ms) per process".""",
+1 ms or less at a high rate is a ticker: see "Top processes by timer wakeups".""",
         SECONDS,
         [target(f"histogram_quantile(0.5, sum by ({BY_PROC}, le) (rate(slowpath_sleep_requested_seconds_bucket"
                 f"{{{PROC}}}[{RI}]))) and on ({BY_PROC}) topk(10, "

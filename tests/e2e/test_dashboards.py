@@ -353,6 +353,7 @@ def live(prometheus, workload_bin, tmp_path_factory):
                 run_workload(workload_bin, "context", 20000)     # getcontext/setcontext: query + setmask
                 run_workload(workload_bin, "sleep", 200, 1000)   # the 1 ms ticker, ~0.2 s
                 run_workload(workload_bin, "sleep", 5, 50000)    # a few longer sleeps for the heatmap
+                run_workload(workload_bin, "wait", "futex", 1000, 1000)  # a timer loop in futex, ~1.1 s
                 run_workload(workload_bin, "thp", 16)            # 8 THP fault allocations
         except Exception as e:  # reported by the tests
             errors.append(e)
