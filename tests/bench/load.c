@@ -3,13 +3,18 @@
  * load: drives traced events at a fixed rate, to measure the agent's own CPU
  * and memory under load. Each thread issues raw syscall(SYS_clock_gettime)
  * (a traced syscall that the vDSO would otherwise hide) in batches, then
- * sleeps until the schedule for its share of RATE catches up.
+ * sleeps until the schedule for its share of RATE catches up. With
+ * "wakeups", each thread instead waits in futex with a timeout of one
+ * period of its share of RATE, so every call is one timer wakeup.
  *
- * Usage: load RATE_PER_SEC SECONDS THREADS
+ * Usage: load RATE_PER_SEC SECONDS THREADS [wakeups]
  * Output: "load_calls N", "load_seconds S", "load_rate R" (achieved, calls/s).
  */
 #define _GNU_SOURCE
+#include <linux/futex.h>
 #include <pthread.h>
+#include <string.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -26,6 +31,23 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts); /* vDSO: not counted */
 	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Timed futex waits that expire: one timer wakeup each. */
+static void *waker(void *arg)
+{
+	unsigned long long *calls = arg;
+	double end = now_s() + seconds, period = 1 / rate_per_thread;
+	struct timespec timeout = { .tv_sec = (time_t)period,
+				    .tv_nsec = (long)((period - (time_t)period) * 1e9) };
+	int word = 0;
+
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	while (now_s() < end) {
+		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &timeout);
+		*calls += 1;
+	}
+	return NULL;
 }
 
 static void *worker(void *arg)
@@ -58,10 +80,11 @@ static void *worker(void *arg)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: %s RATE_PER_SEC SECONDS THREADS\n", argv[0]);
+	if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "wakeups"))) {
+		fprintf(stderr, "usage: %s RATE_PER_SEC SECONDS THREADS [wakeups]\n", argv[0]);
 		return 2;
 	}
+	void *(*fn)(void *) = argc == 5 ? waker : worker;
 	double rate = atof(argv[1]);
 	int n = atoi(argv[3]);
 
@@ -77,7 +100,7 @@ int main(int argc, char **argv)
 	double t0 = now_s();
 
 	for (int i = 0; i < n; i++)
-		pthread_create(&th[i], NULL, worker, &calls[i]);
+		pthread_create(&th[i], NULL, fn, &calls[i]);
 	for (int i = 0; i < n; i++) {
 		pthread_join(th[i], NULL);
 		total += calls[i];

@@ -7,6 +7,12 @@
  *                      syscall tracepoint being enabled (slow syscall path)
  *   page_fault_4k      first touch of a 4 KiB anonymous page (THP off for the
  *                      region): one kmem:mm_page_alloc event of order 0
+ *   timed_wait_10us    futex wait with a 10 us timeout that expires (timer
+ *                      slack 1 ns): a timed futex at sys_enter, one hrtimer
+ *                      expiry and one timer wakeup (sched_waking) per call
+ *   pingpong_wakeup    two threads on one CPU waking each other through a
+ *                      futex, per wakeup: sched_waking with no timer running,
+ *                      the cost every ordinary wakeup pays
  *
  * Each repetition runs the three measurements in turn (interleaved, so slow
  * drift hits all three alike); the printed value is the median over the
@@ -22,7 +28,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +39,8 @@
 #define SYSCALL_CALLS 50000       /* per repetition: ~10 ms at ~200 ns */
 #define FAULT_REGION (8UL << 20)  /* 2048 pages per repetition: ~3 ms */
 #define PAGE 4096UL
+#define TIMED_WAITS 300           /* per repetition: ~20 ms at ~60 us */
+#define PINGPONGS 5000            /* round trips per repetition: ~30 ms */
 
 static double now_ns(void)
 {
@@ -56,6 +67,62 @@ static double bench_getppid(void)
 	for (int i = 0; i < SYSCALL_CALLS; i++)
 		syscall(SYS_getppid);
 	return (now_ns() - t0) / SYSCALL_CALLS;
+}
+
+static double bench_timed_wait(void)
+{
+	struct timespec timeout = { .tv_sec = 0, .tv_nsec = 10000 };
+	int word = 0;
+	double t0 = now_ns();
+
+	for (int i = 0; i < TIMED_WAITS; i++)
+		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &timeout);
+	return (now_ns() - t0) / TIMED_WAITS;
+}
+
+static int turn; /* 0: main thread's turn, 1: partner's */
+
+static void futex_wait_for(int want)
+{
+	int v;
+
+	while ((v = __atomic_load_n(&turn, __ATOMIC_ACQUIRE)) != want)
+		syscall(SYS_futex, &turn, FUTEX_WAIT_PRIVATE, v, NULL);
+}
+
+static void futex_pass(int to)
+{
+	__atomic_store_n(&turn, to, __ATOMIC_RELEASE);
+	syscall(SYS_futex, &turn, FUTEX_WAKE_PRIVATE, 1);
+}
+
+static void *partner(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < PINGPONGS; i++) {
+		futex_wait_for(1);
+		futex_pass(0);
+	}
+	return NULL;
+}
+
+/* ns per wakeup: each round trip is two futex wakeups and two switches. */
+static double bench_pingpong(void)
+{
+	pthread_t t;
+	double t0;
+
+	__atomic_store_n(&turn, 0, __ATOMIC_RELEASE);
+	pthread_create(&t, NULL, partner, NULL);
+	t0 = now_ns();
+	for (int i = 0; i < PINGPONGS; i++) {
+		futex_pass(1);
+		futex_wait_for(0);
+	}
+	double ns = (now_ns() - t0) / (2.0 * PINGPONGS);
+
+	pthread_join(t, NULL);
+	return ns;
 }
 
 static double bench_fault(void)
@@ -122,24 +189,34 @@ int main(int argc, char **argv)
 			perror("sched_setaffinity (continuing unpinned)");
 	}
 
-	double cg[1000], pp[1000], pf[1000];
+	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000];
 
+	/* Timer slack (50 us by default) would stretch every 10 us wait. */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	/* Warm-up: page tables, caches, the first-touch cost of the arrays. */
 	bench_clock_gettime();
 	bench_getppid();
 	bench_fault();
+	bench_timed_wait();
+	bench_pingpong();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
 		pp[r] = bench_getppid();
 		pf[r] = bench_fault();
+		tw[r] = bench_timed_wait();
+		pw[r] = bench_pingpong();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
 	printf("getppid %.1f\n", median(pp, reps));
 	printf("page_fault_4k %.1f\n", median(pf, reps));
+	printf("timed_wait_10us %.1f\n", median(tw, reps));
+	printf("pingpong_wakeup %.1f\n", median(pw, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
+	printf("timed_wait_10us_min %.1f\n", tw[0]);
+	printf("pingpong_wakeup_min %.1f\n", pw[0]);
 	return 0;
 }

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Overhead benchmark: slowpath (the agent, and `slowpath doctor`, which runs the
-# same programs plus user-stack sampling) against no BPF and against an
-# equivalent bpftrace one-liner, then the agent's and the doctor's own CPU
-# and memory under ~1M traced events/s.
+# same programs plus user-stack sampling) against no BPF, against the floor
+# (an empty program on every hook slowpath uses: what any BPF attachment
+# costs) and against an equivalent bpftrace script, then the agent's and the
+# doctor's own CPU and memory under ~1M traced events/s, and the agent's
+# under ~100,000 timer wakeups/s.
 #
 # Usage (root):  tests/bench/run.sh
 # Knobs (environment): ROUNDS=11 (rounds of the three configurations),
 #   REPS=31 (repetitions inside one overhead run), CPU=1 (CPU the measuring
 #   process is pinned to), LOAD_RATE=1000000 LOAD_SECONDS=10 LOAD_THREADS=2,
+#   WAKEUP_RATE=100000 WAKEUP_THREADS=16,
 #   SLOWPATH_BIN=target/release/slowpath, BPF_STATS=1 (enable
 #   kernel.bpf_stats_enabled during the load phase only, to report the
 #   in-kernel cost per program run; restored afterwards), RESULTS=FILE
@@ -26,14 +29,24 @@ LOAD_RATE=${LOAD_RATE:-1000000}
 LOAD_SECONDS=${LOAD_SECONDS:-10}
 LOAD_THREADS=${LOAD_THREADS:-2}
 BPF_STATS=${BPF_STATS:-1}
+WAKEUP_RATE=${WAKEUP_RATE:-100000}
+WAKEUP_THREADS=${WAKEUP_THREADS:-16}
 
-# Same counting as the agent's sys_enter and mm_page_alloc programs: the six
-# time/signal/sleep syscalls (x86_64 numbers) per (pid, syscall), and order-9
-# page allocations per pid. Classic tracepoints: bpftrace 0.17 reads args->.
+# Same counting as the agent's sys_enter, mm_page_alloc and timer programs:
+# the time/signal/sleep syscalls and the timed waits (x86_64 numbers: futex,
+# epoll_wait/pwait/pwait2, poll, ppoll, select, pselect6) per (pid, syscall),
+# order-9 page allocations per pid, and wakeups made while an hrtimer
+# callback runs per woken thread. Classic tracepoints: bpftrace 0.17 reads args->.
 BT_PROG='tracepoint:raw_syscalls:sys_enter
-  /args->id == 228 || args->id == 96 || args->id == 201 || args->id == 14 || args->id == 35 || args->id == 230/
+  /args->id == 228 || args->id == 96 || args->id == 201 || args->id == 14 || args->id == 35 || args->id == 230
+   || args->id == 202 || args->id == 232 || args->id == 281 || args->id == 441 || args->id == 7
+   || args->id == 271 || args->id == 23 || args->id == 270/
   { @[pid, args->id] = count(); }
-tracepoint:kmem:mm_page_alloc /args->order == 9/ { @thp[pid] = count(); }'
+tracepoint:kmem:mm_page_alloc /args->order == 9/ { @thp[pid] = count(); }
+tracepoint:timer:hrtimer_expire_entry { @depth[cpu] = @depth[cpu] + 1; }
+tracepoint:timer:hrtimer_expire_exit /@depth[cpu] > 0/ { @depth[cpu] = @depth[cpu] - 1; }
+tracepoint:sched:sched_waking /@depth[cpu] > 0/ { @wakeups[args->pid] = count(); }'
+BT_PROBES=5
 
 die() { echo "run.sh: $*" >&2; exit 1; }
 [[ $(id -u) -eq 0 ]] || die "needs root (loads BPF programs)"
@@ -44,13 +57,13 @@ nproc_=$(nproc)
 (( CPU < nproc_ )) || CPU=$((nproc_ - 1))
 
 work=$(mktemp -d /tmp/slowpath-bench.XXXXXX)
-agent_pid="" doctor_pid="" bt_pid="" load_pid="" mounted_tracefs=0 stats_old=""
+agent_pid="" doctor_pid="" bt_pid="" floor_pid="" load_pid="" mounted_tracefs=0 stats_old=""
 
 # Cleanup: only what this script started or changed.
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    for pid in $load_pid $bt_pid $doctor_pid $agent_pid; do
+    for pid in $load_pid $bt_pid $floor_pid $doctor_pid $agent_pid; do
         if kill -0 "$pid" 2>/dev/null; then
             kill -TERM "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
@@ -141,16 +154,28 @@ stop_pid() { # SIGTERM, then wait until it has exited (and detached)
 start_bpftrace() {
     bpftrace -e "$BT_PROG" >"$work/bpftrace.out" 2>&1 &
     bt_pid=$!
-    # "Attaching 2 probes..." is printed before attaching: wait instead until
-    # both perf-event attachments of this pid exist.
+    # "Attaching N probes..." is printed before attaching: wait instead until
+    # every perf-event attachment of this pid exists.
     for _ in $(seq 300); do
         kill -0 "$bt_pid" 2>/dev/null || { cat "$work/bpftrace.out" >&2; die "bpftrace exited"; }
-        (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= 2 )) && break
+        (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= BT_PROBES )) && break
         sleep 0.1
     done
-    (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= 2 )) \
+    (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= BT_PROBES )) \
         || { cat "$work/bpftrace.out" >&2; die "bpftrace did not attach in 30 s"; }
     note_prog_ids "$bt_pid"
+}
+
+start_floor() {
+    "$work/sp-bench-floor" >"$work/floor.out" 2>&1 &
+    floor_pid=$!
+    for _ in $(seq 300); do
+        kill -0 "$floor_pid" 2>/dev/null || { cat "$work/floor.out" >&2; die "floor exited"; }
+        grep -q '^attached' "$work/floor.out" && break
+        sleep 0.05
+    done
+    grep -q '^attached' "$work/floor.out" || die "floor did not attach in 15 s"
+    note_prog_ids "$floor_pid"
 }
 
 # Median of numbers on stdin (mawk has no asort: sort first).
@@ -161,8 +186,9 @@ median() {
 
 # --- build -------------------------------------------------------------------
 echo "== build"
-gcc -O2 -Wall -o "$work/sp-bench-ovh" "$here/overhead.c"
+gcc -O2 -Wall -pthread -o "$work/sp-bench-ovh" "$here/overhead.c"
 gcc -O2 -Wall -pthread -o "$work/sp-bench-load" "$here/load.c"
+gcc -O2 -Wall -o "$work/sp-bench-floor" "$here/floor.c"
 if [[ ! -x $AGENT ]]; then
     echo "building the agent (release)"
     (cd "$repo" && cargo build --release -p slowpath)
@@ -190,7 +216,7 @@ run_overhead() { # $1 = round, $2 = configuration
     done >>"$work/results"
 }
 
-configs=(none slowpath doctor bpftrace)
+configs=(none floor slowpath doctor bpftrace)
 n_cfg=${#configs[@]}
 echo "== overhead: $ROUNDS rounds x $n_cfg configurations, $REPS repetitions each"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -199,6 +225,11 @@ for ((r = 1; r <= ROUNDS; r++)); do
         cfg=${configs[$(((r - 1 + k) % n_cfg))]}
         case $cfg in
             none) run_overhead "$r" none ;;
+            floor)
+                start_floor
+                sleep 0.5
+                run_overhead "$r" floor
+                stop_pid "$floor_pid"; floor_pid="" ;;
             slowpath)
                 start_agent
                 sleep 0.5 # let start-up work (first canary, etc.) settle
@@ -241,19 +272,29 @@ iqr() { quartiles "$1" "$2" | awk '{ printf "%+.0f..%+.0f", $1, $2 }'; }
 
 echo
 echo "== per-call cost (ns; median of $ROUNDS rounds; delta = median of per-round differences)"
-printf '%-22s %10s   %8s %-15s   %8s %-15s   %8s %-15s\n' "" "no BPF" "slowpath" "(+delta, ratio)" \
-    "doctor" "(+delta, ratio)" "bpftrace" "(+delta, ratio)"
-rows=("clock_gettime_raw:traced syscall" "getppid:untraced syscall" "page_fault_4k:4 KiB page fault")
-declare -A d_sp d_dr d_bt
+printf '%-22s %10s   %8s %-15s   %8s %-15s   %8s %-15s   %8s %-15s\n' "" "no BPF" "floor" "(+delta, ratio)" \
+    "slowpath" "(+delta, ratio)" "doctor" "(+delta, ratio)" "bpftrace" "(+delta, ratio)"
+rows=("clock_gettime_raw:traced syscall" "getppid:untraced syscall" "page_fault_4k:4 KiB page fault"
+      "timed_wait_10us:timed wait (10 us)" "pingpong_wakeup:futex wakeup")
+declare -A base d_fl d_sp d_dr d_bt
 # "ns (+delta, xratio)"; ratio = (base + delta) / base
 cell() { printf '%8.1f (%+6.1f, x%.2f)' "$1" "$2" "$(awk -v b="$3" -v d="$2" 'BEGIN { print (b + d) / b }')"; }
 for row in "${rows[@]}"; do
     m=${row%%:*} label=${row#*:}
-    b=$(val none "$m"); s=$(val slowpath "$m"); o=$(val doctor "$m"); t=$(val bpftrace "$m")
-    ds=$(delta slowpath "$m"); do=$(delta doctor "$m"); dt=$(delta bpftrace "$m")
-    d_sp[$m]=$ds d_dr[$m]=$do d_bt[$m]=$dt
-    printf '%-22s %10.1f   %s   %s   %s\n' "$label" "$b" "$(cell "$s" "$ds" "$b")" \
+    b=$(val none "$m"); f=$(val floor "$m"); s=$(val slowpath "$m"); o=$(val doctor "$m"); t=$(val bpftrace "$m")
+    df=$(delta floor "$m"); ds=$(delta slowpath "$m"); do=$(delta doctor "$m"); dt=$(delta bpftrace "$m")
+    base[$m]=$b d_fl[$m]=$df d_sp[$m]=$ds d_dr[$m]=$do d_bt[$m]=$dt
+    printf '%-22s %10.1f   %s   %s   %s   %s\n' "$label" "$b" "$(cell "$f" "$df" "$b")" "$(cell "$s" "$ds" "$b")" \
         "$(cell "$o" "$do" "$b")" "$(cell "$t" "$dt" "$b")"
+done
+echo
+echo "== added cost in multiples of the floor's (delta / floor delta; the floor is an empty program on every hook)"
+printf '%-22s %12s %10s %10s %10s\n' "" "floor (ns)" "slowpath" "doctor" "bpftrace"
+for row in "${rows[@]}"; do
+    m=${row%%:*} label=${row#*:}
+    awk -v l="$label" -v f="${d_fl[$m]}" -v s="${d_sp[$m]}" -v o="${d_dr[$m]}" -v t="${d_bt[$m]}" 'BEGIN {
+        if (f > 1) printf "%-22s %+12.1f %9.2fx %9.2fx %9.2fx\n", l, f, s / f, o / f, t / f
+        else printf "%-22s %+12.1f %10s %10s %10s   (floor within noise)\n", l, f, "-", "-", "-" }'
 done
 
 mark() { awk "BEGIN { exit !($1) }" && echo PASS || echo FAIL; }
@@ -264,6 +305,11 @@ printf '  %-58s %s\n' "traced syscall: slowpath $(sgn "${d_sp[clock_gettime_raw]
     "$(mark "${d_sp[clock_gettime_raw]} <= 60")"
 printf '  %-58s %s\n' "untraced syscall: slowpath $(sgn "${d_sp[getppid]}") ns <= +25 ns" \
     "$(mark "${d_sp[getppid]} <= 25")"
+printf '  %-58s %s\n' "untraced syscall: slowpath $(sgn "${d_sp[getppid]}") ns <= floor $(sgn "${d_fl[getppid]}") + 10 ns" \
+    "$(mark "${d_sp[getppid]} <= ${d_fl[getppid]} + 10")"
+tw_pct=$(awk -v d="${d_sp[timed_wait_10us]}" -v b="${base[timed_wait_10us]}" 'BEGIN { printf "%.2f", 100 * d / b }')
+printf '  %-58s %s\n' "timed wait: slowpath $(sgn "${d_sp[timed_wait_10us]}") ns = ${tw_pct}% <= 5% of the wait" \
+    "$(mark "$tw_pct <= 5")"
 for row in "${rows[@]}"; do
     m=${row%%:*} label=${row#*:}
     printf '  %-58s %s\n' "$label: slowpath $(sgn "${d_sp[$m]}") ns <= bpftrace $(sgn "${d_bt[$m]}") ns" \
@@ -301,10 +347,14 @@ mib() { awk -v k="$1" 'BEGIN { printf "%.1f", k / 1024 }'; }
 
 # Run the load while $1 (agent or doctor, pid $2) observes it; prints its CPU,
 # memory and the in-kernel cost of its programs. Sets user_pct and hwm.
+# $3 = "wakeups": the load is timer wakeups (futex timeouts) instead of
+# traced syscalls.
 under_load() {
-    local who=$1 pid=$2
+    local who=$1 pid=$2 kind=${3:-syscalls}
+    local load_args=("$LOAD_RATE" "$LOAD_SECONDS" "$LOAD_THREADS")
+    [[ $kind == wakeups ]] && load_args=("$WAKEUP_RATE" "$LOAD_SECONDS" "$WAKEUP_THREADS" wakeups)
     echo
-    echo "== $who under load: $LOAD_RATE traced syscalls/s target, $LOAD_THREADS threads, ${LOAD_SECONDS}s"
+    echo "== $who under load: ${load_args[0]} $kind/s target, ${load_args[2]} threads, ${LOAD_SECONDS}s"
     sleep 2 # past start-up
     if (( BPF_STATS )) && [[ -w /proc/sys/kernel/bpf_stats_enabled ]]; then
         stats_old=$(cat /proc/sys/kernel/bpf_stats_enabled)
@@ -316,7 +366,7 @@ under_load() {
     n0=$(cpu_ns "$pid")
     rss0=$(status_kb "$pid" VmRSS)
     t0=$(now)
-    "$work/sp-bench-load" "$LOAD_RATE" "$LOAD_SECONDS" "$LOAD_THREADS" >"$work/load.out" &
+    "$work/sp-bench-load" "${load_args[@]}" >"$work/load.out" &
     load_pid=$!
     # The agent is scraped every 2 s while the load runs, so that scrape cost
     # is in its figures; then block in wait, so that the window ends with the load.
@@ -347,7 +397,15 @@ under_load() {
     wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')
     awk -v f="$work/load.out" 'BEGIN { while ((getline l < f) > 0) { split(l, a, " "); v[a[1]] = a[2] }
         printf "  load: %d calls in %.2f s = %.0f calls/s achieved\n", v["load_calls"], v["load_seconds"], v["load_rate"] }'
-    if [[ $who == agent ]]; then
+    if [[ $who == agent && $kind == wakeups ]]; then
+        # Every timed wait of the load that expired is one timer wakeup.
+        local woken
+        woken=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^slowpath_timer_wakeups_total\{/ && /comm="sp-bench-load"/ { s += $NF } END { printf "%d", s }')
+        wakeups_counted=$woken
+        wakeups_made=$(awk '$1 == "load_calls" { print $2 }' "$work/load.out")
+        echo "  agent counted for the load process: $woken timer wakeups (the load made $wakeups_made timed waits)"
+        echo "  scrapes of /metrics during the load: $scrapes (took$scrape_times)"
+    elif [[ $who == agent ]]; then
         # The agent's own count of the load's syscalls, as a cross-check.
         local counted
         counted=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^slowpath_clock_syscalls_total\{/ && /comm="sp-bench-load"/ && /syscall="clock_gettime"/ { s += $NF } END { printf "%d", s }')
@@ -384,10 +442,18 @@ sites=$(grep -c ' samples: ' "$work/doctor.out" || true)
 echo "  report after SIGTERM in $t_report s ($sites call-site lines symbolized)"
 doctor_user_pct=$user_pct doctor_hwm=$hwm
 
+start_agent
+under_load agent "$agent_pid" wakeups
+stop_pid "$agent_pid"; agent_pid=""
+wakeup_user_pct=$user_pct
+
 echo
 echo "== targets (informational)"
 printf '  %-58s %s\n' "agent user CPU ${agent_user_pct}% < 1% of one core" "$(mark "$agent_user_pct < 1")"
 printf '  %-58s %s\n' "agent peak RSS $(mib "$agent_hwm") MiB < 50 MiB" "$(mark "$agent_hwm < 50 * 1024")"
 printf '  %-58s %s\n' "doctor user CPU ${doctor_user_pct}% < 1% of one core" "$(mark "$doctor_user_pct < 1")"
 printf '  %-58s %s\n' "doctor peak RSS $(mib "$doctor_hwm") MiB < 50 MiB" "$(mark "$doctor_hwm < 50 * 1024")"
+printf '  %-58s %s\n' "agent user CPU under timer wakeups ${wakeup_user_pct}% < 1%" "$(mark "$wakeup_user_pct < 1")"
+printf '  %-58s %s\n' "wakeups counted $wakeups_counted >= 99% of the $wakeups_made timed waits" \
+    "$(mark "$wakeups_counted >= 0.99 * $wakeups_made")"
 echo

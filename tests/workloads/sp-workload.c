@@ -31,6 +31,9 @@
  *   wait-early KIND N     N waits with a 1 s timeout (KIND poll or futex), each
  *                         ended after ~1 ms by another thread (a pipe write, a
  *                         FUTEX_WAKE) before the timer: no timer wakeup
+ *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
+ *                         thread in 50 ms futex timeouts, one in 100 ms
+ *                         epoll_wait timeouts (~30 timer wakeups/s in all)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -347,6 +350,35 @@ static int run_wait_early(const char *kind, long n)
 	return 0;
 }
 
+static long idle_seconds;
+
+static void *idle_epoll(void *arg)
+{
+	struct epoll_event ev;
+	int epfd = epoll_create1(0);
+	time_t end = time(NULL) + idle_seconds;
+
+	(void)arg;
+	while (time(NULL) < end)
+		epoll_wait(epfd, &ev, 1, 100);
+	return NULL;
+}
+
+static int run_idle_runtime(long seconds)
+{
+	struct timespec timeout = ts_of_usec(50000);
+	time_t end = time(NULL) + seconds;
+	pthread_t t;
+	int word = 0;
+
+	idle_seconds = seconds;
+	pthread_create(&t, NULL, idle_epoll, NULL);
+	while (time(NULL) < end)
+		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &timeout);
+	pthread_join(t, NULL);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
@@ -399,6 +431,8 @@ int main(int argc, char **argv)
 		return run_churn(n, m);
 	if (!strcmp(mode, "wait") && argc > 4)
 		return run_wait(argv[2], parse_count(argv[3]), parse_count(argv[4]));
+	if (!strcmp(mode, "idle-runtime"))
+		return run_idle_runtime(n);
 	if (!strcmp(mode, "wait-early") && argc > 3)
 		return run_wait_early(argv[2], parse_count(argv[3]));
 	fprintf(stderr, "usage: sp-workload MODE [ARGS...] (see the source)\n");
