@@ -66,6 +66,17 @@ def test_bad_listen_address(agent_bin, address):
     assert error_line(result).startswith("slowpath: error: bad --web.listen-address")
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "fast", "inf"])
+def test_bad_timer_loop_threshold(agent_bin, value):
+    for cmd in ([], ["doctor", "--duration=1s"]):
+        result = subprocess.run([str(agent_bin), *cmd, f"--timer.loop-threshold={value}"],
+                                capture_output=True, text=True, timeout=20)
+        assert result.returncode == 1
+        assert error_line(result) == (
+            f'slowpath: error: bad --timer.loop-threshold "{value}": expected a positive number of '
+            "wakeups per second, e.g. 200")
+
+
 def test_port_in_use(agent_bin):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
