@@ -177,6 +177,7 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
         tracked_processes: 17,
         lost: [1, 2, 3, 4],
         probes: probes(),
+        recursion_misses: vec![("sys_enter", 0), ("sched_waking", 3)],
         canary: vec![
             CanaryReading {
                 clock: sp_clock::SP_CLOCK_REALTIME,

@@ -47,13 +47,20 @@ const KUBERNETES_UP: Family = Family {
 };
 
 /// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 5] = [
+const AGENT_FAMILIES: [&Family; 6] = [
     &BUILD_INFO,
     &PROBE_ATTACHED,
     &TRACKED,
     &LOST,
+    &RECURSION_MISSES,
     &KUBERNETES_UP,
 ];
+
+const RECURSION_MISSES: Family = Family {
+    name: "slowpath_probe_recursion_misses_total",
+    help: "Events of this hook the kernel did not run the BPF program for, because it was already running on that CPU (bpf_prog_info recursion_misses, kernel 5.12+): events not counted",
+    kind: MetricType::COUNTER,
+};
 
 /// Scrapes whose kernel-table read failed (a plain counter of this collector).
 const SCRAPE_ERRORS: Family = Family {
@@ -175,6 +182,14 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
             vec![gauge(&[], snapshot.tracked_processes as f64)],
         ),
         family(&LOST, lost),
+        family(
+            &RECURSION_MISSES,
+            snapshot
+                .recursion_misses
+                .iter()
+                .map(|(probe, n)| counter(&[("probe", probe.to_string())], *n as f64))
+                .collect(),
+        ),
     ]
 }
 

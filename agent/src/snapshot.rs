@@ -109,6 +109,9 @@ pub struct Snapshot {
     /// Lost-event counters by `enum sp_lost_reason`.
     pub lost: [u64; LOST_REASON_COUNT],
     pub probes: Vec<ProbeStatus>,
+    /// Events each attached probe missed to the kernel's recursion guard
+    /// (`bpf::recursion_misses`), in probe order.
+    pub recursion_misses: Vec<(&'static str, u64)>,
     /// Last vDSO canary results (empty until the first run).
     pub canary: Vec<CanaryReading>,
 }

@@ -227,6 +227,7 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
                             series: export(r.series, opts.pods.as_ref()),
                             tracked_processes: r.tracked_processes,
                             lost: read_lost(&loaded.skel.maps.lost),
+                            recursion_misses: bpf::recursion_misses(&loaded.skel),
                             probes: loaded.probes.clone(),
                             canary: canary_results.clone(),
                         })

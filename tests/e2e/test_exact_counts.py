@@ -30,6 +30,9 @@ def test_probes_use_the_requested_attach_type(agent):
     for sample in attached:
         assert sample.value == 1, sample
         assert sample.labels["attach_type"] == agent.attach_type
+    # the kernel's count of runs it skipped, one series per hook, read from bpf_prog_info
+    misses = scrape.select("slowpath_probe_recursion_misses_total")
+    assert {s.labels["probe"] for s in misses} == {s.labels["probe"] for s in attached}
 
 
 def test_vdso_clock_reads_never_enter_the_kernel(agent, workload_bin, tmp_path):
