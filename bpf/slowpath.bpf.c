@@ -542,14 +542,13 @@ static __always_inline __u32 callsite_kind(long id)
 	return SP_CALLSITE_SLEEP; /* sleeps and timed waits */
 }
 
-/* Count one of our syscalls, `id`, entered with user registers `regs`. */
+/* Count one of our syscalls, `id`, entered with user registers `regs`; a
+ * wait only when `wait_is_timed()`, which the callers check first. */
 static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
 	struct sp_proc *p;
 	__u32 idx;
 
-	if (!wait_is_timed(regs, id, btf))
-		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	p = proc_current();
 	if (!p)
 		return 0;
@@ -613,6 +612,8 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	default:
 		return 0;
 	}
+	if (!wait_is_timed(regs, id, btf))
+		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	if (in_compat_syscall(btf))
 		return 0;
 	if (!btf && !pt_regs_offset)
@@ -645,6 +646,8 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 	SEC("fentry/__x64_sys_" #name)                                         \
 	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
 	{                                                                      \
+		if (!wait_is_timed(regs, SP_NR_##name, true))                 \
+			return 0;                                              \
 		return count_syscall(ctx, regs, SP_NR_##name, true);           \
 	}
 

@@ -116,19 +116,31 @@ free_port() {
     die "no free port found"
 }
 
+# Poll the command "$@" every 0.1 s for up to 30 s while process $1 lives;
+# then record its BPF programs. On failure print its log $2 and stop, naming $3.
+await_ready() {
+    local pid=$1 log=$2 what=$3
+    shift 3
+    for _ in $(seq 300); do
+        kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; die "$what exited"; }
+        if "$@"; then
+            note_prog_ids "$pid"
+            return
+        fi
+        sleep 0.1
+    done
+    cat "$log" >&2
+    die "$what not ready after 30 s"
+}
+
+agent_ready() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]]; }
+
 start_agent() {
     port=$(free_port)
     # Started directly (not in a subshell) so that $! is the agent itself.
     "$AGENT" --web.listen-address "127.0.0.1:$port" >>"$work/agent.log" 2>&1 &
     agent_pid=$!
-    for _ in $(seq 300); do
-        kill -0 "$agent_pid" 2>/dev/null || { cat "$work/agent.log" >&2; die "agent exited"; }
-        [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]] && break
-        sleep 0.1
-    done
-    [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz") == 200 ]] \
-        || { cat "$work/agent.log" >&2; die "agent not ready after 30 s"; }
-    note_prog_ids "$agent_pid"
+    await_ready "$agent_pid" "$work/agent.log" agent agent_ready
 }
 
 # The doctor observing for longer than any phase; SIGTERM ends it early
@@ -136,14 +148,7 @@ start_agent() {
 start_doctor() {
     "$AGENT" doctor --duration 1h --log.level debug >"$work/doctor.out" 2>"$work/doctor.log" &
     doctor_pid=$!
-    for _ in $(seq 300); do
-        kill -0 "$doctor_pid" 2>/dev/null || { cat "$work/doctor.log" >&2; die "doctor exited"; }
-        grep -q "BPF programs attached" "$work/doctor.log" && break
-        sleep 0.1
-    done
-    grep -q "BPF programs attached" "$work/doctor.log" \
-        || { cat "$work/doctor.log" >&2; die "doctor not attached after 30 s"; }
-    note_prog_ids "$doctor_pid"
+    await_ready "$doctor_pid" "$work/doctor.log" doctor grep -q "BPF programs attached" "$work/doctor.log"
 }
 
 stop_pid() { # SIGTERM, then wait until it has exited (and detached)
@@ -151,31 +156,20 @@ stop_pid() { # SIGTERM, then wait until it has exited (and detached)
     wait "$1" 2>/dev/null || true
 }
 
+# "Attaching N probes..." is printed before attaching: wait instead until
+# every perf-event attachment of bpftrace exists.
+bpftrace_attached() { (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= BT_PROBES )); }
+
 start_bpftrace() {
     bpftrace -e "$BT_PROG" >"$work/bpftrace.out" 2>&1 &
     bt_pid=$!
-    # "Attaching N probes..." is printed before attaching: wait instead until
-    # every perf-event attachment of this pid exists.
-    for _ in $(seq 300); do
-        kill -0 "$bt_pid" 2>/dev/null || { cat "$work/bpftrace.out" >&2; die "bpftrace exited"; }
-        (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= BT_PROBES )) && break
-        sleep 0.1
-    done
-    (( $(bpftool perf list 2>/dev/null | grep -c "^pid $bt_pid ") >= BT_PROBES )) \
-        || { cat "$work/bpftrace.out" >&2; die "bpftrace did not attach in 30 s"; }
-    note_prog_ids "$bt_pid"
+    await_ready "$bt_pid" "$work/bpftrace.out" bpftrace bpftrace_attached
 }
 
 start_floor() {
     "$work/sp-bench-floor" >"$work/floor.out" 2>&1 &
     floor_pid=$!
-    for _ in $(seq 300); do
-        kill -0 "$floor_pid" 2>/dev/null || { cat "$work/floor.out" >&2; die "floor exited"; }
-        grep -q '^attached' "$work/floor.out" && break
-        sleep 0.05
-    done
-    grep -q '^attached' "$work/floor.out" || die "floor did not attach in 15 s"
-    note_prog_ids "$floor_pid"
+    await_ready "$floor_pid" "$work/floor.out" floor grep -q '^attached' "$work/floor.out"
 }
 
 # Median of numbers on stdin (mawk has no asort: sort first).

@@ -23,8 +23,8 @@ use blazesym::symbolize::Symbolizer;
 use serde::Serialize;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
+use crate::callsites;
 use crate::callsites::tables::{RawCallSite, StackTables};
-use crate::callsites::{self};
 use crate::canary;
 use crate::cli::Format;
 use crate::finding::{rank, ClockCost, Delta, Finding, Observation};
