@@ -145,6 +145,16 @@ struct {
 	__uint(max_entries, SP_DEFAULT_RINGBUF_BYTES);
 } proc_events SEC(".maps");
 
+/* Paths of new cgroups (struct sp_cgroup_event: ~240 records of 272 bytes). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} cgroup_events SEC(".maps");
+
+/* Entries parked or flagged SP_PROC_EXITED so far (their exit record did
+ * not fit the ring buffer): the agent scans the table when this grows. */
+__u64 exited_flagged = 0;
+
 /* Sampled user stacks, for `slowpath doctor` only (capture_stacks). */
 const volatile bool capture_stacks = false;
 /* At most one user stack per jiffy per process (stack_due()): a bounded
@@ -179,11 +189,12 @@ struct {
 	__type(value, __u64);
 } stack_drops SEC(".maps");
 
-/* Scratch to build a new `procs` value off the 512-byte BPF stack. The
- * counters in it are never written, so they stay zero. */
+/* Scratch to build `procs` values off the 512-byte BPF stack: slot 0 a new
+ * entry (proc_create(); its counters are never written, so they stay zero),
+ * slot 1 a parked copy (proc_park()). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct sp_proc);
 } proc_scratch SEC(".maps");
@@ -225,6 +236,7 @@ __u64 pt_regs_offset = 0;
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
  * generates its Rust type (ring buffer records have no map value type). */
 struct sp_proc_event sp_proc_event_btf_anchor SEC(".bss");
+struct sp_cgroup_event sp_cgroup_event_btf_anchor SEC(".bss");
 /* Likewise for every enum of slowpath.h (see struct sp_enums). */
 struct sp_enums sp_enums_btf_anchor SEC(".bss");
 
@@ -246,15 +258,53 @@ static __always_inline void lost_inc(__u32 reason)
 		*v += 1; /* per-CPU slot: no atomic needed */
 }
 
+/* Submit flag for a ring buffer record: wake the agent only once a quarter
+ * of the ring is used. At low churn records wait for its periodic drain (no
+ * wakeup per exit); at high churn it drains long before the ring is full. */
+static __always_inline __u64 ring_wakeup(void *ring)
+{
+	__u64 used = bpf_ringbuf_query(ring, BPF_RB_AVAIL_DATA);
+
+	return used >= bpf_ringbuf_query(ring, BPF_RB_RING_SIZE) / 4 ? BPF_RB_FORCE_WAKEUP
+								      : BPF_RB_NO_WAKEUP;
+}
+
+/* Send the final counts of `p`, the entry of `tgid`, to user space, then
+ * free the entry. The record is submitted before the delete, so a reader
+ * that misses the entry in the map finds the record in the ring buffer.
+ * False when the ring buffer is full: the entry is left as it is. */
+static __always_inline bool proc_send(__u32 tgid, struct sp_proc *p, __u32 kind)
+{
+	struct sp_proc_event *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
+
+	if (!e)
+		return false;
+	e->tgid = tgid;
+	e->kind = kind;
+	bpf_probe_read_kernel(&e->proc, sizeof(e->proc), p);
+	bpf_ringbuf_submit(e, ring_wakeup(&proc_events));
+	bpf_map_delete_elem(&procs, &tgid);
+	return true;
+}
+
 /* Insert a zeroed entry for the thread group of `task` (the current task
- * when NULL). Slow path: once per process image. */
+ * when NULL). Slow path: once per process image. An entry already there
+ * that is flagged SP_PROC_EXITED belongs to a dead process whose pid was
+ * recycled: its record is sent first, so the new process never inherits
+ * its counts, comm or cgroup; while the ring buffer stays full the new
+ * process's events are counted as lost. */
 static __noinline struct sp_proc *proc_create(__u32 tgid, struct task_struct *task)
 {
 	bool current = !task;
 	__u32 zero = 0;
-	struct sp_proc *tmpl;
+	struct sp_proc *tmpl, *old;
 	long err;
 
+	old = bpf_map_lookup_elem(&procs, &tgid);
+	if (old && (old->flags & SP_PROC_EXITED) && !proc_send(tgid, old, SP_EVENT_EXIT)) {
+		lost_inc(SP_LOST_PID_REUSE_PENDING);
+		return NULL;
+	}
 	if (current)
 		task = (struct task_struct *)bpf_get_current_task();
 	tmpl = bpf_map_lookup_elem(&proc_scratch, &zero);
@@ -274,12 +324,21 @@ static __noinline struct sp_proc *proc_create(__u32 tgid, struct task_struct *ta
 	return bpf_map_lookup_elem(&procs, &tgid);
 }
 
-static __always_inline struct sp_proc *proc_current(void)
+/* The entry of the thread group of `tgid`, created on its first event. With
+ * the exit hook attached, an entry of a dead process is either deleted or
+ * flagged at its exit, so the flag check is all a recycled pid needs. */
+static __always_inline struct sp_proc *proc_of(__u32 tgid, struct task_struct *task)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct sp_proc *p = bpf_map_lookup_elem(&procs, &tgid);
 
-	return p ? p : proc_create(tgid, NULL);
+	if (p && !(p->flags & SP_PROC_EXITED))
+		return p;
+	return proc_create(tgid, task);
+}
+
+static __always_inline struct sp_proc *proc_current(void)
+{
+	return proc_of(bpf_get_current_pid_tgid() >> 32, NULL);
 }
 
 /* ---- syscalls: clock reads, rt_sigprocmask, sleeps ---------------------- */
@@ -865,9 +924,7 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 		wait = SP_WAIT_OTHER;
 	}
 	tgid = BPF_CORE_READ(p, tgid);
-	proc = bpf_map_lookup_elem(&procs, &tgid);
-	if (!proc)
-		proc = proc_create(tgid, p); /* counts a full table as lost */
+	proc = proc_of(tgid, p); /* counts a full table as lost */
 	if (!proc)
 		return 0;
 	SP_INC_AT(proc->c.timer_wakeups, wait);
@@ -1045,34 +1102,51 @@ int BPF_PROG(mm_compaction_end_raw)
 
 /* ---- process lifecycle: fold final counts, free the entry --------------- */
 
-/* Send the final counts of `tgid` to user space, then free its entry. The
- * record is submitted before the delete, so a reader that misses the entry
- * in the map finds the record in the ring buffer. */
+/* Move the entry `p` of exited `tgid`, whose record did not fit the ring
+ * buffer, to a parked key (>= SP_PARKED_KEY_BASE) for the agent to fold, so
+ * that a new process on the recycled pid starts a fresh entry even while
+ * the agent is behind. The copy is made flagged and the original deleted
+ * unflagged, so the agent never folds both. Nine bits of the start time
+ * tell apart two parked processes of one pid; on a clash, or with the
+ * table full, the entry stays under its tgid, flagged, and proc_create()
+ * retires it first. */
+static __always_inline void proc_park(__u32 tgid, struct sp_proc *p)
+{
+	__u32 key = SP_PARKED_KEY_BASE | ((__u32)(p->start_boottime_ns >> 12) << 22) | tgid;
+	__u32 slot = 1;
+	struct sp_proc *copy = bpf_map_lookup_elem(&proc_scratch, &slot);
+
+	__sync_fetch_and_add(&exited_flagged, 1);
+	if (copy) {
+		bpf_probe_read_kernel(copy, sizeof(*copy), p);
+		copy->flags |= SP_PROC_EXITED;
+		copy->tgid = tgid;
+		if (bpf_map_update_elem(&procs, &key, copy, BPF_NOEXIST) == 0) {
+			bpf_map_delete_elem(&procs, &tgid);
+			return;
+		}
+	}
+	p->flags |= SP_PROC_EXITED;
+}
+
+/* The last thread of `tgid` exited, or the group exec'd: send its final
+ * counts and free its entry. With the ring buffer full, an exited entry is
+ * parked for the agent to fold (nothing lost); an exec cannot be split. */
 static __always_inline void proc_retire(__u32 tgid, __u32 kind)
 {
 	struct sp_proc *p = bpf_map_lookup_elem(&procs, &tgid);
-	struct sp_proc_event *e;
 
-	if (!p)
+	if (!p || proc_send(tgid, p, kind))
 		return;
-	e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
-	if (!e) {
-		if (kind == SP_EVENT_EXIT) {
-			/* nothing lost: the agent folds flagged entries itself */
-			p->flags |= SP_PROC_EXITED;
-		} else {
-			/* cannot split: later counts join this entry, under the new comm */
-			lost_inc(SP_LOST_RINGBUF_FULL);
-			BPF_CORE_READ_INTO(&p->comm, (struct task_struct *)bpf_get_current_task(),
-					   group_leader, comm);
-		}
-		return;
+	if (kind == SP_EVENT_EXIT) {
+		if (!(p->flags & SP_PROC_EXITED))
+			proc_park(tgid, p);
+	} else {
+		/* cannot split: later counts join this entry, under the new comm */
+		lost_inc(SP_LOST_RINGBUF_FULL);
+		BPF_CORE_READ_INTO(&p->comm, (struct task_struct *)bpf_get_current_task(),
+				   group_leader, comm);
 	}
-	e->tgid = tgid;
-	e->kind = kind;
-	bpf_probe_read_kernel(&e->proc, sizeof(e->proc), p);
-	bpf_ringbuf_submit(e, 0);
-	bpf_map_delete_elem(&procs, &tgid);
 }
 
 static __always_inline int on_process_exit(struct task_struct *task)
@@ -1113,4 +1187,40 @@ SEC("raw_tp/sched_process_exec")
 int BPF_PROG(sched_process_exec_raw, struct task_struct *task)
 {
 	return on_process_exec(task);
+}
+
+/* ---- cgroup paths ------------------------------------------------------- */
+
+/* Record the path of a new cgroup v2 directory while it exists: a CI job's
+ * or a cron unit's cgroup is often removed before the agent could find it
+ * by walking cgroupfs. Only the default (v2) hierarchy, hierarchy_id 0:
+ * kernfs ids of v1 hierarchies are another namespace. */
+static __always_inline int on_cgroup_mkdir(struct cgroup *cgrp, const char *path)
+{
+	struct sp_cgroup_event *e;
+
+	if (BPF_CORE_READ(cgrp, root, hierarchy_id) != 0)
+		return 0;
+	e = bpf_ringbuf_reserve(&cgroup_events, sizeof(*e), 0);
+	if (!e) {
+		lost_inc(SP_LOST_CGROUP_NAME);
+		return 0;
+	}
+	e->id = BPF_CORE_READ(cgrp, kn, id);
+	if (bpf_probe_read_kernel_str(e->path, sizeof(e->path), path) < 0)
+		e->path[0] = 0;
+	bpf_ringbuf_submit(e, ring_wakeup(&cgroup_events));
+	return 0;
+}
+
+SEC("tp_btf/cgroup_mkdir")
+int BPF_PROG(cgroup_mkdir_btf, struct cgroup *cgrp, const char *path)
+{
+	return on_cgroup_mkdir(cgrp, path);
+}
+
+SEC("raw_tp/cgroup_mkdir")
+int BPF_PROG(cgroup_mkdir_raw, struct cgroup *cgrp, const char *path)
+{
+	return on_cgroup_mkdir(cgrp, path);
 }

@@ -107,7 +107,11 @@ enum sp_lost_reason {
 	SP_LOST_COMPACTION_TABLE_FULL = 1, /* run not timed: `compaction_starts` full */
 	SP_LOST_RINGBUF_FULL = 2,	   /* exec split not recorded: counts stay with the new image */
 	SP_LOST_SLEEP_UNREADABLE = 3,	   /* timed wait counted, timeout unreadable: not in the histogram */
-	SP_LOST_REASON_COUNT = 4,
+	/* event of a process on a recycled pid dropped: the pid's previous
+	 * owner exited with the ring buffer full and its entry waits for the agent */
+	SP_LOST_PID_REUSE_PENDING = 4,
+	SP_LOST_CGROUP_NAME = 5,	   /* a new cgroup's path not recorded (cgroup_events full) */
+	SP_LOST_REASON_COUNT = 6,
 };
 
 /* Counters of one thread group. All __u64, all monotonic. */
@@ -157,8 +161,17 @@ struct sp_proc {
 	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
 	__u32 timer_window; /* bpf_ktime_get_ns() >> 30 of the current timer window */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
-	__u32 _pad;
+	__u32 tgid;	 /* set when parked (SP_PARKED_KEY_BASE): its key is not the tgid then */
 };
+
+/* Keys of `procs` at or above this are no tgid (pid_max is at most 2^22):
+ * they hold the entries of exited processes whose exit record did not fit
+ * the ring buffer, parked there for the agent so that their pid is free at
+ * once (proc_park() in slowpath.bpf.c). */
+enum sp_proc_key {
+	SP_PARKED_KEY_SHIFT = 31,
+};
+#define SP_PARKED_KEY_BASE (1u << SP_PARKED_KEY_SHIFT)
 
 /* What a sampled call site was doing (callsites map key). */
 enum sp_callsite_kind {
@@ -195,6 +208,19 @@ struct sp_proc_event {
 	__u32 tgid;
 	__u32 kind; /* enum sp_proc_event_kind */
 	struct sp_proc proc;
+};
+
+/* Longest cgroup path recorded at mkdir (a Kubernetes container's path,
+ * kubepods.slice/.../cri-containerd-<64 hex>.scope, is ~200 bytes); a longer
+ * path is cut and the agent marks it so. */
+#define SP_CGROUP_PATH_MAX 256
+
+/* Ring buffer record (`cgroup_events`): a cgroup v2 directory was created.
+ * Sent from cgroup:cgroup_mkdir, while the cgroup exists, so that a cgroup
+ * removed before the agent walks cgroupfs still gets its path. */
+struct sp_cgroup_event {
+	__u64 id;			/* kernfs node id: the directory's inode number */
+	char path[SP_CGROUP_PATH_MAX];	/* NUL-terminated, relative to the cgroup2 root */
 };
 
 /* An hrtimer expiring on this CPU (between hrtimer_expire_entry and _exit). */
@@ -241,6 +267,7 @@ struct sp_enums {
 	enum sp_compaction_trigger compaction_trigger;
 	enum sp_lost_reason lost_reason;
 	enum sp_proc_flag proc_flag;
+	enum sp_proc_key proc_key;
 	enum sp_callsite_kind callsite_kind;
 	enum sp_proc_event_kind proc_event_kind;
 };

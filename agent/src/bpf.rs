@@ -46,7 +46,7 @@ macro_rules! slot {
 pub(crate) use slot;
 
 /// The kernel tracepoints slowpath hooks, as named in `slowpath_probe_attached{probe}`.
-pub const PROBES: [&str; 9] = [
+pub const PROBES: [&str; 10] = [
     "sys_enter",
     "sched_process_exit",
     "sched_process_exec",
@@ -56,6 +56,7 @@ pub const PROBES: [&str; 9] = [
     "hrtimer_expire_entry",
     "hrtimer_expire_exit",
     "sched_waking",
+    "cgroup_mkdir",
 ];
 
 /// How a program is attached (the `attach_type` label).

@@ -67,6 +67,30 @@ impl CgroupResolver {
             .unwrap_or_else(|| UNKNOWN.to_string())
     }
 
+    /// Remember the path of cgroup `id`, recorded by the kernel when the
+    /// cgroup was made (`cgroup_events`): a cgroup removed before any walk
+    /// then keeps its name. The kernel's path is relative to the cgroup
+    /// namespace of the task that made it; a path found by a walk wins.
+    pub fn learn(&mut self, id: u64, path: String) {
+        if self.root.is_none() {
+            return;
+        }
+        if self.paths.len() > MAX_CACHED {
+            self.paths.clear();
+        }
+        self.paths.entry(id).or_insert(path);
+    }
+
+    /// Whether the cgroup at `path` (as [`resolve`](Self::resolve) returns
+    /// it) still exists; `unknown` never does.
+    pub fn exists(&self, path: &str) -> bool {
+        match &self.root {
+            None => path == "/",
+            Some(_) if !path.starts_with('/') => false,
+            Some(root) => root.join(path.trim_start_matches('/')).is_dir(),
+        }
+    }
+
     fn walk(&mut self, root: &Path) {
         self.walked_this_round = true;
         if self.paths.len() > MAX_CACHED {

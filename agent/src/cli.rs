@@ -51,13 +51,35 @@ pub struct Cli {
     pub log_level: String,
 
     /// Add a `pid` label (the tgid) to per-process series. Off by default:
-    /// every process then gets its own series, and series of exited
-    /// processes are kept for the agent's life.
+    /// every process then gets its own series (dropped
+    /// --metrics.retired-series-grace after it exits).
     #[arg(long = "metrics.pid-label", env = "SLOWPATH_METRICS_PID_LABEL")]
     pub pid_label: bool,
 
+    /// Most distinct per-process series (comm, cgroup[, pid]) kept at once;
+    /// the processes of new ones beyond it are counted in one series
+    /// comm="[over the limit]", cgroup="[over the limit]" and in
+    /// slowpath_series_folded_total{limit="series"}.
+    #[arg(long = "metrics.max-series", env = "SLOWPATH_METRICS_MAX_SERIES", default_value_t = 10_000,
+          value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_series: u64,
+
+    /// Most distinct comm values per cgroup; the processes of new comms
+    /// beyond it are counted in the cgroup's comm="[over the limit]" series
+    /// and in slowpath_series_folded_total{limit="comms_per_cgroup"}.
+    #[arg(long = "metrics.max-comms-per-cgroup", env = "SLOWPATH_METRICS_MAX_COMMS_PER_CGROUP",
+          default_value_t = 200, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_comms_per_cgroup: u64,
+
+    /// How long the series of processes that are gone stay once their
+    /// cgroup (or, with --metrics.pid-label, their process) is gone too,
+    /// counted from their last change. A few scrape intervals at least.
+    #[arg(long = "metrics.retired-series-grace", env = "SLOWPATH_METRICS_RETIRED_SERIES_GRACE",
+          default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
+    pub retired_series_grace: Duration,
+
     /// Capacity of the kernel's process table (thread groups tracked at
-    /// once; 880 bytes each, preallocated). Beyond it events are counted in
+    /// once; 1304 bytes each, preallocated). Beyond it events are counted in
     /// slowpath_lost_events_total{reason="process_table_full"}.
     #[arg(long = "bpf.max-processes", global = true, env = "SLOWPATH_BPF_MAX_PROCESSES", default_value_t = 16384, value_name = "N",
           value_parser = clap::value_parser!(u32).range(64..=4_194_304))]

@@ -175,7 +175,8 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
     Snapshot {
         series,
         tracked_processes: 17,
-        lost: [1, 2, 3, 4],
+        lost: [1, 2, 3, 4, 5, 6],
+        folded: [7, 8],
         probes: probes(),
         recursion_misses: vec![("sys_enter", 0), ("sched_waking", 3)],
         canary: vec![

@@ -25,6 +25,7 @@ mod procs;
 mod server;
 mod signals;
 mod snapshot;
+mod wakeup;
 mod worker;
 
 use std::io::{ErrorKind, IsTerminal};
@@ -129,6 +130,7 @@ fn run(cli: Cli) -> Result<()> {
     let mut worker = Worker::start(WorkerOptions {
         load: load_options(&cli, cli.debug_callsites),
         pid_label: cli.pid_label,
+        limits: series_limits(&cli),
         canary_interval: cli.canary_interval,
         pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
             index: k.index.clone(),
@@ -194,6 +196,15 @@ fn log_attached(probes: &[bpf::ProbeStatus]) {
     info!(attached = %attached.join(" "), signals = %signals.join(" "), "BPF programs attached");
 }
 
+/// The series bounds from the flags.
+fn series_limits(cli: &Cli) -> procs::SeriesLimits {
+    procs::SeriesLimits {
+        max_series: usize::try_from(cli.max_series).unwrap_or(usize::MAX),
+        max_comms_per_cgroup: usize::try_from(cli.max_comms_per_cgroup).unwrap_or(usize::MAX),
+        retired_grace: cli.retired_series_grace,
+    }
+}
+
 /// BPF settings from the flags; `capture_stacks` for the doctor.
 fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
     bpf::LoadOptions {
@@ -215,6 +226,12 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     let mut worker = Worker::start(WorkerOptions {
         load: load_options(cli, true),
         pid_label: true,
+        // every process of the observation, none dropped or folded
+        limits: procs::SeriesLimits {
+            max_series: usize::MAX,
+            max_comms_per_cgroup: usize::MAX,
+            retired_grace: std::time::Duration::MAX,
+        },
         // the canary runs once at start; the doctor benchmarks clocks itself
         canary_interval: std::time::Duration::from_secs(3600),
         pods: None,

@@ -15,6 +15,7 @@ use tracing::error;
 
 use crate::exposition::{counter, family, gauge, Family};
 use crate::node::NodeSettings;
+use crate::procs::LIMIT_NAMES;
 use crate::signals::{self, Scrape, SIGNALS};
 use crate::snapshot::{Snapshot, LOST_REASON_NAMES};
 use crate::worker::Worker;
@@ -46,12 +47,19 @@ const KUBERNETES_UP: Family = Family {
     kind: MetricType::GAUGE,
 };
 
+const FOLDED: Family = Family {
+    name: "slowpath_series_folded_total",
+    help: "Process images counted in an over-the-limit series (comm=\"[over the limit]\") instead of their own, by the limit reached: comms_per_cgroup (--metrics.max-comms-per-cgroup) or series (--metrics.max-series)",
+    kind: MetricType::COUNTER,
+};
+
 /// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 6] = [
+const AGENT_FAMILIES: [&Family; 7] = [
     &BUILD_INFO,
     &PROBE_ATTACHED,
     &TRACKED,
     &LOST,
+    &FOLDED,
     &RECURSION_MISSES,
     &KUBERNETES_UP,
 ];
@@ -182,6 +190,14 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
             vec![gauge(&[], snapshot.tracked_processes as f64)],
         ),
         family(&LOST, lost),
+        family(
+            &FOLDED,
+            LIMIT_NAMES
+                .iter()
+                .zip(snapshot.folded)
+                .map(|(limit, n)| counter(&[("limit", limit.to_string())], n as f64))
+                .collect(),
+        ),
         family(
             &RECURSION_MISSES,
             snapshot

@@ -7,8 +7,13 @@
 //! image's `procs` entry. A refresh reads the table first and drains the ring
 //! second, so every image is seen at least once, as a live entry or as a
 //! record; when it is seen as both, the record (which is final and never
-//! smaller) replaces the live reading. Series of a (comm, cgroup) key are kept
-//! for the life of the agent, so a key never loses what dead processes gave it.
+//! smaller) replaces the live reading.
+//!
+//! Why the series stay bounded: a series (comm, cgroup[, pid]) keeps what
+//! its dead processes gave it while its cgroup exists, and is dropped a
+//! grace period after its last process is gone together with its cgroup (or,
+//! with the pid label, its process). New keys beyond the per-cgroup comm
+//! limit or the total series limit go to one over-the-limit series, counted.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -22,9 +27,13 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 use tracing::debug;
 
-use crate::bpf::types::{sp_counters, sp_proc, sp_proc_event, sp_proc_flag};
+use crate::bpf::types::{sp_counters, sp_proc, sp_proc_event, sp_proc_flag, sp_proc_key};
 use crate::cgroup::CgroupResolver;
 use crate::snapshot::{comm_to_string, Cgroup, SeriesKey};
+
+/// Keys of the `procs` map at or above this hold parked entries of exited
+/// processes (`proc_park()` in bpf/slowpath.bpf.c), never a tgid.
+const PARKED_KEY_BASE: u32 = 1 << sp_proc_key::SP_PARKED_KEY_SHIFT.0;
 
 /// Bound of the parsed-cgroup cache (cleared when it grows past it).
 const MAX_PARSED_CGROUPS: usize = 65_536;
@@ -72,21 +81,77 @@ fn image_id(tgid: u32, p: &sp_proc) -> ImageId {
 /// Ring buffer records waiting to be folded, filled by the ring callback.
 pub type PendingRecords = Rc<RefCell<Vec<sp_proc_event>>>;
 
+/// New cgroups' (id, path) from `cgroup_events`, filled by the ring callback.
+pub type PendingCgroups = Rc<RefCell<Vec<(u64, String)>>>;
+
+/// `comm` of the series that takes the process images over a limit. 17
+/// characters: a comm holds at most 15, so no process can take this name.
+pub const OVER_LIMIT_COMM: &str = "[over the limit]";
+
+/// `cgroup` of the series that takes the images over `--metrics.max-series`.
+pub const OVER_LIMIT_CGROUP: &str = "[over the limit]";
+
+/// The limits that bound the series, whatever the processes do.
+#[derive(Clone, Debug)]
+pub struct SeriesLimits {
+    /// Distinct (comm, cgroup[, pid]) keys kept at once (`--metrics.max-series`).
+    pub max_series: usize,
+    /// Distinct comm values per cgroup (`--metrics.max-comms-per-cgroup`).
+    pub max_comms_per_cgroup: usize,
+    /// How long a series with no live process, whose cgroup (or, with the
+    /// pid label, whose process) is gone, stays before it is dropped.
+    pub retired_grace: Duration,
+}
+
+impl Default for SeriesLimits {
+    fn default() -> Self {
+        Self {
+            max_series: 10_000,
+            max_comms_per_cgroup: 200,
+            retired_grace: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Which limit folded a process image into an over-the-limit series (the
+/// `limit` label of `slowpath_series_folded_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    CommsPerCgroup = 0,
+    Series = 1,
+}
+
+/// `limit` label values, indexed by [`Limit`].
+pub const LIMIT_NAMES: [&str; 2] = ["comms_per_cgroup", "series"];
+
+/// One exported series' state in the agent.
+struct SeriesState {
+    /// Final counts of this series' process images that are gone.
+    retired: sp_counters,
+    /// When an image last retired into it (or it was made).
+    changed: Instant,
+}
+
 /// Aggregated per-process state of the agent.
 pub struct Aggregator {
     pid_label: bool,
+    limits: SeriesLimits,
     cgroups: CgroupResolver,
     /// Parsed cgroups by path: series in one cgroup share one parse.
     parsed: HashMap<String, Arc<Cgroup>>,
-    /// Final counts of process images that are gone, by series.
-    retired: HashMap<SeriesKey, sp_counters>,
-    /// Labels of images seen live, so their records get the same cgroup
-    /// path even if the cgroup is removed before the record is folded.
+    /// Every series kept, live or retired.
+    series: HashMap<SeriesKey, SeriesState>,
+    /// Distinct comms of the kept series, per cgroup path.
+    comms: HashMap<String, HashSet<String>>,
+    /// Series key of each image seen live and not yet retired, so its
+    /// record gets the same key even if its cgroup is removed meanwhile.
     keys: HashMap<ImageId, SeriesKey>,
     /// Images whose final record was folded recently. The kernel deletes an
     /// entry just after submitting its record, so a table read can still see
-    /// an entry whose record a timer drain already folded: skip those.
+    /// an entry whose record a drain already folded: skip those.
     recently_retired: HashMap<ImageId, Instant>,
+    /// Images folded into an over-the-limit series, by [`Limit`].
+    folded: [u64; 2],
     clk_tck: u64,
 }
 
@@ -100,19 +165,24 @@ pub struct Refreshed {
     pub series: Vec<(SeriesKey, sp_counters)>,
     /// Live entries in the kernel table.
     pub tracked_processes: usize,
+    /// Images folded into an over-the-limit series so far, by [`Limit`].
+    pub folded: [u64; 2],
 }
 
 impl Aggregator {
-    pub fn new(pid_label: bool) -> Self {
+    pub fn new(pid_label: bool, limits: SeriesLimits) -> Self {
         // SAFETY: sysconf has no memory-safety preconditions.
         let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
         Self {
             pid_label,
+            limits,
             cgroups: CgroupResolver::new(),
             parsed: HashMap::new(),
-            retired: HashMap::new(),
+            series: HashMap::new(),
+            comms: HashMap::new(),
             keys: HashMap::new(),
             recently_retired: HashMap::new(),
+            folded: [0; 2],
             clk_tck: if tck > 0 { tck as u64 } else { 100 },
         }
     }
@@ -127,13 +197,64 @@ impl Aggregator {
             cgroup: self.cgroup(p.cgroup_id),
             pid: self.pid_label.then_some(tgid),
         };
+        let key = self.admit(key);
         self.keys.insert(id, key.clone());
+        key
+    }
+
+    /// `key` if it is kept or fits the limits (then it is kept from now
+    /// on), else the over-the-limit series that takes its place.
+    fn admit(&mut self, key: SeriesKey) -> SeriesKey {
+        if self.series.contains_key(&key) {
+            return key;
+        }
+        let comms = self.comms.get(&key.cgroup.path).map_or(0, HashSet::len);
+        let new_comm = !self
+            .comms
+            .get(&key.cgroup.path)
+            .is_some_and(|c| c.contains(&key.comm));
+        let key = if self.series.len() >= self.limits.max_series {
+            self.folded[Limit::Series as usize] += 1;
+            SeriesKey {
+                comm: OVER_LIMIT_COMM.into(),
+                cgroup: self.parsed_cgroup(OVER_LIMIT_CGROUP.into()),
+                pid: None,
+            }
+        } else if new_comm && comms >= self.limits.max_comms_per_cgroup {
+            self.folded[Limit::CommsPerCgroup as usize] += 1;
+            SeriesKey {
+                comm: OVER_LIMIT_COMM.into(),
+                pid: None,
+                ..key
+            }
+        } else {
+            key
+        };
+        // The over-the-limit series themselves are let in past the limit:
+        // at most one per cgroup, and one for the whole agent.
+        if !self.series.contains_key(&key) {
+            self.comms
+                .entry(key.cgroup.path.clone())
+                .or_default()
+                .insert(key.comm.clone());
+            self.series.insert(
+                key.clone(),
+                SeriesState {
+                    retired: sp_counters::default(),
+                    changed: Instant::now(),
+                },
+            );
+        }
         key
     }
 
     /// The cgroup of `id`, its path resolved and its identity parsed once.
     fn cgroup(&mut self, id: u64) -> Arc<Cgroup> {
         let path = self.cgroups.resolve(id);
+        self.parsed_cgroup(path)
+    }
+
+    fn parsed_cgroup(&mut self, path: String) -> Arc<Cgroup> {
         if self.parsed.len() >= MAX_PARSED_CGROUPS {
             self.parsed.clear();
         }
@@ -143,10 +264,27 @@ impl Aggregator {
             .clone()
     }
 
+    /// Fold the final counts of one image, once: the same image can be met
+    /// twice when the kernel sends the record of an entry flagged in place
+    /// (a recycled pid) while a table read folds it too.
     fn retire(&mut self, tgid: u32, p: &sp_proc) {
+        let id = image_id(tgid, p);
+        if self.recently_retired.insert(id, Instant::now()).is_some() {
+            return;
+        }
         let key = self.key_for(tgid, p);
         self.keys.remove(&image_id(tgid, p));
-        add_counters(self.retired.entry(key).or_default(), &p.c);
+        if let Some(state) = self.series.get_mut(&key) {
+            add_counters(&mut state.retired, &p.c);
+            state.changed = Instant::now();
+        }
+    }
+
+    /// Remember the paths of cgroups the kernel saw created (`cgroup_events`).
+    pub fn learn_cgroups(&mut self, pending: &PendingCgroups) {
+        for (id, path) in std::mem::take(&mut *pending.borrow_mut()) {
+            self.cgroups.learn(id, path);
+        }
     }
 
     /// Fold the records waiting in `pending` (after a ring buffer consume).
@@ -160,18 +298,22 @@ impl Aggregator {
         let records = std::mem::take(&mut *pending.borrow_mut());
         let now = Instant::now();
         for event in &records {
-            self.recently_retired
-                .insert(image_id(event.tgid, &event.proc), now);
             self.retire(event.tgid, &event.proc);
         }
         self.recently_retired
             .retain(|_, at| now.duration_since(*at) < RECENT_RETIREMENT);
     }
 
-    /// Read the whole table, drain the ring buffer, and return totals.
-    /// Entries the kernel flagged as exited (their record did not fit the
-    /// ring buffer) and entries of processes that no longer exist are folded
-    /// and deleted here.
+    /// Fold and delete the entries the kernel flagged as exited (their exit
+    /// record did not fit the ring buffer).
+    pub fn fold_flagged(&mut self, procs: &dyn MapCore) -> Result<()> {
+        self.cgroups.new_round();
+        self.read_table(procs).map(drop)
+    }
+
+    /// Read the whole table, drain the ring buffer, drop series that are
+    /// gone for good, and return totals. Entries the kernel flagged as
+    /// exited are folded and deleted here.
     pub fn refresh(
         &mut self,
         procs: &dyn MapCore,
@@ -183,25 +325,76 @@ impl Aggregator {
         drain().context("draining the proc_events ring buffer")?;
         self.fold_pending(pending);
 
-        let mut totals = self.retired.clone();
+        let mut live_totals: HashMap<SeriesKey, sp_counters> = HashMap::new();
         let mut tracked = 0;
         for (tgid, p) in live {
             if self.recently_retired.contains_key(&image_id(tgid, &p)) {
-                continue; // its final record is already in `retired`
+                continue; // its final record is already folded
             }
             tracked += 1;
             let key = self.key_for(tgid, &p);
-            add_counters(totals.entry(key).or_default(), &p.c);
+            add_counters(live_totals.entry(key).or_default(), &p.c);
         }
-        let mut series: Vec<_> = totals.into_iter().collect();
+        self.drop_gone(&live_totals);
+        let mut series: Vec<_> = self
+            .series
+            .iter()
+            .map(|(key, state)| {
+                let mut total = state.retired;
+                if let Some(live) = live_totals.get(key) {
+                    add_counters(&mut total, live);
+                }
+                (key.clone(), total)
+            })
+            .collect();
         series.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Refreshed {
             series,
             tracked_processes: tracked,
+            folded: self.folded,
         })
     }
 
-    /// Live entries of the table; reaps exited ones.
+    /// Drop the series that have no live process, have not changed for the
+    /// grace period, and whose process (pid label) or cgroup is gone.
+    fn drop_gone(&mut self, live: &HashMap<SeriesKey, sp_counters>) {
+        let grace = self.limits.retired_grace;
+        let now = Instant::now();
+        let pending: HashSet<&SeriesKey> = self.keys.values().collect();
+        let mut cgroup_gone: HashMap<String, bool> = HashMap::new();
+        let cgroups = &self.cgroups;
+        let before = self.series.len();
+        self.series.retain(|key, state| {
+            if live.contains_key(key)
+                || pending.contains(key)
+                || now.duration_since(state.changed) < grace
+            {
+                return true;
+            }
+            if key.pid.is_some() {
+                return false;
+            }
+            let gone = *cgroup_gone
+                .entry(key.cgroup.path.clone())
+                .or_insert_with(|| !cgroups.exists(&key.cgroup.path));
+            !gone
+        });
+        if self.series.len() != before {
+            debug!(
+                dropped = before - self.series.len(),
+                "dropped retired series"
+            );
+            self.comms.clear();
+            for key in self.series.keys() {
+                self.comms
+                    .entry(key.cgroup.path.clone())
+                    .or_default()
+                    .insert(key.comm.clone());
+            }
+        }
+    }
+
+    /// Live entries of the table; folds and deletes flagged ones.
     fn read_table(&mut self, procs: &dyn MapCore) -> Result<Vec<(u32, sp_proc)>> {
         let mut seen = HashSet::new();
         let mut live = Vec::new();
@@ -210,8 +403,8 @@ impl Aggregator {
             let Ok(bytes) = <[u8; 4]>::try_from(key.as_slice()) else {
                 continue;
             };
-            let tgid = u32::from_ne_bytes(bytes);
-            if !seen.insert(tgid) {
+            let slot = u32::from_ne_bytes(bytes);
+            if !seen.insert(slot) {
                 continue;
             }
             let Some(value) = procs
@@ -224,6 +417,12 @@ impl Aggregator {
             plain::copy_from_bytes(&mut p, &value)
                 .map_err(|e| anyhow::anyhow!("procs value of unexpected size: {e:?}"))?;
             if p.flags & sp_proc_flag::SP_PROC_EXITED.0 != 0 {
+                // parked under a key no pid has, or flagged in place
+                let tgid = if slot >= PARKED_KEY_BASE {
+                    p.tgid
+                } else {
+                    slot
+                };
                 debug!(
                     tgid,
                     "folding an exited entry the ring buffer had no room for"
@@ -232,14 +431,16 @@ impl Aggregator {
                 let _ = procs.delete(&key);
                 continue;
             }
-            live.push((tgid, p));
+            live.push((slot, p));
         }
         Ok(live)
     }
 
     /// Drop the retired series `expired` says to (series of deleted pods).
     pub fn drop_retired(&mut self, mut expired: impl FnMut(&SeriesKey) -> bool) {
-        self.retired.retain(|key, _| !expired(key));
+        let pending: HashSet<SeriesKey> = self.keys.values().cloned().collect();
+        self.series
+            .retain(|key, _| pending.contains(key) || !expired(key));
     }
 
     /// Fold and delete entries whose process is gone without an exit record
@@ -293,6 +494,71 @@ mod tests {
         assert_eq!(a.compaction_ns[2], 9);
         assert_eq!(a.sleep_calls[1][0][1], 3);
         assert_eq!(words(&a).iter().sum::<u64>(), 24);
+    }
+
+    fn key(comm: &str, cgroup: &str, pid: Option<u32>) -> SeriesKey {
+        SeriesKey {
+            comm: comm.into(),
+            cgroup: Cgroup::new(cgroup.into()),
+            pid,
+        }
+    }
+
+    fn limited(max_series: usize, max_comms_per_cgroup: usize) -> Aggregator {
+        Aggregator::new(
+            false,
+            SeriesLimits {
+                max_series,
+                max_comms_per_cgroup,
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn comms_past_the_cgroup_limit_share_one_series_and_are_counted() {
+        let mut agg = limited(100, 2);
+        assert_eq!(agg.admit(key("a", "/x", None)).comm, "a");
+        assert_eq!(agg.admit(key("b", "/x", None)).comm, "b");
+        let over = agg.admit(key("c", "/x", None));
+        assert_eq!(
+            (over.comm.as_str(), over.cgroup.path.as_str()),
+            (OVER_LIMIT_COMM, "/x")
+        );
+        assert_eq!(agg.admit(key("d", "/x", None)), over);
+        // a known comm, and another cgroup, are let in as they are
+        assert_eq!(agg.admit(key("a", "/x", None)).comm, "a");
+        assert_eq!(agg.admit(key("c", "/y", None)).comm, "c");
+        assert_eq!(agg.folded, [2, 0]);
+    }
+
+    #[test]
+    fn keys_past_the_series_limit_go_to_one_series() {
+        let mut agg = limited(2, 100);
+        agg.admit(key("a", "/x", Some(1)));
+        agg.admit(key("a", "/x", Some(2)));
+        let over = agg.admit(key("a", "/x", Some(3)));
+        assert_eq!(over, key(OVER_LIMIT_COMM, OVER_LIMIT_CGROUP, None));
+        assert_eq!(agg.admit(key("b", "/z", Some(4))), over);
+        assert_eq!(agg.folded, [0, 2]);
+        assert_eq!(
+            agg.series.len(),
+            3,
+            "the limit plus the one over-the-limit series"
+        );
+    }
+
+    #[test]
+    fn an_image_is_folded_once_however_often_it_is_met() {
+        let mut agg = limited(100, 100);
+        let mut p = sp_proc::default();
+        p.comm[0] = b'x' as i8;
+        p.c.gettimeofday = 5;
+        p.start_boottime_ns = 42;
+        agg.retire(7, &p);
+        agg.retire(7, &p); // its record, after a table read folded it
+        let total: u64 = agg.series.values().map(|s| s.retired.gettimeofday).sum();
+        assert_eq!(total, 5);
     }
 
     #[test]

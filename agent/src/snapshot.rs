@@ -23,6 +23,8 @@ pub const LOST_REASON_NAMES: [&str; LOST_REASON_COUNT] = [
     "compaction_table_full",
     "ringbuf_full",
     "sleep_request_unreadable",
+    "pid_reuse_pending",
+    "cgroup_name",
 ];
 
 /// A cgroup v2 path and what it says about its processes, parsed once.
@@ -106,6 +108,9 @@ pub struct Snapshot {
     pub series: Vec<Series>,
     /// Live entries in the kernel's process table.
     pub tracked_processes: usize,
+    /// Process images folded into an over-the-limit series, by
+    /// `procs::Limit` (`slowpath_series_folded_total{limit}`).
+    pub folded: [u64; 2],
     /// Lost-event counters by `enum sp_lost_reason`.
     pub lost: [u64; LOST_REASON_COUNT],
     pub probes: Vec<ProbeStatus>,
@@ -116,15 +121,28 @@ pub struct Snapshot {
     pub canary: Vec<CanaryReading>,
 }
 
-/// A kernel `comm` (NUL-padded `char[16]`) as a string; invalid UTF-8 is
-/// replaced, never dropped.
+/// A kernel `comm` (NUL-padded `char[16]`) as a label value. Valid UTF-8
+/// is kept as it is; every byte of an invalid sequence becomes `\xNN` and a
+/// backslash becomes `\\`, so two different comms never give one value.
 pub fn comm_to_string(comm: &[i8; 16]) -> String {
     let bytes: Vec<u8> = comm
         .iter()
         .take_while(|&&c| c != 0)
         .map(|&c| c as u8)
         .collect();
-    String::from_utf8_lossy(&bytes).into_owned()
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -165,8 +183,24 @@ mod tests {
         for (i, b) in b"ruby\xff".iter().enumerate() {
             comm[i] = *b as i8;
         }
-        assert_eq!(comm_to_string(&comm), "ruby\u{fffd}");
+        assert_eq!(comm_to_string(&comm), "ruby\\xff");
         let full = [b'a' as i8; 16];
         assert_eq!(comm_to_string(&full), "a".repeat(16));
+    }
+
+    #[test]
+    fn different_comms_never_share_a_label_value() {
+        let as_comm = |bytes: &[u8]| {
+            let mut comm = [0i8; 16];
+            for (i, b) in bytes.iter().enumerate() {
+                comm[i] = *b as i8;
+            }
+            comm_to_string(&comm)
+        };
+        // U+FFFD itself, two different invalid bytes, and a literal escape
+        let names: [&[u8]; 5] = [b"a\xef\xbf\xbd", b"a\xfe", b"a\xff", b"a\\xff", b"a\\\\xff"];
+        let values: std::collections::HashSet<String> = names.iter().map(|n| as_comm(n)).collect();
+        assert_eq!(values.len(), names.len(), "{values:?}");
+        assert_eq!(as_comm(b"a\\xff"), "a\\\\xff");
     }
 }

@@ -1,17 +1,19 @@
 //! The BPF worker thread: it owns the loaded skeleton (libbpf objects stay on
 //! one thread), answers snapshot requests from the scrape path, drains the
-//! ring buffer on a short timer, and runs the vDSO canary.
+//! ring buffers as they fill (`wakeup`) and on a short timer, folds entries
+//! the kernel flagged as exited, and runs the vDSO canary.
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender, SyncSender};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Context, Result};
-use libbpf_rs::{MapCore, MapFlags, RingBufferBuilder};
+use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 use tracing::{debug, error, info, warn};
 
 use crate::bpf::types::{self, sp_clock};
@@ -19,11 +21,12 @@ use crate::bpf::{self, slot, LoadOptions, ProbeStatus};
 use crate::callsites::tables::StackTables;
 use crate::canary;
 use crate::kubernetes::SharedPodIndex;
-use crate::procs::{Aggregator, PendingRecords};
+use crate::procs::{Aggregator, PendingCgroups, PendingRecords, SeriesLimits};
 use crate::snapshot::{Series, SeriesKey, Snapshot, LOST_REASON_COUNT, LOST_REASON_NAMES};
+use crate::wakeup::{Doorbell, Waiter};
 
-/// How often the ring buffer is drained between scrapes, so it never fills
-/// under process churn.
+/// Longest sleep of the worker: the ring buffers are drained at least this
+/// often (the kernel wakes it sooner once a ring is a quarter full).
 const DRAIN_INTERVAL: Duration = Duration::from_millis(500);
 /// How often entries of vanished processes are looked for (only needed when
 /// the exit probe is not attached).
@@ -34,6 +37,8 @@ const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 pub struct WorkerOptions {
     pub load: LoadOptions,
     pub pid_label: bool,
+    /// Bounds of the per-process series.
+    pub limits: SeriesLimits,
     /// Period of the vDSO canary.
     pub canary_interval: Duration,
     /// Pod labels, when Kubernetes is enabled.
@@ -55,6 +60,7 @@ enum Request {
 /// Handle to the worker thread.
 pub struct Worker {
     tx: Sender<Request>,
+    doorbell: Arc<Doorbell>,
     thread: Option<JoinHandle<()>>,
     probes: Vec<ProbeStatus>,
     stack_tables: Option<StackTables>,
@@ -72,13 +78,16 @@ impl Worker {
     pub fn start(opts: WorkerOptions) -> Result<Self> {
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let doorbell = Arc::new(Doorbell::new().context("creating the worker's eventfd")?);
+        let bell = doorbell.clone();
         let thread = std::thread::Builder::new()
             .name("slowpath-bpf".into())
-            .spawn(move || run(opts, rx, ready_tx))
+            .spawn(move || run(opts, rx, &bell, ready_tx))
             .context("starting the BPF worker thread")?;
         match ready_rx.recv() {
             Ok(Ok(ready)) => Ok(Self {
                 tx,
+                doorbell,
                 thread: Some(thread),
                 probes: ready.probes,
                 stack_tables: ready.stack_tables,
@@ -104,6 +113,7 @@ impl Worker {
         let gone = || anyhow!("the BPF worker thread is gone");
         let (reply_tx, reply_rx) = mpsc::sync_channel(1);
         self.tx.send(request(reply_tx)).map_err(|_| gone())?;
+        self.doorbell.ring();
         reply_rx.recv().map_err(|_| gone())
     }
 
@@ -124,6 +134,7 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let (ack_tx, ack_rx) = mpsc::sync_channel(1);
         if self.tx.send(Request::Stop(ack_tx)).is_ok() {
+            self.doorbell.ring();
             let _ = ack_rx.recv();
         }
         if let Some(thread) = self.thread.take() {
@@ -132,7 +143,12 @@ impl Drop for Worker {
     }
 }
 
-fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Ready>>) {
+fn run(
+    opts: WorkerOptions,
+    rx: Receiver<Request>,
+    doorbell: &Doorbell,
+    ready: SyncSender<Result<Ready>>,
+) {
     let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; 3];
     let mut loaded = match bpf::load(&mut storage, &opts.load) {
         Ok(loaded) => loaded,
@@ -142,30 +158,12 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
         }
     };
     let pending: PendingRecords = Rc::new(RefCell::new(Vec::new()));
-    let ring = {
-        let pending = pending.clone();
-        let mut builder = RingBufferBuilder::new();
-        let added = builder
-            .add(&loaded.skel.maps.proc_events, move |data: &[u8]| {
-                let mut event = types::sp_proc_event {
-                    tgid: 0,
-                    kind: 0,
-                    proc: Default::default(),
-                };
-                if plain::copy_from_bytes(&mut event, data).is_ok() {
-                    pending.borrow_mut().push(event);
-                }
-                0
-            })
-            .map(|_| ());
-        match added.and_then(|()| builder.build()) {
-            Ok(ring) => ring,
-            Err(err) => {
-                let _ = ready.send(Err(
-                    anyhow!(err).context("opening the proc_events ring buffer")
-                ));
-                return;
-            }
+    let new_cgroups: PendingCgroups = Rc::new(RefCell::new(Vec::new()));
+    let (ring, waiter) = match open_rings(&loaded, &pending, &new_cgroups, doorbell) {
+        Ok(opened) => opened,
+        Err(err) => {
+            let _ = ready.send(Err(err));
+            return;
         }
     };
     let stack_tables = match opts.load.capture_stacks {
@@ -188,12 +186,13 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
         .probes
         .iter()
         .any(|p| p.probe == "sys_enter" && p.attached());
-    let mut agg = Aggregator::new(opts.pid_label);
+    let mut agg = Aggregator::new(opts.pid_label, opts.limits.clone());
     let mut canary_results = Vec::new();
     let mut next_canary = Instant::now();
     let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
     let own_tgid = std::process::id();
     let mut lost_seen = [0u64; LOST_REASON_COUNT];
+    let mut flagged_seen = 0u64;
 
     loop {
         update_clock_offsets(loaded.skel.maps.bss_data.as_deref_mut());
@@ -215,45 +214,109 @@ fn run(opts: WorkerOptions, rx: Receiver<Request>, ready: SyncSender<Result<Read
             }
             next_sweep = now + SWEEP_INTERVAL;
         }
-        match rx.recv_timeout(DRAIN_INTERVAL) {
-            Ok(Request::Snapshot(reply)) => {
-                if let Some(pods) = &opts.pods {
-                    drop_deleted_pods(&mut agg, pods);
-                }
-                let result = agg
-                    .refresh(procs, || ring.consume().map_err(Into::into), &pending)
-                    .map(|r| {
-                        Arc::new(Snapshot {
-                            series: export(r.series, opts.pods.as_ref()),
-                            tracked_processes: r.tracked_processes,
-                            lost: read_lost(&loaded.skel.maps.lost),
-                            recursion_misses: bpf::recursion_misses(&loaded.skel),
-                            probes: loaded.probes.clone(),
-                            canary: canary_results.clone(),
-                        })
-                    });
-                if let Err(err) = &result {
-                    error!(error = %format!("{err:#}"), "reading the kernel tables");
-                }
-                let _ = reply.send(result);
-            }
-            Ok(Request::Stop(ack)) => {
-                debug!("detaching BPF programs");
-                drop(ring);
-                drop(loaded);
-                let _ = ack.send(());
-                return;
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                if let Err(err) = ring.consume() {
-                    warn!(error = %err, "draining the proc_events ring buffer");
-                }
-                agg.fold_records(&pending);
-                log_new_losses(&read_lost(&loaded.skel.maps.lost), &mut lost_seen);
-            }
-            Err(RecvTimeoutError::Disconnected) => return,
+        // Drain on every pass, whatever woke us: records never wait for a scrape.
+        if let Err(err) = ring.consume() {
+            warn!(error = %err, "draining the ring buffers");
         }
+        agg.learn_cgroups(&new_cgroups);
+        agg.fold_records(&pending);
+        let flagged = loaded
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map_or(0, |b| b.exited_flagged);
+        if flagged != flagged_seen {
+            // Exit records the ring buffer had no room for: their entries
+            // wait in the table, flagged; fold them now, not at the next scrape.
+            flagged_seen = flagged;
+            if let Err(err) = agg.fold_flagged(procs) {
+                warn!(error = %format!("{err:#}"), "folding flagged entries");
+            }
+        }
+        log_new_losses(&read_lost(&loaded.skel.maps.lost), &mut lost_seen);
+        while let Ok(request) = rx.try_recv() {
+            match request {
+                Request::Snapshot(reply) => {
+                    if let Some(pods) = &opts.pods {
+                        drop_deleted_pods(&mut agg, pods);
+                    }
+                    let result = agg
+                        .refresh(procs, || ring.consume().map_err(Into::into), &pending)
+                        .map(|r| {
+                            Arc::new(Snapshot {
+                                series: export(r.series, opts.pods.as_ref()),
+                                tracked_processes: r.tracked_processes,
+                                folded: r.folded,
+                                lost: read_lost(&loaded.skel.maps.lost),
+                                recursion_misses: bpf::recursion_misses(&loaded.skel),
+                                probes: loaded.probes.clone(),
+                                canary: canary_results.clone(),
+                            })
+                        });
+                    if let Err(err) = &result {
+                        error!(error = %format!("{err:#}"), "reading the kernel tables");
+                    }
+                    let _ = reply.send(result);
+                }
+                Request::Stop(ack) => {
+                    debug!("detaching BPF programs");
+                    drop(ring);
+                    drop(loaded);
+                    let _ = ack.send(());
+                    return;
+                }
+            }
+        }
+        doorbell.clear();
+        if matches!(rx.try_recv(), Err(TryRecvError::Disconnected)) {
+            return;
+        }
+        waiter.wait(DRAIN_INTERVAL.min(next_canary.saturating_duration_since(Instant::now())));
     }
+}
+
+/// The ring buffer manager over `proc_events` and `cgroup_events`, and the
+/// waiter that sleeps on it and on `doorbell`.
+fn open_rings(
+    loaded: &bpf::Loaded<'_>,
+    pending: &PendingRecords,
+    new_cgroups: &PendingCgroups,
+    doorbell: &Doorbell,
+) -> Result<(RingBuffer<'static>, Waiter)> {
+    let mut builder = RingBufferBuilder::new();
+    let records = pending.clone();
+    builder.add(&loaded.skel.maps.proc_events, move |data: &[u8]| {
+        let mut event = types::sp_proc_event {
+            tgid: 0,
+            kind: 0,
+            proc: Default::default(),
+        };
+        if plain::copy_from_bytes(&mut event, data).is_ok() {
+            records.borrow_mut().push(event);
+        }
+        0
+    })?;
+    let cgroups = new_cgroups.clone();
+    builder.add(&loaded.skel.maps.cgroup_events, move |data: &[u8]| {
+        if let Some(event) = cgroup_event(data) {
+            cgroups.borrow_mut().push(event);
+        }
+        0
+    })?;
+    let ring = builder.build().context("opening the ring buffers")?;
+    let waiter = Waiter::new(&[ring.epoll_fd(), doorbell.as_raw_fd()])
+        .context("creating the worker's epoll set")?;
+    Ok((ring, waiter))
+}
+
+/// (cgroup id, path) of one `struct sp_cgroup_event` record.
+fn cgroup_event(data: &[u8]) -> Option<(u64, String)> {
+    let id = u64::from_ne_bytes(data.get(..8)?.try_into().ok()?);
+    let path = data.get(8..)?;
+    let len = path.iter().position(|&b| b == 0)?;
+    let path = String::from_utf8_lossy(&path[..len]).into_owned();
+    (!path.is_empty()).then_some((id, path))
 }
 
 /// The series of one refresh, with their pod's labels when Kubernetes is on.
