@@ -4,9 +4,10 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
@@ -25,6 +26,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
 struct AppState {
     registry: Registry,
     scrape_seconds: Histogram,
+    /// The last encoding and when it was finished: scrapes that arrive while
+    /// one is being made wait for it and share it.
+    latest: tokio::sync::Mutex<Option<(Instant, Bytes)>>,
     probes: Vec<ProbeStatus>,
     telemetry_path: String,
     /// Folded call-site stacks, when `--debug.callsites` is on.
@@ -40,8 +44,22 @@ impl AppState {
         TextEncoder::new()
             .encode(&families, &mut body)
             .context("encoding metrics")?;
+        drop(families);
+        release_free_memory();
         timer.observe_duration();
         Ok(body)
+    }
+}
+
+/// Give the heap's free pages back to the kernel. An encoding of tens of
+/// thousands of series builds and frees tens of MiB of small objects;
+/// glibc keeps freed memory mapped unless asked (`malloc_trim(3)`), so
+/// without this the agent's RSS stays at its largest scrape's peak.
+fn release_free_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks and trims glibc's own heap structures.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
@@ -81,6 +99,7 @@ pub async fn serve(
     let state = Arc::new(AppState {
         registry,
         scrape_seconds,
+        latest: tokio::sync::Mutex::new(None),
         probes,
         telemetry_path: telemetry_path.clone(),
         callsites,
@@ -112,16 +131,36 @@ pub async fn serve(
     }
 }
 
+/// The metrics page. Concurrent scrapes cost one encoding: a scrape waits
+/// for the one being made when it arrived and is served that (its data is
+/// then at most one encoding older than the request); a scrape whose client
+/// goes away stops waiting. So a burst of N scrapes costs one table read and
+/// one encoding, not N queued behind each other.
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let arrived = Instant::now();
+    let mut latest = state.latest.lock().await;
+    if let Some((finished, body)) = latest.as_ref() {
+        if *finished >= arrived {
+            return text_response(body.clone());
+        }
+    }
     let rendering = state.clone();
     match tokio::task::spawn_blocking(move || rendering.render()).await {
-        Ok(Ok(body)) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response(),
+        Ok(Ok(body)) => {
+            let body = Bytes::from(body);
+            *latest = Some((Instant::now(), body.clone()));
+            text_response(body)
+        }
         Ok(Err(err)) => {
             error!(error = %format!("{err:#}"), "scrape failed");
             (StatusCode::INTERNAL_SERVER_ERROR, format!("{err:#}\n")).into_response()
         }
         Err(err) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{err}\n")).into_response(),
     }
+}
+
+fn text_response(body: Bytes) -> Response {
+    ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response()
 }
 
 /// 200 when every probe is attached; 200 with the list when some are not
