@@ -13,7 +13,7 @@ import pytest
 from conftest import Agent, free_port, run_workload
 
 # Our programs as bpftool shows them (names are cut at 15 characters).
-OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e")
+OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e", "cgroup_mkdir_")
 
 
 def our_program_ids():

@@ -22,6 +22,17 @@
  *                         page by page (4 KiB stride)
  *   churn P K             fork P children one after another; each renames
  *                         itself "sp-churn", makes K raw clock_gettime and exits
+ *   churn-par P K J       P children, J alive at a time; each renames itself
+ *                         "sp-churnp", makes K raw rt_sigprocmask and exits
+ *   pid-reuse N M K       N children "sp-burst" (one raw rt_sigprocmask each),
+ *                         reaped; then M children "sp-victim" made with clone3
+ *                         set_tid on the burst's pids (K calls each); prints
+ *                         "reused=<M>" (needs CAP_SYS_ADMIN or
+ *                         CAP_CHECKPOINT_RESTORE)
+ *   cgroup-churn DIR N K  N times: make cgroup DIR/sp-cg-<i>, run a child
+ *                         "sp-cgchurn" in it (K raw clock_gettime), remove it
+ *   comm-spam N           N children one after another, each named "u<i>"
+ *                         (prctl), one raw rt_sigprocmask each
  *   wait KIND N USEC      N waits of USEC each, every one ended by its timer,
  *                         then prints "nvcsw=<voluntary context switches>":
  *                         KIND is nanosleep, clock_nanosleep, clock_nanosleep-abs,
@@ -37,6 +48,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <linux/types.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
@@ -49,6 +61,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/select.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/timerfd.h>
@@ -190,6 +203,134 @@ static int run_churn(long procs, long k)
 			_exit(0);
 		}
 		if (waitpid(pid, NULL, 0) != pid)
+			return 1;
+	}
+	return 0;
+}
+
+static void raw_sigmask_loop(long n)
+{
+	for (long i = 0; i < n; i++)
+		syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, NULL, 8);
+}
+
+/* A child named `comm` that makes `k` raw rt_sigprocmask calls. */
+static pid_t spawn_sigmask(const char *comm, long k)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		prctl(PR_SET_NAME, comm);
+		raw_sigmask_loop(k);
+		_exit(0);
+	}
+	return pid;
+}
+
+static int run_churn_par(long procs, long k, long width)
+{
+	long alive = 0;
+
+	for (long i = 0; i < procs; i++) {
+		if (alive == width) {
+			if (wait(NULL) < 0)
+				return 1;
+			alive--;
+		}
+		if (spawn_sigmask("sp-churnp", k) < 0)
+			return 1;
+		alive++;
+	}
+	while (alive-- > 0)
+		if (wait(NULL) < 0)
+			return 1;
+	return 0;
+}
+
+struct clone3_args {
+	__u64 flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+	__u64 set_tid, set_tid_size, cgroup;
+};
+
+static int run_pid_reuse(long n, long m, long k)
+{
+	pid_t *pids = calloc(n, sizeof(*pids));
+	long reused = 0;
+
+	if (!pids)
+		return 1;
+	for (long i = 0; i < n; i++) {
+		pids[i] = spawn_sigmask("sp-burst", 1);
+		if (pids[i] < 0 || waitpid(pids[i], NULL, 0) != pids[i])
+			return 1;
+	}
+	for (long i = 0; i < n && reused < m; i++) {
+		pid_t want = pids[i];
+		struct clone3_args args = { .exit_signal = SIGCHLD,
+					    .set_tid = (__u64)(unsigned long)&want,
+					    .set_tid_size = 1 };
+		long pid = syscall(SYS_clone3, &args, sizeof(args));
+
+		if (pid == 0) {
+			prctl(PR_SET_NAME, "sp-victim");
+			raw_sigmask_loop(k);
+			_exit(0);
+		}
+		if (pid < 0) {
+			if (errno == EEXIST)
+				continue; /* taken again meanwhile: try the next one */
+			perror("clone3");
+			return 1;
+		}
+		if (waitpid(pid, NULL, 0) != pid)
+			return 1;
+		reused++;
+	}
+	printf("reused=%ld\n", reused);
+	return reused == m ? 0 : 1;
+}
+
+static int run_cgroup_churn(const char *dir, long n, long k)
+{
+	char path[4096];
+
+	for (long i = 0; i < n; i++) {
+		snprintf(path, sizeof(path), "%s/sp-cg-%ld", dir, i);
+		if (mkdir(path, 0755) && errno != EEXIST)
+			return perror(path), 1;
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			char procs[4200];
+			FILE *f;
+
+			snprintf(procs, sizeof(procs), "%s/cgroup.procs", path);
+			f = fopen(procs, "w");
+			if (!f || fprintf(f, "0\n") < 0 || fclose(f))
+				_exit(3);
+			prctl(PR_SET_NAME, "sp-cgchurn");
+			raw_clock_loop(k, CLOCK_MONOTONIC);
+			_exit(0);
+		}
+		int status;
+
+		if (pid < 0 || waitpid(pid, &status, 0) != pid || status != 0)
+			return 1;
+		if (rmdir(path))
+			return perror(path), 1;
+	}
+	return 0;
+}
+
+static int run_comm_spam(long n)
+{
+	for (long i = 0; i < n; i++) {
+		char comm[24];
+		pid_t pid;
+
+		snprintf(comm, sizeof(comm), "u%ld", i); /* prctl keeps 15 bytes */
+		pid = spawn_sigmask(comm, 1);
+		if (pid < 0 || waitpid(pid, NULL, 0) != pid)
 			return 1;
 	}
 	return 0;
@@ -382,7 +523,8 @@ static int run_idle_runtime(long seconds)
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
-	int named = !strncmp(mode, "wait", 4); /* wait modes take a KIND first */
+	/* wait modes take a KIND first, cgroup-churn a directory */
+	int named = !strncmp(mode, "wait", 4) || !strcmp(mode, "cgroup-churn");
 	long n = argc > 2 && !named ? parse_count(argv[2]) : 0;
 	long m = argc > 3 && !named ? parse_count(argv[3]) : 0;
 	struct timespec ts;
@@ -429,6 +571,14 @@ int main(int argc, char **argv)
 		return run_thp(n);
 	if (!strcmp(mode, "churn"))
 		return run_churn(n, m);
+	if (!strcmp(mode, "churn-par") && argc > 4)
+		return run_churn_par(n, m, parse_count(argv[4]));
+	if (!strcmp(mode, "pid-reuse") && argc > 4)
+		return run_pid_reuse(n, m, parse_count(argv[4]));
+	if (!strcmp(mode, "cgroup-churn") && argc > 4)
+		return run_cgroup_churn(argv[2], parse_count(argv[3]), parse_count(argv[4]));
+	if (!strcmp(mode, "comm-spam"))
+		return run_comm_spam(n);
 	if (!strcmp(mode, "wait") && argc > 4)
 		return run_wait(argv[2], parse_count(argv[3]), parse_count(argv[4]));
 	if (!strcmp(mode, "idle-runtime"))
