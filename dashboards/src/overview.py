@@ -358,10 +358,16 @@ the reason (kernel version, BTF, lockdown, seccomp); try `--bpf.attach-type=raw-
 Events the agent could not record, per second, by reason, and failed scrapes. Normal: 0 everywhere; any increase
 is also logged. process_table_full: raise --bpf.max-processes; compaction_table_full: raise --bpf.max-compactions;
 ringbuf_full: raise --bpf.ringbuf-bytes (counts of exec'ing processes were merged, not lost);
-sleep_request_unreadable: a sleep whose duration could not be read (counted, not classified).""",
+sleep_request_unreadable: a sleep whose duration could not be read (counted, not classified);
+pid_reuse_pending: events of a process on a recycled pid while ring buffer and table were full: raise --bpf.max-processes;
+cgroup_name: a new cgroup's path not recorded (it may show as unknown).
+Also processes counted in an over-the-limit series (slowpath_series_folded_total: --metrics.max-comms-per-cgroup,
+--metrics.max-series; totals stay exact).""",
         OPS,
         [target(rate("slowpath_lost_events_total", by="instance, reason", sel=NODE), "{{instance}} {{reason}}", "A"),
-         target(rate("slowpath_scrape_errors_total", by="instance", sel=NODE), "{{instance}} scrape errors", "B")],
+         target(rate("slowpath_scrape_errors_total", by="instance", sel=NODE), "{{instance}} scrape errors", "B"),
+         target(rate("slowpath_series_folded_total", by="instance, limit", sel=NODE),
+                "{{instance}} folded over {{limit}} limit", "C")],
         w=8, h=8, threshold_steps=[(None, "green"), (1e-9, "red")],
     ))
     d = d.with_panel(timeseries_panel(
