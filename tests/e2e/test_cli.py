@@ -150,7 +150,7 @@ def test_sigterm_detaches_and_exits_zero_within_a_second(agent_bin, tmp_path):
     before = our_program_ids()
     agent = Agent(agent_bin, [], tmp_path / "agent.log")
     mine = our_program_ids() - before
-    assert len(mine) == 6  # one twin per probe, the other never loaded
+    assert len(mine) == 7  # one twin per probe named in OUR_PROGRAMS, the other never loaded
     start = time.monotonic()
     agent.proc.send_signal(signal.SIGTERM)
     assert agent.proc.wait(timeout=5) == 0

@@ -72,6 +72,7 @@ ZERO_NORMAL = {
     ("slowpath-overview", "Agents up / down", "B"),                      # none down
     ("slowpath-overview", "Lost events and scrape errors", "A"),
     ("slowpath-overview", "Lost events and scrape errors", "B"),
+    ("slowpath-overview", "Lost events and scrape errors", "C"),  # no series limit reached
     ("slowpath-overview", "Agent CPU", "A"),  # 10 ms CPU-time ticks: an idle agent may show 0
 }
 

@@ -26,7 +26,7 @@ def own(scrape, name, pid, **labels):
 def test_probes_use_the_requested_attach_type(agent):
     scrape = agent.scrape()
     attached = scrape.select("slowpath_probe_attached")
-    assert len(attached) == 9
+    assert len(attached) == 10
     for sample in attached:
         assert sample.value == 1, sample
         assert sample.labels["attach_type"] == agent.attach_type

@@ -352,8 +352,8 @@ def test_daemonset_environment_probes_and_scheduling(tools, tmp_path):
     assert ds["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"]
 
     res = c["resources"]
-    assert res["requests"] == {"cpu": "10m", "memory": "32Mi"}
-    assert res["limits"] == {"cpu": "200m", "memory": "128Mi"}
+    assert res["requests"] == {"cpu": "10m", "memory": "64Mi"}
+    assert res["limits"] == {"cpu": "200m", "memory": "160Mi"}
 
 
 def test_daemonset_mounts_only_what_the_agent_reads(tools, tmp_path):

@@ -62,4 +62,4 @@ def test_prometheus_scrapes_exact_counts(agent, prometheus, workload_bin):
         f'sum(slowpath_clock_syscalls_total{{pid="{pid}",fallback="true",clock="monotonic"}})',
         54321,
     )
-    wait_for(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', 9)
+    wait_for(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', 10)
