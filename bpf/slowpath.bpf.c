@@ -985,11 +985,20 @@ static __always_inline bool in_madv_collapse(struct task_struct *task)
 	return false;
 }
 
+/* Tests only (--bpf.test-refuse-probe mm_page_alloc): call a helper no
+ * kernel has, so the verifier refuses both programs of this hook for real,
+ * as 5.10 refuses bpf_get_current_task_btf(). False, the verifier prunes
+ * the call as dead code. */
+const volatile bool test_refuse_page_alloc = false;
+static long (*const sp_no_such_helper)(void) = (void *)0x7fff;
+
 static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t gfp)
 {
 	struct task_struct *task;
 	struct sp_proc *p;
 
+	if (test_refuse_page_alloc)
+		sp_no_such_helper();
 	if (order != SP_HPAGE_PMD_ORDER)
 		return 0; /* every 4 KiB allocation leaves here */
 	if ((gfp & SP_GFP_THP_FAULT_BITS) != SP_GFP_THP_FAULT_BITS)

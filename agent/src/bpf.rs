@@ -5,10 +5,13 @@
 //! (`tp_btf`, cheapest) and `<tracepoint>_raw` (`raw_tp`). For each hook we
 //! pick one before load: `tp_btf` when the kernel's BTF has the
 //! tracepoint's `btf_trace_<name>` type, else `raw_tp`. If the kernel then
-//! refuses the `tp_btf` programs at load time, the whole object is reopened
-//! with `raw_tp` everywhere. Neither needs tracefs. A program that loads but
-//! does not attach is reported (`slowpath_probe_attached` 0) and the others
-//! keep working.
+//! refuses one program at load time (the verifier names it in libbpf's log),
+//! that hook alone steps down to its next attach type, or, with none left,
+//! is left out; the rest of the object is loaded again as it was. A refusal
+//! that names no program (fentry not allowed, a seccomp filter) moves every
+//! hook to the next plan. Neither needs tracefs. A hook the kernel refuses,
+//! or that loads but does not attach, is reported
+//! (`slowpath_probe_attached` 0, the log) and the others keep working.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -60,7 +63,8 @@ pub const PROBES: [&str; 10] = [
 ];
 
 /// How a program is attached (the `attach_type` label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Ordered cheapest first: a larger value is a fallback of a smaller one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum AttachType {
     /// fentry on the kernel function itself (`SEC("fentry/...")`), kernel
     /// 5.5+ where allowed; only the syscall hook has fentry programs.
@@ -127,6 +131,9 @@ pub struct LoadOptions {
     /// Fault injection for tests: attach this probe as raw_tp to a
     /// tracepoint that does not exist, so the kernel refuses it for real.
     pub break_probe: Option<String>,
+    /// Fault injection for tests: the verifier refuses both mm_page_alloc
+    /// programs (`test_refuse_page_alloc` in the object).
+    pub refuse_page_alloc: bool,
     /// Timer wakeups in one kernel window (2^30 ns) that mark a timer loop.
     pub timer_hot_wakeups: u32,
 }
@@ -151,41 +158,142 @@ pub struct Loaded<'obj> {
     _links: Vec<Link>,
 }
 
-/// Storage for the open object, one slot per load attempt (fentry plan,
-/// tracepoint plan, raw_tp plan).
-pub type ObjectStorage = [MaybeUninit<OpenObject>; 3];
+/// Most load attempts: three plans (fentry, tracepoints, raw_tp), plus one
+/// step down and one removal per hook the kernel refuses.
+pub const MAX_ATTEMPTS: usize = 3 + 2 * PROBES.len();
+
+/// Storage for the open object, one slot per load attempt.
+pub type ObjectStorage = [MaybeUninit<OpenObject>; MAX_ATTEMPTS];
 
 /// One attach type per probe, indexed like [`PROBES`].
 type Plan = [AttachType; PROBES.len()];
 
-/// Open, load and attach, trying the cheapest plan first and falling back
-/// when the kernel refuses a plan at load time. Fails only when no plan
-/// loads or nothing attaches; a single probe's failure is in `probes`.
+/// Open, load and attach, trying the cheapest plan first. A program the
+/// kernel refuses at load moves its hook alone to the next attach type, or
+/// leaves the hook out when it has none; a refusal that names no program
+/// moves every hook to the next plan. Fails only when nothing loads or
+/// nothing attaches; a single hook's failure is in `probes`.
 pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Result<Loaded<'obj>> {
-    let plans = plans(opts)?;
-    let mut failures = Vec::new();
-    for (i, (slot, plan)) in storage.iter_mut().zip(&plans).enumerate() {
-        let last = i + 1 == plans.len();
-        // A refused plan with a fallback after it is expected on many
-        // kernels (fentry is often not allowed): keep libbpf quiet then.
-        let saved_print = (!last).then(|| libbpf_rs::set_print(None));
-        let loaded = open_and_load(slot, opts, plan);
-        if let Some(saved) = saved_print {
-            libbpf_rs::set_print(saved);
-        }
-        match loaded {
-            Ok(skel) => return attach(skel, opts),
-            Err(err) if !last => {
-                info!(plan = %describe(plan), error = %format!("{err:#}"),
-                      "kernel refused this attach plan; trying the next");
-                failures.push(err);
+    let mut plans = plans(opts)?.into_iter();
+    let mut plan = plans.next().context("no attach plan to try")?;
+    let mut refused: Refused = [const { None }; PROBES.len()];
+    let mut slots = storage.iter_mut();
+    loop {
+        let slot = slots
+            .next()
+            .context("the kernel kept refusing the BPF programs: see the log")?;
+        let (loaded, log) = with_libbpf_log(|| open_and_load(slot, opts, &plan, &refused));
+        let err = match loaded {
+            Ok(skel) => return attach(skel, opts, &plan, &refused),
+            Err(err) => err,
+        };
+        if let Some((probe, attach_type, reason)) = refused_program(&log) {
+            let idx = probe_index(probe);
+            let types = supported(probe);
+            let next = types.iter().skip_while(|&&t| t != attach_type).nth(1);
+            match next {
+                Some(&next) => {
+                    info!(probe, from = %attach_type, to = %next, reason = %reason,
+                          "kernel refused this program; trying the hook's next attach type");
+                    plan[idx] = next;
+                    for later in plans.as_mut_slice() {
+                        later[idx] = later[idx].max(next);
+                    }
+                }
+                None => {
+                    warn!(probe, %attach_type, reason = %reason,
+                          "kernel refused every program of this hook; the others keep working");
+                    refused[idx] = Some(format!("kernel refused the program: {reason}"));
+                }
             }
-            Err(err) => return Err(explain_load_error(err)),
+            continue;
+        }
+        match plans.next() {
+            Some(next) => {
+                info!(plan = %describe(&plan), error = %format!("{err:#}"),
+                      "kernel refused this attach plan; trying the next");
+                plan = next;
+            }
+            None => return Err(explain_load_error(err.context(log_tail(&log)))),
         }
     }
-    Err(failures
-        .pop()
-        .unwrap_or_else(|| anyhow::anyhow!("no attach plan to try")))
+}
+
+/// Hooks left out because the kernel refused every program they have,
+/// with the kernel's reason, indexed like [`PROBES`].
+type Refused = [Option<String>; PROBES.len()];
+
+fn probe_index(probe: &str) -> usize {
+    PROBES
+        .iter()
+        .position(|&p| p == probe)
+        .expect("known probe")
+}
+
+/// Run `f` with libbpf's messages captured (not printed), and return them:
+/// a refused plan or program is expected on many kernels, and its verifier
+/// log says which program and why.
+fn with_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
+    fn capture(_level: libbpf_rs::PrintLevel, msg: String) {
+        LIBBPF_LOG
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push_str(&msg);
+    }
+    LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    let saved = libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, capture)));
+    let out = f();
+    libbpf_rs::set_print(saved);
+    let log = std::mem::take(&mut *LIBBPF_LOG.lock().unwrap_or_else(|e| e.into_inner()));
+    (out, log)
+}
+
+static LIBBPF_LOG: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+/// The tracepoint program the kernel refused, from libbpf's log ("prog
+/// 'mm_page_alloc_raw': BPF program load failed: ..." and the verifier's
+/// log after it), with the verifier's last message. `None` for fentry
+/// programs (a refused fentry program moves the whole plan on) and for
+/// failures that name no program.
+fn refused_program(log: &str) -> Option<(&'static str, AttachType, String)> {
+    let name = log.lines().find_map(|line| {
+        let rest = &line[line.find("prog '")? + "prog '".len()..];
+        let (name, after) = rest.split_once('\'')?;
+        (after.contains("load failed") || after.contains("failed to load")).then_some(name)
+    })?;
+    let (probe, attach_type) = classify_program(OsStr::new(name)).ok()?;
+    if attach_type == AttachType::Fentry {
+        return None;
+    }
+    Some((probe, attach_type, verifier_reason(log)))
+}
+
+/// The verifier's message: the last line of the program's load log that is
+/// not its statistics, or libbpf's own line when there is no log.
+fn verifier_reason(log: &str) -> String {
+    let body = log
+        .split("-- BEGIN PROG LOAD LOG --")
+        .nth(1)
+        .and_then(|b| b.split("-- END PROG LOAD LOG --").next());
+    let line = body.and_then(|b| {
+        b.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .filter(|l| !l.starts_with("processed ") && !l.starts_with("verification time"))
+            .filter(|l| !l.starts_with("stack depth"))
+            .next_back()
+    });
+    line.or_else(|| log.lines().find(|l| l.contains("load failed")))
+        .unwrap_or("no reason given")
+        .trim()
+        .to_string()
+}
+
+/// The last lines of libbpf's log, for a load failure nothing could fix.
+fn log_tail(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = &lines[lines.len().saturating_sub(4)..];
+    format!("libbpf: {}", tail.join(" | "))
 }
 
 /// Add the likely cause and fix to a final load failure.
@@ -205,8 +313,23 @@ fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
     err
 }
 
-fn attach<'obj>(skel: SlowpathSkel<'obj>, opts: &LoadOptions) -> Result<Loaded<'obj>> {
-    let (links, probes) = attach_all(&skel, opts);
+fn attach<'obj>(
+    skel: SlowpathSkel<'obj>,
+    opts: &LoadOptions,
+    plan: &Plan,
+    refused: &Refused,
+) -> Result<Loaded<'obj>> {
+    let (links, mut probes) = attach_all(&skel, opts);
+    for (idx, reason) in refused.iter().enumerate() {
+        if let Some(reason) = reason {
+            probes.push(ProbeStatus {
+                probe: PROBES[idx],
+                attach_type: plan[idx],
+                error: Some(reason.clone()),
+            });
+        }
+    }
+    probes.sort_by_key(|p| probe_index(p.probe));
     if links.is_empty() {
         let reasons: Vec<String> = probes
             .iter()
@@ -324,6 +447,7 @@ fn open_and_load<'obj>(
     storage: &'obj mut MaybeUninit<OpenObject>,
     opts: &LoadOptions,
     plan: &Plan,
+    refused: &Refused,
 ) -> Result<SlowpathSkel<'obj>> {
     let mut builder = SlowpathSkelBuilder::default();
     builder
@@ -346,6 +470,7 @@ fn open_and_load<'obj>(
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.capture_stacks = opts.capture_stacks;
         rodata.timer_hot_wakeups = opts.timer_hot_wakeups;
+        rodata.test_refuse_page_alloc = opts.refuse_page_alloc;
     }
     if !opts.capture_stacks {
         // Stack tables are preallocated (4 MiB for `stacks`): one entry each
@@ -361,11 +486,8 @@ fn open_and_load<'obj>(
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let (probe, attach_type) = classify_program(prog.name())?;
-        let idx = PROBES
-            .iter()
-            .position(|&p| p == probe)
-            .expect("known probe");
-        prog.set_autoload(plan[idx] == attach_type);
+        let idx = probe_index(probe);
+        prog.set_autoload(plan[idx] == attach_type && refused[idx].is_none());
     }
     open.load()
         .context("loading the BPF programs into the kernel")
@@ -519,8 +641,26 @@ mod tests {
             btf_path: KERNEL_BTF.into(),
             capture_stacks: false,
             break_probe: broken.map(str::to_string),
+            refuse_page_alloc: false,
             timer_hot_wakeups: 215,
         }
+    }
+
+    #[test]
+    fn the_refused_program_and_the_verifiers_reason_come_from_libbpfs_log() {
+        // as libbpf 1.x prints a program the 5.10 verifier refuses
+        let log = "libbpf: prog 'mm_page_alloc_raw': BPF program load failed: Invalid argument\n\
+                   libbpf: prog 'mm_page_alloc_raw': -- BEGIN PROG LOAD LOG --\n\
+                   0: (85) call unknown#158\ninvalid func unknown#158\n\
+                   processed 3 insns (limit 1000000) max_states_per_insn 0\n\
+                   -- END PROG LOAD LOG --\n\
+                   libbpf: prog 'mm_page_alloc_raw': failed to load: -22\n";
+        let (probe, attach_type, reason) = refused_program(log).unwrap();
+        assert_eq!((probe, attach_type), ("mm_page_alloc", AttachType::RawTp));
+        assert_eq!(reason, "invalid func unknown#158");
+        // fentry refusals and logs that name no program move the whole plan
+        assert!(refused_program("libbpf: prog 'sys_enter_fentry_time': BPF program load failed: Operation not permitted").is_none());
+        assert!(refused_program("libbpf: failed to load object").is_none());
     }
 
     #[test]

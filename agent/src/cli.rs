@@ -169,6 +169,13 @@ pub struct Cli {
     /// a tracepoint that does not exist) to exercise degraded operation.
     #[arg(long = "bpf.test-break-probe", hide = true, value_name = "PROBE")]
     pub break_probe: Option<String>,
+
+    /// Testing only: make the verifier refuse both programs of the
+    /// mm_page_alloc hook (a call to a helper no kernel has), to exercise
+    /// per-hook degradation at load.
+    #[arg(long = "bpf.test-refuse-probe", hide = true, value_name = "PROBE",
+          value_parser = ["mm_page_alloc"])]
+    pub refuse_probe: Option<String>,
 }
 
 /// What to run; without a subcommand, the agent.

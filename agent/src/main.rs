@@ -215,6 +215,7 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         btf_path: cli.btf_path.clone(),
         capture_stacks,
         break_probe: cli.break_probe.clone(),
+        refuse_page_alloc: cli.refuse_probe.is_some(),
         timer_hot_wakeups: bpf::hot_window_wakeups(cli.timer_loop_threshold),
     }
 }

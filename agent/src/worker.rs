@@ -149,7 +149,7 @@ fn run(
     doorbell: &Doorbell,
     ready: SyncSender<Result<Ready>>,
 ) {
-    let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; 3];
+    let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; bpf::MAX_ATTEMPTS];
     let mut loaded = match bpf::load(&mut storage, &opts.load) {
         Ok(loaded) => loaded,
         Err(err) => {

@@ -146,6 +146,29 @@ def test_refused_probe_degrades_and_the_rest_keep_counting(agent_bin, workload_b
         assert agent.stop() == 0
 
 
+def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(agent_bin, workload_bin, tmp_path):
+    """The verifier refuses both mm_page_alloc programs (a helper call no
+    kernel has, as 5.10 refuses bpf_get_current_task_btf()): that hook steps
+    down to raw_tp, is then left out with the verifier's reason, and every
+    other hook loads as planned and counts."""
+    agent = Agent(agent_bin, ["--metrics.pid-label", "--bpf.attach-type=tp-btf",
+                              "--bpf.test-refuse-probe=mm_page_alloc"], tmp_path / "agent.log")
+    try:
+        status, body = agent.get("/readyz")
+        assert status == 200 and "not attached: mm_page_alloc (raw_tp)" in body
+        scrape = agent.scrape()
+        attached = {s.labels["probe"]: (s.labels["attach_type"], s.value)
+                    for s in scrape.select("slowpath_probe_attached")}
+        assert attached.pop("mm_page_alloc") == ("raw_tp", 0)
+        assert set(attached.values()) == {("tp_btf", 1)}
+        pid = run_workload(workload_bin, "context", 1000)
+        assert agent.scrape().value("slowpath_rt_sigprocmask_calls_total", pid=pid, comm="sp-workload") == 2000
+        log = agent.log_text()
+        assert "kernel refused every program of this hook" in log and "invalid func unknown#32767" in log
+    finally:
+        assert agent.stop() == 0
+
+
 def test_sigterm_detaches_and_exits_zero_within_a_second(agent_bin, tmp_path):
     before = our_program_ids()
     agent = Agent(agent_bin, [], tmp_path / "agent.log")
