@@ -840,6 +840,19 @@ static __always_inline int on_hrtimer_expire_exit(struct hrtimer *timer)
 	return 0;
 }
 
+/* The user registers of `task` (not running, or current): with a BTF
+ * pointer from bpf_task_pt_regs() (kernel 5.15+), else at the offset in its
+ * kernel stack that the raw_tp sys_enter program learned (any kernel; NULL
+ * until it has counted a syscall). */
+static __always_inline struct pt_regs *task_user_regs(struct task_struct *task, const bool btf)
+{
+	if (btf)
+		return (struct pt_regs *)bpf_task_pt_regs(task);
+	if (!pt_regs_offset)
+		return NULL;
+	return (struct pt_regs *)((__u64)BPF_CORE_READ(task, stack) + pt_regs_offset);
+}
+
 /* The syscall a sleeping task `p` waits in, from its user registers. */
 static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 {
@@ -852,13 +865,9 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 	if (BPF_CORE_READ(p, thread_info.status) & SP_TS_COMPAT)
 		return SP_WAIT_OTHER; /* ia32 syscall numbers */
 #endif
-	if (btf) {
-		regs = (struct pt_regs *)bpf_task_pt_regs(p);
-	} else {
-		if (!pt_regs_offset)
-			return SP_WAIT_OTHER; /* no syscall counted yet */
-		regs = (struct pt_regs *)((__u64)BPF_CORE_READ(p, stack) + pt_regs_offset);
-	}
+	regs = task_user_regs(p, btf);
+	if (!regs)
+		return SP_WAIT_OTHER; /* no syscall counted yet */
 	nr = SP_SYSCALL_NR(regs);
 	switch (nr) {
 	case SP_NR_nanosleep:
@@ -973,10 +982,14 @@ int BPF_PROG(sched_waking_raw, struct task_struct *p)
 /* MADV_COLLAPSE allocates huge pages in process context with a THP-like
  * mask but is a collapse, not a fault: recognise it by the syscall the
  * task is in. */
-static __always_inline bool in_madv_collapse(struct task_struct *task)
+static __always_inline bool in_madv_collapse(struct task_struct *task, const bool btf)
 {
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(task);
-	long nr = SP_SYSCALL_NR(regs);
+	struct pt_regs *regs = task_user_regs(task, btf);
+	long nr;
+
+	if (!regs)
+		return false;
+	nr = SP_SYSCALL_NR(regs);
 
 	if (nr == SP_NR_madvise)
 		return PT_REGS_PARM3_CORE_SYSCALL(regs) == SP_MADV_COLLAPSE;
@@ -992,7 +1005,11 @@ static __always_inline bool in_madv_collapse(struct task_struct *task)
 const volatile bool test_refuse_page_alloc = false;
 static long (*const sp_no_such_helper)(void) = (void *)0x7fff;
 
-static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t gfp)
+/* `btf`: the tp_btf program, which may use the BTF-pointer helpers
+ * (bpf_get_current_task_btf() 5.11+, bpf_task_pt_regs() 5.15+); the raw_tp
+ * one reads the same fields with probe reads, so it loads on 5.10. */
+static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t gfp,
+					 const bool btf)
 {
 	struct task_struct *task;
 	struct sp_proc *p;
@@ -1003,10 +1020,10 @@ static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t 
 		return 0; /* every 4 KiB allocation leaves here */
 	if ((gfp & SP_GFP_THP_FAULT_BITS) != SP_GFP_THP_FAULT_BITS)
 		return 0;
-	task = bpf_get_current_task_btf();
+	task = btf ? bpf_get_current_task_btf() : (struct task_struct *)bpf_get_current_task();
 	if (BPF_CORE_READ(task, flags) & SP_PF_KTHREAD)
 		return 0; /* khugepaged and other kernel threads */
-	if (in_madv_collapse(task))
+	if (in_madv_collapse(task, btf))
 		return 0;
 	/*
 	 * A failed first attempt that carries __GFP_THISNODE with direct reclaim
@@ -1028,13 +1045,13 @@ static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t 
 SEC("tp_btf/mm_page_alloc")
 int BPF_PROG(mm_page_alloc_btf, struct page *page, unsigned int order, gfp_t gfp)
 {
-	return on_page_alloc(page == NULL, order, gfp);
+	return on_page_alloc(page == NULL, order, gfp, true);
 }
 
 SEC("raw_tp/mm_page_alloc")
 int BPF_PROG(mm_page_alloc_raw, struct page *page, unsigned int order, gfp_t gfp)
 {
-	return on_page_alloc(page == NULL, order, gfp);
+	return on_page_alloc(page == NULL, order, gfp, false);
 }
 
 /* ---- compaction -------------------------------------------------------- */
