@@ -276,12 +276,12 @@ fn verifier_reason(log: &str) -> String {
         .nth(1)
         .and_then(|b| b.split("-- END PROG LOAD LOG --").next());
     let line = body.and_then(|b| {
-        b.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .filter(|l| !l.starts_with("processed ") && !l.starts_with("verification time"))
-            .filter(|l| !l.starts_with("stack depth"))
-            .next_back()
+        b.lines().map(str::trim).rfind(|l| {
+            !l.is_empty()
+                && !l.starts_with("processed ")
+                && !l.starts_with("verification time")
+                && !l.starts_with("stack depth")
+        })
     });
     line.or_else(|| log.lines().find(|l| l.contains("load failed")))
         .unwrap_or("no reason given")
