@@ -204,6 +204,15 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
                     warn!(probe, %attach_type, reason = %reason,
                           "kernel refused every program of this hook; the others keep working");
                     refused[idx] = Some(format!("kernel refused the program: {reason}"));
+                    for &(dependent, _) in DEPENDS.iter().filter(|(_, on)| *on == probe) {
+                        info!(
+                            probe = dependent,
+                            needs = probe,
+                            "left out: it only serves a refused hook"
+                        );
+                        refused[probe_index(dependent)] =
+                            Some(format!("needs {probe}, which the kernel refused"));
+                    }
                 }
             }
             continue;
@@ -218,6 +227,14 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
         }
     }
 }
+
+/// (hook, the hook it only serves): the timer-wakeup hooks count nothing
+/// without the expiring timer's frame that `hrtimer_expire_entry` records,
+/// so they are left out with it rather than run for nothing on every wakeup.
+const DEPENDS: [(&str, &str); 2] = [
+    ("hrtimer_expire_exit", "hrtimer_expire_entry"),
+    ("sched_waking", "hrtimer_expire_entry"),
+];
 
 /// Hooks left out because the kernel refused every program they have,
 /// with the kernel's reason, indexed like [`PROBES`].

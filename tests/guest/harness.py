@@ -9,10 +9,13 @@ enter the kernel) and allows fentry.
 
 The kernel package is fetched with apt-get download into a cache outside the
 repository (SLOWPATH_GUEST_CACHE, default /var/cache/slowpath-guest) and
-checked against the SHA256 in apt's package index before use.
+checked against the SHA256 in apt's package index before use. By default
+that is the kernel the system's apt sources offer (bookworm's 6.1); with a
+suite ("bullseye" for 5.10, "trixie" for 6.12) apt works on a private state
+in the cache, so the system's apt configuration stays as it is.
 
 Command line (for local runs):
-  python3 tests/guest/harness.py SCENARIO_FILE [--clocksource NAME]
+  python3 tests/guest/harness.py SCENARIO_FILE [--clocksource NAME] [--suite NAME]
 prints the raw serial output.
 """
 
@@ -23,12 +26,19 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SLOWPATH_GUEST_CACHE", "/var/cache/slowpath-guest"))
 META_PACKAGE = "linux-image-cloud-amd64"
 BOOT_TIMEOUT = 300  # seconds for one boot-to-poweroff, TCG is slow
+# The release's own kernel, not its security updates: the same kernel on
+# every run and machine (and mirrors may index the security suite without
+# carrying its packages).
+SUITE_SOURCES = """\
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian {suite} main
+"""
 
 INIT = r"""#!/bin/busybox sh
 export PATH=/bin:/usr/bin
@@ -63,36 +73,70 @@ agent_stop() { kill -TERM $AGENT_PID; wait $AGENT_PID; echo "agent exit $?"; }
 """
 
 
-def kernel_package():
-    """Name of the unsigned image package the cloud meta-package points at."""
-    out = subprocess.run(["apt-cache", "depends", META_PACKAGE], capture_output=True, text=True).stdout
-    m = re.search(r"Depends: (linux-image-[\w.-]+-cloud-amd64)", out)
-    if not m:
+def apt_options(suite):
+    """apt-get/apt-cache options for `suite`: none for the system's sources,
+    else a private sources list, lists and cache under CACHE / apt-SUITE, so
+    that another release's index never mixes into the system's. Its lists are
+    refreshed when missing or older than a day."""
+    if suite is None:
+        return []
+    state = CACHE / f"apt-{suite}"
+    (state / "lists/partial").mkdir(parents=True, exist_ok=True)
+    (state / "cache/archives/partial").mkdir(parents=True, exist_ok=True)
+    sources = state / "sources.list"
+    sources.write_text(SUITE_SOURCES.format(suite=suite))
+    options = ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
+               "-o", f"Dir::State::Lists={state}/lists", "-o", f"Dir::Cache={state}/cache"]
+    # A stamp of our own, outside lists/ (apt-get update deletes strangers
+    # there): apt dates the list files by the archive's Last-Modified.
+    stamp = state / "updated"
+    if not stamp.exists() or time.time() - stamp.stat().st_mtime > 86400:
+        subprocess.run(["apt-get", *options, "update", "-qq"], check=True)
+        stamp.touch()
+    return options
+
+
+def kernel_package(options=()):
+    """Name of the unsigned image package the cloud meta-package points at.
+    `options`: from apt_options(); with none, the system's lists are
+    refreshed once if they do not know the meta-package."""
+    depends = ["apt-cache", *options, "depends", META_PACKAGE]
+    out = subprocess.run(depends, capture_output=True, text=True).stdout
+    m = re.search(r"Depends: (linux-image-[\w.+-]+-cloud-amd64)", out)
+    if not m and not options:
         subprocess.run(["apt-get", "update", "-qq"], check=True)
-        out = subprocess.run(["apt-cache", "depends", META_PACKAGE], capture_output=True, text=True).stdout
-        m = re.search(r"Depends: (linux-image-[\w.-]+-cloud-amd64)", out)
+        out = subprocess.run(depends, capture_output=True, text=True).stdout
+        m = re.search(r"Depends: (linux-image-[\w.+-]+-cloud-amd64)", out)
     if not m:
-        raise RuntimeError(f"apt knows no {META_PACKAGE}: add Debian's main archive to apt sources")
+        hint = f" with {' '.join(options)}" if options else ": add Debian's main archive to apt sources"
+        raise RuntimeError(f"apt knows no {META_PACKAGE}{hint}")
     return m.group(1) + "-unsigned"
 
 
-def expected_sha256(package):
-    out = subprocess.run(["apt-cache", "show", "--no-all-versions", package],
+def expected_sha256(package, options=()):
+    out = subprocess.run(["apt-cache", *options, "show", "--no-all-versions", package],
                          capture_output=True, text=True, check=True).stdout
     return re.search(r"^SHA256: (\w+)", out, re.M).group(1)
 
 
-def guest_kernel():
-    """Path of the guest vmlinuz, downloaded and verified once."""
-    package = kernel_package()
+def guest_kernel(suite=None):
+    """Path of the guest vmlinuz, downloaded and verified once. `suite`:
+    None for the system's apt sources, or a Debian release name."""
     CACHE.mkdir(parents=True, exist_ok=True)
+    return fetch_kernel(apt_options(suite))
+
+
+def fetch_kernel(options):
+    """guest_kernel() for the candidate kernel of apt with `options`."""
+    package = kernel_package(options)
     debs = sorted(CACHE.glob(f"{package}_*.deb"))
     if not debs:
-        subprocess.run(["apt-get", "download", package], cwd=CACHE, check=True, capture_output=True)
+        subprocess.run(["apt-get", *options, "download", package],
+                       cwd=CACHE, check=True, capture_output=True, text=True)
         debs = sorted(CACHE.glob(f"{package}_*.deb"))
     deb = debs[-1]
     digest = hashlib.sha256(deb.read_bytes()).hexdigest()
-    want = expected_sha256(package)
+    want = expected_sha256(package, options)
     if digest != want:
         deb.unlink()
         raise RuntimeError(f"{deb.name}: sha256 {digest} is not apt's {want}; removed, try again")
@@ -184,9 +228,11 @@ def static_workload(tmpdir):
     return out
 
 
-def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_cmdline=""):
-    """Build, boot, and return (console text, sections)."""
-    kernel = guest_kernel()
+def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_cmdline="",
+                 suite=None):
+    """Build, boot, and return (console text, sections). `suite`: see
+    guest_kernel()."""
+    kernel = guest_kernel(suite)
     with tempfile.TemporaryDirectory() as tmp:
         files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp)}
         files.update(extra_files or {})
@@ -201,8 +247,10 @@ def main():
     parser.add_argument("scenario", type=Path, help="shell script run inside the guest")
     parser.add_argument("--clocksource", help="clocksource= for the guest kernel")
     parser.add_argument("--agent", type=Path, default=REPO / "target/release/slowpath")
+    parser.add_argument("--suite", help="Debian release whose cloud kernel to boot (bullseye, trixie); "
+                        "default: the one the system's apt sources offer")
     args = parser.parse_args()
-    console, _ = run_scenario(args.agent, args.scenario.read_text(), args.clocksource)
+    console, _ = run_scenario(args.agent, args.scenario.read_text(), args.clocksource, suite=args.suite)
     print(console)
 
 
