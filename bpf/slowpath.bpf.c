@@ -757,12 +757,28 @@ static __always_inline bool fn_name_is(const char *name, const char *want, int l
 
 #define SP_FN_IS(name, lit) fn_name_is(name, lit, sizeof(lit) - 1)
 
+/* Kernels without bpf_snprintf() (before 5.13): the agent gives the
+ * callbacks' addresses from /proc/kallsyms (hrtimer_wakeup, timerfd_tmrproc,
+ * it_real_fn, posix_timer_fn, in that order) and sets timer_fns_by_address;
+ * the verifier then prunes the bpf_snprintf() call as dead code. */
+const volatile bool timer_fns_by_address = false;
+const volatile __u64 timer_fn_addrs[4] = {};
+
 /* enum sp_timer_fn of an hrtimer callback address: by name, once per address. */
 static __noinline __u32 timer_fn_kind(__u64 fn)
 {
 	char name[32] = {};
 	__u32 *known, kind;
 
+	if (timer_fns_by_address) {
+		if (fn == timer_fn_addrs[0])
+			return SP_TIMER_FN_SLEEPER;
+		if (fn == timer_fn_addrs[1])
+			return SP_TIMER_FN_TIMERFD;
+		if (fn == timer_fn_addrs[2] || fn == timer_fn_addrs[3])
+			return SP_TIMER_FN_POSIX;
+		return SP_TIMER_FN_OTHER;
+	}
 	known = bpf_map_lookup_elem(&timer_fns, &fn);
 	if (known)
 		return *known;

@@ -177,12 +177,14 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
     let mut plans = plans(opts)?.into_iter();
     let mut plan = plans.next().context("no attach plan to try")?;
     let mut refused: Refused = [const { None }; PROBES.len()];
+    let timer_fns = timer_fn_addresses(&opts.btf_path);
     let mut slots = storage.iter_mut();
     loop {
         let slot = slots
             .next()
             .context("the kernel kept refusing the BPF programs: see the log")?;
-        let (loaded, log) = with_libbpf_log(|| open_and_load(slot, opts, &plan, &refused));
+        let (loaded, log) =
+            with_libbpf_log(|| open_and_load(slot, opts, &plan, &refused, timer_fns));
         let err = match loaded {
             Ok(skel) => return attach(skel, opts, &plan, &refused),
             Err(err) => err,
@@ -226,6 +228,67 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
             None => return Err(explain_load_error(err.context(log_tail(&log)))),
         }
     }
+}
+
+/// The hrtimer callbacks the timer hooks name (`timer_fn_addrs` in the
+/// object, in this order).
+const TIMER_FNS: [&str; 4] = [
+    "hrtimer_wakeup",
+    "timerfd_tmrproc",
+    "it_real_fn",
+    "posix_timer_fn",
+];
+
+/// On a kernel without `bpf_snprintf()` (before 5.13: no `BPF_FUNC_snprintf`
+/// in its BTF's `enum bpf_func_id`), the timer callbacks' addresses from
+/// `/proc/kallsyms`, so that `hrtimer_expire_entry` can name them without
+/// it. `None` when the kernel has the helper, or when kallsyms shows no
+/// addresses (without CAP_SYSLOG it shows zeros): the hook is then refused
+/// on such a kernel, and the log says why.
+fn timer_fn_addresses(btf_path: &Path) -> Option<[u64; 4]> {
+    let btf = Btf::from_path(btf_path).ok()?;
+    let has_snprintf = btf
+        .type_by_name::<libbpf_rs::btf::types::Enum<'_>>("bpf_func_id")
+        .is_some_and(|ids| {
+            ids.iter()
+                .any(|m| m.name == Some(OsStr::new("BPF_FUNC_snprintf")))
+        });
+    if has_snprintf {
+        return None;
+    }
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let addrs = kallsyms_addresses(&kallsyms, &TIMER_FNS);
+    let found = addrs[0] != 0 && addrs[1] != 0;
+    match found {
+        true => {
+            info!("kernel without bpf_snprintf: timer callbacks named by their kallsyms addresses")
+        }
+        false => warn!(
+            "kernel without bpf_snprintf and /proc/kallsyms shows no addresses (needs CAP_SYSLOG): \
+             the timer-wakeup hooks will be left out"
+        ),
+    }
+    found.then_some(addrs)
+}
+
+/// Addresses of `names` in a /proc/kallsyms text (a name may carry an LTO
+/// suffix, `name.llvm.123`); 0 for a name not found or shown as zero.
+fn kallsyms_addresses(kallsyms: &str, names: &[&str; 4]) -> [u64; 4] {
+    let mut out = [0u64; 4];
+    for line in kallsyms.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(addr), Some(_kind), Some(symbol)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let base = symbol.split('.').next().unwrap_or(symbol);
+        if let Some(i) = names.iter().position(|&n| n == base) {
+            if out[i] == 0 {
+                out[i] = u64::from_str_radix(addr, 16).unwrap_or(0);
+            }
+        }
+    }
+    out
 }
 
 /// (hook, the hook it only serves): the timer-wakeup hooks count nothing
@@ -465,6 +528,7 @@ fn open_and_load<'obj>(
     opts: &LoadOptions,
     plan: &Plan,
     refused: &Refused,
+    timer_fns: Option<[u64; 4]>,
 ) -> Result<SlowpathSkel<'obj>> {
     let mut builder = SlowpathSkelBuilder::default();
     builder
@@ -485,6 +549,10 @@ fn open_and_load<'obj>(
         .set_max_entries(opts.ringbuf_bytes)
         .context("sizing the proc_events ring buffer")?;
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        if let Some(addrs) = timer_fns {
+            rodata.timer_fns_by_address = true;
+            rodata.timer_fn_addrs = addrs;
+        }
         rodata.capture_stacks = opts.capture_stacks;
         rodata.timer_hot_wakeups = opts.timer_hot_wakeups;
         rodata.test_refuse_page_alloc = opts.refuse_page_alloc;
@@ -678,6 +746,26 @@ mod tests {
         // fentry refusals and logs that name no program move the whole plan
         assert!(refused_program("libbpf: prog 'sys_enter_fentry_time': BPF program load failed: Operation not permitted").is_none());
         assert!(refused_program("libbpf: failed to load object").is_none());
+    }
+
+    #[test]
+    fn timer_callbacks_are_found_in_kallsyms_with_or_without_an_lto_suffix() {
+        let text = "ffffffff81100000 t hrtimer_wakeup\n\
+                    ffffffff81200000 t timerfd_tmrproc.llvm.42\n\
+                    ffffffff81300000 T it_real_fn\n\
+                    ffffffff81400000 t posix_timer_fn\t[kernel]\n\
+                    ffffffff81500000 t hrtimer_wakeup_other\n";
+        assert_eq!(
+            kallsyms_addresses(text, &TIMER_FNS),
+            [
+                0xffffffff81100000,
+                0xffffffff81200000,
+                0xffffffff81300000,
+                0xffffffff81400000
+            ]
+        );
+        let hidden = "0000000000000000 t hrtimer_wakeup\n";
+        assert_eq!(kallsyms_addresses(hidden, &TIMER_FNS), [0; 4]);
     }
 
     #[test]
