@@ -13,9 +13,10 @@ const SOURCE: &str = "../bpf/slowpath.bpf.c";
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
-    // One committed vmlinux.h per architecture (bpftool btf dump ... format c).
+    // One committed vmlinux.h per architecture (bpf/vmlinux/generate.sh).
     let vmlinux_arch = match arch.as_str() {
         "x86_64" => "x86",
+        "aarch64" => "arm64",
         other => panic!(
             "no bpf/vmlinux/<arch>/vmlinux.h for target arch {other}: generate one with \
              `bpftool btf dump file /sys/kernel/btf/vmlinux format c`"
