@@ -172,13 +172,15 @@ def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(agent_bin, wo
 def test_sigterm_detaches_and_exits_zero_within_a_second(agent_bin, tmp_path):
     before = our_program_ids()
     agent = Agent(agent_bin, [], tmp_path / "agent.log")
-    mine = our_program_ids() - before
-    assert len(mine) == 7  # one twin per probe named in OUR_PROGRAMS, the other never loaded
-    start = time.monotonic()
-    agent.proc.send_signal(signal.SIGTERM)
-    assert agent.proc.wait(timeout=5) == 0
-    assert time.monotonic() - start < 1.0
-    agent.stop()
+    try:
+        mine = our_program_ids() - before
+        assert len(mine) == 7  # one twin per probe named in OUR_PROGRAMS, the other never loaded
+        start = time.monotonic()
+        agent.proc.send_signal(signal.SIGTERM)
+        assert agent.proc.wait(timeout=5) == 0
+        assert time.monotonic() - start < 1.0
+    finally:
+        agent.stop()  # also when an assertion failed: never leave an agent running
     assert wait_unloaded(mine)
 
 
