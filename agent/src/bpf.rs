@@ -174,10 +174,12 @@ type Plan = [AttachType; PROBES.len()];
 /// moves every hook to the next plan. Fails only when nothing loads or
 /// nothing attaches; a single hook's failure is in `probes`.
 pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Result<Loaded<'obj>> {
-    let mut plans = plans(opts)?.into_iter();
+    // Parsed once: the plans and the timer callbacks both look into it.
+    let btf = kernel_btf(&opts.btf_path)?;
+    let mut plans = plans(opts, &btf)?.into_iter();
     let mut plan = plans.next().context("no attach plan to try")?;
     let mut refused: Refused = [const { None }; PROBES.len()];
-    let timer_fns = timer_fn_addresses(&opts.btf_path);
+    let timer_fns = timer_fn_addresses(&btf);
     let mut slots = storage.iter_mut();
     loop {
         let slot = slots
@@ -245,8 +247,7 @@ const TIMER_FNS: [&str; 4] = [
 /// it. `None` when the kernel has the helper, or when kallsyms shows no
 /// addresses (without CAP_SYSLOG it shows zeros): the hook is then refused
 /// on such a kernel, and the log says why.
-fn timer_fn_addresses(btf_path: &Path) -> Option<[u64; 4]> {
-    let btf = Btf::from_path(btf_path).ok()?;
+fn timer_fn_addresses(btf: &Btf<'_>) -> Option<[u64; 4]> {
     let has_snprintf = btf
         .type_by_name::<libbpf_rs::btf::types::Enum<'_>>("bpf_func_id")
         .is_some_and(|ids| {
@@ -443,7 +444,7 @@ fn supported(probe: &str) -> &'static [AttachType] {
 }
 
 /// The plans to try, in order.
-fn plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
+fn plans(opts: &LoadOptions, btf: &Btf<'_>) -> Result<Vec<Plan>> {
     let mut plans = match opts.force_attach {
         // Forced: that type where the probe has it, else the next cheaper one.
         Some(forced) => vec![PROBES.map(|probe| {
@@ -451,7 +452,7 @@ fn plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
             let at = types.iter().position(|&t| t == forced).unwrap_or(0);
             types[at]
         })],
-        None => auto_plans(opts)?,
+        None => auto_plans(btf),
     };
     if let Some(broken) = &opts.break_probe {
         let idx = PROBES
@@ -469,13 +470,7 @@ fn plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
 /// Cheapest plan the kernel's BTF allows, then without fentry, then raw_tp
 /// everywhere. fentry needs the syscall functions in BTF (and may still be
 /// refused at load, e.g. under lockdown); tp_btf needs `btf_trace_<name>`.
-fn auto_plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
-    let btf = Btf::from_path(&opts.btf_path).with_context(|| {
-        format!(
-            "reading kernel BTF from {}: is it a BTF blob?",
-            opts.btf_path.display()
-        )
-    })?;
+fn auto_plans(btf: &Btf<'_>) -> Vec<Plan> {
     let has = |name: &str| {
         btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>(name)
             .is_some()
@@ -497,11 +492,17 @@ fn auto_plans(opts: &LoadOptions) -> Result<Vec<Plan>> {
             }
         }
     }
-    Ok(vec![
-        cheapest,
-        tracepoint,
-        [AttachType::RawTp; PROBES.len()],
-    ])
+    vec![cheapest, tracepoint, [AttachType::RawTp; PROBES.len()]]
+}
+
+/// The kernel's BTF at `path`, parsed.
+fn kernel_btf(path: &Path) -> Result<Btf<'static>> {
+    Btf::from_path(path).with_context(|| {
+        format!(
+            "reading kernel BTF from {}: is it a BTF blob?",
+            path.display()
+        )
+    })
 }
 
 /// Kernel functions the fentry programs attach to.
@@ -776,12 +777,13 @@ mod tests {
 
     #[test]
     fn forced_attach_types_fall_back_per_probe() {
-        let fentry = plans(&opts(Some(AttachType::Fentry), None)).unwrap();
+        let btf = kernel_btf(Path::new(KERNEL_BTF)).unwrap();
+        let fentry = plans(&opts(Some(AttachType::Fentry), None), &btf).unwrap();
         assert_eq!(fentry.len(), 1);
         assert_eq!(fentry[0][0], AttachType::Fentry);
         assert!(fentry[0][1..].iter().all(|&t| t == AttachType::TpBtf));
-        let raw = plans(&opts(Some(AttachType::RawTp), Some("mm_page_alloc"))).unwrap();
+        let raw = plans(&opts(Some(AttachType::RawTp), Some("mm_page_alloc")), &btf).unwrap();
         assert_eq!(raw, vec![[AttachType::RawTp; PROBES.len()]]);
-        assert!(plans(&opts(None, Some("no_such_probe"))).is_err());
+        assert!(plans(&opts(None, Some("no_such_probe")), &btf).is_err());
     }
 }

@@ -208,11 +208,9 @@ impl Aggregator {
         if self.series.contains_key(&key) {
             return key;
         }
-        let comms = self.comms.get(&key.cgroup.path).map_or(0, HashSet::len);
-        let new_comm = !self
-            .comms
-            .get(&key.cgroup.path)
-            .is_some_and(|c| c.contains(&key.comm));
+        let known = self.comms.get(&key.cgroup.path);
+        let comms = known.map_or(0, HashSet::len);
+        let new_comm = !known.is_some_and(|c| c.contains(&key.comm));
         let key = if self.series.len() >= self.limits.max_series {
             self.folded[Limit::Series as usize] += 1;
             SeriesKey {
