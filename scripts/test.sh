@@ -21,10 +21,8 @@ target/host-tests/classify_test
 echo "== end-to-end tests against the real kernel"
 cargo build --release --locked -p slowpath
 
-echo "== BPF object for arm64 (compile only: the agent is not yet cross-built)"
-libbpf_include=$(ls -d target/release/build/libbpf-sys-*/out/include | head -1)
-clang -g -O2 -target bpf -D__TARGET_ARCH_arm64 -Wall -Werror -I bpf -I bpf/vmlinux/arm64 \
-  -I "$libbpf_include" -c bpf/slowpath.bpf.c -o target/host-tests/slowpath-arm64.bpf.o
+echo "== the agent cross-built for arm64 (booted in an arm64 guest by test_guest.py)"
+cargo build --release --locked -p slowpath --target aarch64-unknown-linux-gnu
 mkdir -p tests/workloads/bin
 gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
 SLOWPATH_BIN="$PWD/target/release/slowpath" SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
