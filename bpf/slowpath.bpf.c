@@ -61,6 +61,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_select (-1003) /* only pselect6 */
 #define SP_NR_pselect6 72
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+/* arch/arm64/include/asm/thread_info.h (4.x to 6.12): an AArch32 task, whose
+ * syscalls use the arm numbers */
+#define SP_TIF_32BIT (1UL << 22)
 #else
 #error "slowpath supports x86_64 and arm64"
 #endif
@@ -349,18 +352,27 @@ static __always_inline struct sp_proc *proc_current(void)
 	((btf) ? (unsigned long)PT_REGS_PARM##n##_SYSCALL(regs)                \
 	       : (unsigned long)PT_REGS_PARM##n##_CORE_SYSCALL(regs))
 
+/* Whether task `p` is in a compat syscall (x86: ia32; arm64: an AArch32
+ * task): those use other syscall numbers, so they are never counted as ours. */
+static __always_inline bool task_in_compat_syscall(struct task_struct *p)
+{
+#if defined(__TARGET_ARCH_x86)
+	return BPF_CORE_READ(p, thread_info.status) & SP_TS_COMPAT;
+#else
+	return BPF_CORE_READ(p, thread_info.flags) & SP_TIF_32BIT;
+#endif
+}
+
 static __always_inline bool in_compat_syscall(const bool btf)
 {
 #if defined(__TARGET_ARCH_x86)
-	/* ia32 tasks use other syscall numbers: never count them as ours */
 	if (btf)
 		return bpf_get_current_task_btf()->thread_info.status & SP_TS_COMPAT;
-	return BPF_CORE_READ((struct task_struct *)bpf_get_current_task(),
-			     thread_info.status) &
-	       SP_TS_COMPAT;
 #else
-	return false;
+	if (btf)
+		return bpf_get_current_task_btf()->thread_info.flags & SP_TIF_32BIT;
 #endif
+	return task_in_compat_syscall((struct task_struct *)bpf_get_current_task());
 }
 
 /* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`. */
@@ -694,15 +706,21 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 }
 
 /*
- * fentry twins of sys_enter: one program on each of the six syscall
- * functions. Cheaper where the kernel allows fentry: no syscall tracepoint is
- * enabled, so the other syscalls keep the fast syscall path and pay nothing,
- * and ia32 syscalls enter other functions (__ia32_sys_*). The argument is the
- * user register set, as for sys_enter.
+ * fentry twins of sys_enter: one program on each of the syscall functions.
+ * Cheaper where the kernel allows fentry: no syscall tracepoint is enabled,
+ * so the other syscalls keep the fast syscall path and pay nothing, and
+ * compat syscalls enter other functions (__ia32_sys_*, __arm64_compat_sys_*).
+ * The argument is the user register set, as for sys_enter. arm64 has
+ * fentry from 6.0 (its BPF trampoline), and no time, epoll_wait, poll or
+ * select syscall.
  */
 #if defined(__TARGET_ARCH_x86)
+#define SP_SYSCALL_FN_PREFIX "__x64_sys_"
+#else
+#define SP_SYSCALL_FN_PREFIX "__arm64_sys_"
+#endif
 #define SP_SYSCALL_FENTRY(name)                                                \
-	SEC("fentry/__x64_sys_" #name)                                         \
+	SEC("fentry/" SP_SYSCALL_FN_PREFIX #name)                              \
 	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
 	{                                                                      \
 		if (!wait_is_timed(regs, SP_NR_##name, true))                 \
@@ -712,19 +730,20 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 
 SP_SYSCALL_FENTRY(clock_gettime)
 SP_SYSCALL_FENTRY(gettimeofday)
-SP_SYSCALL_FENTRY(time)
 SP_SYSCALL_FENTRY(rt_sigprocmask)
 SP_SYSCALL_FENTRY(nanosleep)
 SP_SYSCALL_FENTRY(clock_nanosleep)
 SP_SYSCALL_FENTRY(futex)
 SP_SYSCALL_FENTRY(futex_waitv)
-SP_SYSCALL_FENTRY(epoll_wait)
 SP_SYSCALL_FENTRY(epoll_pwait)
 SP_SYSCALL_FENTRY(epoll_pwait2)
-SP_SYSCALL_FENTRY(poll)
 SP_SYSCALL_FENTRY(ppoll)
-SP_SYSCALL_FENTRY(select)
 SP_SYSCALL_FENTRY(pselect6)
+#if defined(__TARGET_ARCH_x86)
+SP_SYSCALL_FENTRY(time)
+SP_SYSCALL_FENTRY(epoll_wait)
+SP_SYSCALL_FENTRY(poll)
+SP_SYSCALL_FENTRY(select)
 #endif
 
 /* ---- timer wakeups ------------------------------------------------------ */
@@ -877,10 +896,8 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 
 	if (BPF_CORE_READ(p, flags) & SP_PF_KTHREAD)
 		return SP_WAIT_OTHER; /* no user registers */
-#if defined(__TARGET_ARCH_x86)
-	if (BPF_CORE_READ(p, thread_info.status) & SP_TS_COMPAT)
-		return SP_WAIT_OTHER; /* ia32 syscall numbers */
-#endif
+	if (task_in_compat_syscall(p))
+		return SP_WAIT_OTHER; /* ia32 or AArch32 syscall numbers */
 	regs = task_user_regs(p, btf);
 	if (!regs)
 		return SP_WAIT_OTHER; /* no syscall counted yet */

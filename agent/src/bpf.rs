@@ -158,9 +158,9 @@ pub struct Loaded<'obj> {
     _links: Vec<Link>,
 }
 
-/// Most load attempts: three plans (fentry, tracepoints, raw_tp), plus one
-/// step down and one removal per hook the kernel refuses.
-pub const MAX_ATTEMPTS: usize = 3 + 2 * PROBES.len();
+/// Most load attempts: three plans (fentry, tracepoints, raw_tp), plus per
+/// hook two step downs (refused at load or at attach) and one removal.
+pub const MAX_ATTEMPTS: usize = 3 + 3 * PROBES.len();
 
 /// Storage for the open object, one slot per load attempt.
 pub type ObjectStorage = [MaybeUninit<OpenObject>; MAX_ATTEMPTS];
@@ -188,7 +188,17 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
         let (loaded, log) =
             with_libbpf_log(|| open_and_load(slot, opts, &plan, &refused, timer_fns));
         let err = match loaded {
-            Ok(skel) => return attach(skel, opts, &plan, &refused),
+            Ok(skel) => match attach(skel, opts, &plan, &refused)? {
+                Attached::All(loaded) => return Ok(*loaded),
+                Attached::StepDown { probe, from, to } => {
+                    // The kernel loads some programs it cannot attach (fentry
+                    // on arm64 before 6.4: no ftrace direct calls, ENOTSUPP).
+                    warn!(probe, %from, %to, "kernel cannot attach this hook's programs; \
+                          trying the hook's next attach type");
+                    step_down(&mut plan, plans.as_mut_slice(), probe_index(probe), to);
+                    continue;
+                }
+            },
             Err(err) => err,
         };
         if let Some((probe, attach_type, reason)) = refused_program(&log) {
@@ -199,10 +209,7 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
                 Some(&next) => {
                     info!(probe, from = %attach_type, to = %next, reason = %reason,
                           "kernel refused this program; trying the hook's next attach type");
-                    plan[idx] = next;
-                    for later in plans.as_mut_slice() {
-                        later[idx] = later[idx].max(next);
-                    }
+                    step_down(&mut plan, plans.as_mut_slice(), idx, next);
                 }
                 None => {
                     warn!(probe, %attach_type, reason = %reason,
@@ -394,13 +401,47 @@ fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
     err
 }
 
+/// Move hook `idx` to attach type `next` in this plan and every later one.
+fn step_down(plan: &mut Plan, later: &mut [Plan], idx: usize, next: AttachType) {
+    plan[idx] = next;
+    for later in later {
+        later[idx] = later[idx].max(next);
+    }
+}
+
+/// What attaching a loaded object gave.
+enum Attached<'obj> {
+    /// Every hook that could attach did; the others are in `probes`.
+    All(Box<Loaded<'obj>>),
+    /// `probe` failed to attach as `from` and has a next attach type `to`:
+    /// reload with it (everything attached so far is detached on drop).
+    StepDown {
+        probe: &'static str,
+        from: AttachType,
+        to: AttachType,
+    },
+}
+
 fn attach<'obj>(
     skel: SlowpathSkel<'obj>,
     opts: &LoadOptions,
     plan: &Plan,
     refused: &Refused,
-) -> Result<Loaded<'obj>> {
+) -> Result<Attached<'obj>> {
     let (links, mut probes) = attach_all(&skel, opts);
+    let failed_with_next = probes.iter().find_map(|p| {
+        let next = supported(p.probe)
+            .iter()
+            .skip_while(|&&t| t != p.attach_type)
+            .nth(1);
+        (!p.attached() && opts.break_probe.as_deref() != Some(p.probe))
+            .then_some(next)
+            .flatten()
+            .map(|&to| (p.probe, p.attach_type, to))
+    });
+    if let Some((probe, from, to)) = failed_with_next {
+        return Ok(Attached::StepDown { probe, from, to });
+    }
     for (idx, reason) in refused.iter().enumerate() {
         if let Some(reason) = reason {
             probes.push(ProbeStatus {
@@ -418,11 +459,11 @@ fn attach<'obj>(
             .collect();
         bail!("no BPF program could be attached ({})", reasons.join("; "));
     }
-    Ok(Loaded {
+    Ok(Attached::All(Box::new(Loaded {
         skel,
         probes,
         _links: links,
-    })
+    })))
 }
 
 fn describe(plan: &Plan) -> String {
@@ -434,18 +475,36 @@ fn describe(plan: &Plan) -> String {
         .join(" ")
 }
 
-/// Attach types a probe has programs for, cheapest first.
+/// Attach types a probe has programs for, cheapest first (fentry: the
+/// syscall hook, on x86_64 and arm64).
 fn supported(probe: &str) -> &'static [AttachType] {
-    if probe == "sys_enter" && cfg!(target_arch = "x86_64") {
+    if probe == "sys_enter" {
         &[AttachType::Fentry, AttachType::TpBtf, AttachType::RawTp]
     } else {
         &[AttachType::TpBtf, AttachType::RawTp]
     }
 }
 
-/// The plans to try, in order.
+/// The plans to try, in order. A kernel that does not expose its own BTF
+/// (built without CONFIG_DEBUG_INFO_BTF, run with --bpf.btf-path) gets
+/// raw_tp only: fentry and tp_btf resolve their targets in the kernel's BTF.
 fn plans(opts: &LoadOptions, btf: &Btf<'_>) -> Result<Vec<Plan>> {
+    let kernel_has_btf = Path::new(KERNEL_BTF).exists();
     let mut plans = match opts.force_attach {
+        Some(forced) if !kernel_has_btf && forced != AttachType::RawTp => bail!(
+            "--bpf.attach-type={} needs the kernel's own BTF ({KERNEL_BTF}), which this \
+             kernel does not expose: use --bpf.attach-type=raw-tp or leave it to the agent",
+            clap::ValueEnum::to_possible_value(&forced)
+                .map_or(forced.to_string(), |v| v.get_name().into())
+        ),
+        None if !kernel_has_btf => {
+            info!(
+                btf = %opts.btf_path.display(),
+                "the kernel exposes no BTF ({KERNEL_BTF}): raw_tp for every hook, \
+                 field offsets from the BTF file"
+            );
+            vec![[AttachType::RawTp; PROBES.len()]]
+        }
         // Forced: that type where the probe has it, else the next cheaper one.
         Some(forced) => vec![PROBES.map(|probe| {
             let types = supported(probe);
@@ -505,7 +564,9 @@ fn kernel_btf(path: &Path) -> Result<Btf<'static>> {
     })
 }
 
-/// Kernel functions the fentry programs attach to.
+/// Kernel functions the fentry programs attach to (the `sys_enter_fentry_*`
+/// programs of bpf/slowpath.bpf.c for this architecture).
+#[cfg(target_arch = "x86_64")]
 const FENTRY_TARGETS: [&str; 15] = [
     "__x64_sys_clock_gettime",
     "__x64_sys_gettimeofday",
@@ -522,6 +583,21 @@ const FENTRY_TARGETS: [&str; 15] = [
     "__x64_sys_ppoll",
     "__x64_sys_select",
     "__x64_sys_pselect6",
+];
+/// arm64 has no time, epoll_wait, poll or select syscall.
+#[cfg(target_arch = "aarch64")]
+const FENTRY_TARGETS: [&str; 11] = [
+    "__arm64_sys_clock_gettime",
+    "__arm64_sys_gettimeofday",
+    "__arm64_sys_rt_sigprocmask",
+    "__arm64_sys_nanosleep",
+    "__arm64_sys_clock_nanosleep",
+    "__arm64_sys_futex",
+    "__arm64_sys_futex_waitv",
+    "__arm64_sys_epoll_pwait",
+    "__arm64_sys_epoll_pwait2",
+    "__arm64_sys_ppoll",
+    "__arm64_sys_pselect6",
 ];
 
 fn open_and_load<'obj>(
@@ -591,6 +667,9 @@ fn attach_all(skel: &SlowpathSkel<'_>, opts: &LoadOptions) -> (Vec<Link>, Vec<Pr
         let Ok((probe, attach_type)) = classify_program(prog.name()) else {
             continue;
         };
+        if probes.iter().any(|p| p.probe == probe && p.error.is_some()) {
+            continue; // one failed program of a hook is enough to report it
+        }
         let attached = if opts.break_probe.as_deref() == Some(probe) {
             prog.attach_raw_tracepoint(MISSING_TRACEPOINT)
         } else {
@@ -683,9 +762,11 @@ pub fn check_btf(path: &Path) -> Result<()> {
     }
     if path == Path::new(KERNEL_BTF) {
         bail!(
-            "kernel BTF not found at {KERNEL_BTF}: this kernel was built without \
-             CONFIG_DEBUG_INFO_BTF=y; use a kernel with BTF (most distributions since 2020) \
-             or pass a BTF file for this exact kernel with --bpf.btf-path"
+            "kernel BTF not found at {KERNEL_BTF}: this kernel does not expose its BTF \
+             (built without CONFIG_DEBUG_INFO_BTF=y); pass a BTF file for this exact kernel with \
+             --bpf.btf-path FILE: cut it out of the kernel image with scripts/extract-btf.py \
+             /boot/vmlinuz-$(uname -r) FILE, or take it from BTFHub, or generate it with \
+             pahole --btf_encode_detached=FILE from the kernel's debug vmlinux"
         );
     }
     bail!(
