@@ -8,8 +8,8 @@
 #
 # arm64: the kernel package is fetched with apt (a private state under
 # $TMPDIR, the system's apt configuration untouched; apt checks the
-# package's SHA256 against the signed index), and the BTF blob is cut out of
-# the uncompressed Image by its header (magic 0xeb9f) for bpftool to dump.
+# package's SHA256 against the signed index), and scripts/extract-btf.py cuts
+# the BTF blob out of its Image for bpftool to dump.
 set -eu
 arch=${1:?usage: generate.sh x86|arm64}
 out=$(dirname "$0")/$arch/vmlinux.h
@@ -31,16 +31,7 @@ arm64)
 	pkg=$(apt-cache "$@" depends linux-image-cloud-arm64 | sed -n 's/.*Depends: \(linux-image-.*-cloud-arm64\)$/\1/p' | head -1)
 	(cd "$work" && apt-get "$@" download "$pkg-unsigned" 2>/dev/null)
 	dpkg-deb -x "$work"/*.deb "$work/x"
-	python3 - "$work"/x/boot/vmlinuz-* "$work/vmlinux.btf" <<'PY'
-import struct, sys
-data = open(sys.argv[1], "rb").read()
-at = data.find(b"\x9f\xeb\x01\x00\x18\x00\x00\x00")  # BTF magic, version 1, 24-byte header
-if at < 0:
-    sys.exit("no BTF in " + sys.argv[1])
-hdr_len, type_off, type_len, str_off, str_len = struct.unpack_from("<5I", data, at + 4)
-end = at + hdr_len + max(type_off + type_len, str_off + str_len)
-open(sys.argv[2], "wb").write(data[at:end])
-PY
+	"$(dirname "$0")/../../scripts/extract-btf.py" "$work"/x/boot/vmlinuz-* "$work/vmlinux.btf"
 	bpftool btf dump file "$work/vmlinux.btf" format c >"$out"
 	echo "generate.sh: from $pkg-unsigned" >&2
 	;;

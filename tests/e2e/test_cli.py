@@ -3,6 +3,7 @@ a probe the kernel refuses degrades the agent instead of killing it;
 SIGTERM detaches everything and exits 0 within a second."""
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import Agent, free_port, run_workload
+from conftest import Agent, Scrape, free_port, run_workload
 
 # Our programs as bpftool shows them (names are cut at 15 characters).
 OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e", "cgroup_mkdir_")
@@ -119,8 +120,45 @@ def test_kernel_without_btf(agent_bin):
     assert result.returncode == 1
     assert error_line(result).startswith(
         "slowpath: error: kernel BTF not found at /sys/kernel/btf/vmlinux: "
-        "this kernel was built without CONFIG_DEBUG_INFO_BTF=y"
+        "this kernel does not expose its BTF (built without CONFIG_DEBUG_INFO_BTF=y); "
+        "pass a BTF file for this exact kernel with --bpf.btf-path FILE: "
+        "cut it out of the kernel image with scripts/extract-btf.py"
     )
+
+
+def answers(agent, path):
+    try:
+        return agent.get(path, timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+def test_kernel_without_btf_runs_raw_tp_from_a_btf_file(agent_bin, workload_bin, tmp_path):
+    """The same hidden BTF, with a copy of the kernel's BTF passed by flag:
+    every hook attaches as raw_tp and counts exactly."""
+    btf = tmp_path / "vmlinux.btf"
+    shutil.copyfile("/sys/kernel/btf/vmlinux", btf)
+    port = free_port()
+    script = (f"mount -t tmpfs none /sys/kernel/btf && exec {agent_bin} --web.listen-address=127.0.0.1:{port} "
+              f"--metrics.pid-label --bpf.btf-path={btf}")
+    agent = Agent.__new__(Agent)  # the HTTP helpers, for an agent started in its own namespace
+    agent.url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                            stderr=open(tmp_path / "agent.log", "w"))
+    try:
+        deadline = time.monotonic() + 30
+        while not answers(agent, "/readyz"):
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "agent.log").read_text()
+            time.sleep(0.1)
+        scrape = Scrape(agent.get("/metrics")[1])
+        attached = {(s.labels["attach_type"], s.value) for s in scrape.select("slowpath_probe_attached")}
+        assert attached == {("raw_tp", 1)}, (tmp_path / "agent.log").read_text()
+        pid = run_workload(workload_bin, "clock-raw", 1234)
+        clock = Scrape(agent.get("/metrics")[1]).value("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload")
+        assert clock == 1234
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
 
 
 def test_btf_path_that_does_not_exist(agent_bin):
