@@ -45,6 +45,16 @@ def agent_bin():
 
 
 @pytest.fixture(scope="session")
+def agent_bin_arm64():
+    """The agent cross-built for arm64 (scripts/test.sh builds it)."""
+    path = Path(os.environ.get("SLOWPATH_BIN_ARM64",
+                               REPO / "target" / "aarch64-unknown-linux-gnu" / "release" / "slowpath"))
+    assert path.exists(), (f"{path} missing: scripts/setup.sh --arm64, then "
+                           "cargo build --release --target aarch64-unknown-linux-gnu")
+    return path
+
+
+@pytest.fixture(scope="session")
 def workload_bin():
     if "SP_WORKLOAD" in os.environ:
         return Path(os.environ["SP_WORKLOAD"])

@@ -13,12 +13,18 @@ and bullseye's 5.10 and trixie's 6.12.
   (5.10 has no bpf_snprintf: timer callbacks are named by kallsyms address),
   and the exact counts hold, with a real vDSO fallback (acpi_pm), timer
   wakeups and THP against /proc/vmstat.
-Each scenario is one boot (about 10 s).
+- arm64: the cross-built agent on bookworm's arm64 kernel
+  (qemu-system-aarch64 -machine virt -cpu max): the same exact counts, and a
+  real vDSO fallback with the jiffies clocksource, stopped by switching to
+  arch_sys_counter.
+Each scenario is one boot (about 10 s on x86_64, 30-60 s on arm64).
 """
 
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +41,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 N = 20_000  # syscalls are slow under TCG: keep loops small
+# scripts/test-kernels.sh: every kernel for every scenario below, not only the
+# default run's selection.
+FULL_MATRIX = os.environ.get("SLOWPATH_GUEST_MATRIX") == "full"
+OTHER_SUITES = ["bullseye", "trixie"]
 CLOCK = "slowpath_clock_syscalls_total"
 CS = "/sys/devices/system/clocksource/clocksource0/current_clocksource"
 
@@ -126,19 +136,49 @@ def test_read_cost_is_many_times_the_tsc_cost(fallback):
     assert slow > 2 * fast, (slow, fast)  # TCG timing is noisy: typically 5-10x
 
 
-ATTACH_SCENARIO = f"""
-agent_start
+# The exact-count workloads every kernel and architecture runs, then the
+# scrape `auto` (checked by assert_exact_counts) and the agent's stop.
+EXACT_WORKLOADS = f"""
 section w_raw sp-workload clock-raw {N}
 section w_ctx sp-workload context 5000
 section w_sleep sp-workload sleep 100 1000
 section w_cpu sp-workload cputime 2000
 section w_thr sp-workload threads 4 5000
-section w_churn sp-workload churn 50 100
+section w_churn sp-workload churn-par 200 10 8
+section w_wait sp-workload wait nanosleep 200 2000
 section vm_before cat /proc/vmstat
 section w_thp sp-workload thp 64
 section vm_after cat /proc/vmstat
+sleep 1.5
 scrape auto
+section agent_log cat /tmp/agent.log
 agent_stop
+"""
+
+
+def assert_exact_counts(secs):
+    """The EXACT_WORKLOADS counts in scrape `auto`: raw clock syscalls,
+    getcontext/setcontext, sleeps, CPU-time clocks, threads, 200 short
+    processes, 200 timer wakeups of a 2 ms nanosleep (slack as in
+    test_timer_wakeups), THP against /proc/vmstat."""
+    auto = Scrape(secs["auto"])
+    own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(secs, section), **labels)
+    assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
+    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="query") == 5000
+    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="setmask") == 5000
+    assert own("slowpath_sleep_calls_total", "w_sleep", syscall="clock_nanosleep", mode="relative") == 100
+    for clock in ["process_cputime", "thread_cputime", "cpu_clock"]:
+        assert own(CLOCK, "w_cpu", clock=clock, fallback="false") == 2000
+    assert own(CLOCK, "w_thr") == 4 * 5000
+    assert auto.value("slowpath_rt_sigprocmask_calls_total", comm="sp-churnp") == 200 * 10
+    woken = own("slowpath_timer_wakeups_total", "w_wait", wait="nanosleep")
+    assert 198 <= woken <= 200, woken
+    assert_thp_matches_vmstat(secs)
+
+
+ATTACH_SCENARIO = """
+agent_start
+""" + EXACT_WORKLOADS + f"""
 agent_start --bpf.attach-type=tp-btf
 section w_raw_tp sp-workload clock-raw {N}
 section w_ctx_tp sp-workload context 5000
@@ -167,18 +207,11 @@ def test_agent_prefers_fentry_where_the_kernel_allows_it(attach):
 
 
 def test_exact_counts_with_fentry(attach):
+    assert_exact_counts(attach)
     auto = Scrape(attach["auto"])
     own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(attach, section), **labels)
-    assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
-    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="query") == 5000
-    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="setmask") == 5000
-    assert own("slowpath_sleep_calls_total", "w_sleep", syscall="clock_nanosleep", mode="relative") == 100
     assert own("slowpath_sleep_requested_seconds_bucket", "w_sleep", le="0.001") == 100
     assert own("slowpath_sleep_requested_seconds_bucket", "w_sleep", le="0.0001") == 0
-    for clock in ["process_cputime", "thread_cputime", "cpu_clock"]:
-        assert own(CLOCK, "w_cpu", clock=clock, fallback="false") == 2000
-    assert own(CLOCK, "w_thr") == 4 * 5000
-    assert auto.value(CLOCK, comm="sp-churn") == 50 * 100
 
 
 def assert_thp_matches_vmstat(secs):
@@ -194,10 +227,6 @@ def assert_thp_matches_vmstat(secs):
     assert auto.value("slowpath_thp_fault_fallbacks_total", pid=pid) == fallbacks
 
 
-def test_thp_faults_match_vmstat_on_61(attach):
-    assert_thp_matches_vmstat(attach)
-
-
 def test_exact_counts_with_tp_btf(attach):
     forced = Scrape(attach["tp_btf"])
     assert forced.value(CLOCK, pid=pid_of(attach, "w_raw_tp"), fallback="true") == N
@@ -210,19 +239,7 @@ OTHER_KERNEL_SCENARIO = f"""
 agent_start
 section uname uname -r
 section w_vdso sp-workload clock-vdso {N}
-section w_raw sp-workload clock-raw {N}
-section w_ctx sp-workload context 5000
-section w_sleep sp-workload sleep 100 1000
-section w_churn sp-workload churn-par 200 10 8
-section w_wait sp-workload wait nanosleep 200 2000
-section vm_before cat /proc/vmstat
-section w_thp sp-workload thp 64
-section vm_after cat /proc/vmstat
-sleep 1.5
-scrape auto
-section agent_log cat /tmp/agent.log
-agent_stop
-"""
+""" + EXACT_WORKLOADS
 
 # 5.10 has no bpf_snprintf (5.13) to name an expiring timer's function: the
 # agent (root here, so /proc/kallsyms shows addresses) names the callbacks by
@@ -257,20 +274,136 @@ def test_agent_starts_and_reports_every_hook(other_kernel):
 
 def test_exact_counts_and_a_real_vdso_fallback(other_kernel):
     auto = Scrape(other_kernel["auto"])
-    own = lambda name, section, **labels: auto.value(name, comm="sp-workload",
-                                                     pid=pid_of(other_kernel, section), **labels)
     # acpi_pm: libc's vDSO reads enter the kernel
-    assert own(CLOCK, "w_vdso", clock="monotonic", fallback="true") == N
-    assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
-    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="query") == 5000
-    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="setmask") == 5000
-    assert own("slowpath_sleep_calls_total", "w_sleep", syscall="clock_nanosleep", mode="relative") == 100
-    assert auto.value("slowpath_rt_sigprocmask_calls_total", comm="sp-churnp") == 200 * 10
+    assert auto.value(CLOCK, pid=pid_of(other_kernel, "w_vdso"), clock="monotonic", fallback="true") == N
     assert auto.value("slowpath_vdso_fallback", clock="monotonic") == 1
-    # 200 nanosleeps of 2 ms, each ended by its timer (slack as in test_timer_wakeups)
-    woken = own("slowpath_timer_wakeups_total", "w_wait", wait="nanosleep")
-    assert 198 <= woken <= 200, woken
+    assert_exact_counts(other_kernel)
 
 
-def test_thp_faults_match_vmstat(other_kernel):
-    assert_thp_matches_vmstat(other_kernel)
+# ---- a kernel that does not expose its BTF ------------------------------------
+
+NO_BTF_SCENARIO = f"""
+mount -t tmpfs none /sys/kernel/btf
+section btf_dir ls /sys/kernel/btf
+section progs_before sh -c 'bpftool prog show | grep -c " name " || true'
+section no_flag sh -c 'slowpath --web.listen-address=127.0.0.1:9891 2>&1; echo "exit $?"'
+section progs_no_flag sh -c 'bpftool prog show | grep -c " name " || true'
+section forced sh -c 'slowpath --bpf.btf-path=/btf/vmlinux.btf --bpf.attach-type=tp-btf 2>&1; echo "exit $?"'
+agent_start --bpf.btf-path=/btf/vmlinux.btf
+section w_vdso sp-workload clock-vdso {N}
+""" + EXACT_WORKLOADS + """
+section progs_after sh -c 'bpftool prog show | grep -c " name " || true'
+"""
+
+
+@pytest.fixture(scope="module", params=[None] + (OTHER_SUITES if FULL_MATRIX else []))
+def no_btf(request, agent_bin, tmp_path_factory):
+    """A kernel (bookworm's 6.1; all three in the full matrix) with
+    /sys/kernel/btf hidden under a tmpfs, and the BTF cut out of the same
+    kernel package by scripts/extract-btf.py."""
+    btf = tmp_path_factory.mktemp("btf") / "vmlinux.btf"
+    kernel = harness.guest_kernel(request.param)
+    subprocess.run([str(harness.REPO / "scripts/extract-btf.py"), str(kernel), str(btf)], check=True)
+    bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
+    console, secs = harness.run_scenario(agent_bin, NO_BTF_SCENARIO, clocksource="acpi_pm",
+                                         extra_cmdline="tsc=reliable", suite=request.param,
+                                         extra_files={"/btf/vmlinux.btf": btf, "/usr/bin/bpftool": bpftool})
+    assert harness.guest_rc(console) == 0, console[-4000:]
+    assert "agent exit 0" in console, console[-4000:]
+    return secs
+
+
+def test_without_btf_the_agent_names_the_flag_and_leaves_nothing(no_btf):
+    assert no_btf["btf_dir"].strip() == ""
+    out = no_btf["no_flag"].strip().splitlines()
+    assert out[-1] == "exit 1", out
+    errors = [line for line in out if "error:" in line]
+    assert len(errors) == 1 and "--bpf.btf-path" in errors[0] and "extract-btf.py" in errors[0], out
+    assert no_btf["progs_before"].strip() == no_btf["progs_no_flag"].strip() == "0"
+    forced = no_btf["forced"].strip().splitlines()
+    errors = [line for line in forced if "error:" in line]
+    assert forced[-1] == "exit 1" and len(errors) == 1 and "--bpf.attach-type=raw-tp" in errors[0], forced
+
+
+def test_without_btf_every_hook_attaches_as_raw_tp_with_exact_counts(no_btf):
+    auto = Scrape(no_btf["auto"])
+    attached = {s.labels["probe"]: (s.labels["attach_type"], s.value) for s in auto.select("slowpath_probe_attached")}
+    assert len(attached) == 10 and set(attached.values()) == {("raw_tp", 1)}, (attached, no_btf["agent_log"])
+    # acpi_pm: a real fallback
+    assert auto.value(CLOCK, pid=pid_of(no_btf, "w_vdso"), clock="monotonic", fallback="true") == N
+    assert_exact_counts(no_btf)
+    assert no_btf["progs_after"].strip() == "0"
+
+
+# ---- arm64: bookworm's arm64 cloud kernel, the cross-built agent ---------------
+
+ARM64_SCENARIO = f"""
+agent_start
+section uname uname -rm
+section w_vdso sp-workload clock-vdso {N}
+section w_gtod sp-workload gettimeofday-libc {N}
+sleep 1.5
+scrape jiffies
+section doctor_slow sh -c 'slowpath doctor --duration=2s --format=json 2>/dev/null'
+echo arch_sys_counter > {CS}
+section switched cat {CS}
+sleep 2.5
+section w_vdso_fast sp-workload clock-vdso {N}
+""" + EXACT_WORKLOADS
+
+
+@pytest.fixture(scope="module", params=["bookworm"] + (OTHER_SUITES if FULL_MATRIX else []))
+def arm64(request, agent_bin_arm64):
+    if shutil.which("qemu-system-aarch64") is None or shutil.which("aarch64-linux-gnu-gcc") is None:
+        pytest.fail("needs qemu-system-arm and gcc-aarch64-linux-gnu: scripts/setup.sh --test")
+    # The only clocksource the virt machine offers is arch_sys_counter
+    # (vDSO-capable); jiffies is the one that makes the vDSO fall back.
+    console, secs = harness.run_scenario(agent_bin_arm64, ARM64_SCENARIO, clocksource="jiffies",
+                                         arch="arm64", suite=request.param)
+    assert harness.guest_rc(console) == 0, console[-4000:]
+    assert "agent exit 0" in console, console[-4000:]
+    secs["suite"] = request.param
+    return secs
+
+
+# The syscall hook's attach type per arm64 kernel: 6.1 loads the fentry
+# programs but cannot attach them (arm64 has ftrace direct calls from 6.4:
+# ENOTSUPP), so the hook steps down to tp_btf; 5.10 has no arm64 BPF
+# trampoline and refuses the tp_btf program's bpf_get_current_task_btf().
+ARM64_SYS_ENTER = {"bookworm": "tp_btf", "bullseye": "raw_tp", "trixie": "fentry"}
+
+
+def test_arm64_agent_attaches_every_hook(arm64):
+    assert arm64["uname"].split()[1] == "aarch64", arm64["uname"]
+    auto = Scrape(arm64["auto"])
+    attached = {s.labels["probe"]: (s.labels["attach_type"], s.value) for s in auto.select("slowpath_probe_attached")}
+    assert len(attached) == 10, attached
+    assert all(v == 1 for _, v in attached.values()), (attached, arm64["agent_log"])
+    assert attached["sys_enter"][0] == ARM64_SYS_ENTER[arm64["suite"]], (attached, arm64["agent_log"])
+    if arm64["suite"] == "bookworm":
+        assert "kernel cannot attach this hook's programs" in arm64["agent_log"], arm64["agent_log"]
+
+
+def test_arm64_real_vdso_fallback_with_jiffies(arm64):
+    slow = Scrape(arm64["jiffies"])
+    assert slow.value("slowpath_clocksource_current_info", clocksource="jiffies") == 1
+    assert slow.value("slowpath_clocksource_available_info", clocksource="arch_sys_counter") == 1
+    assert slow.value("slowpath_vdso_fallback", clock="monotonic") == 1
+    assert slow.value(CLOCK, pid=pid_of(arm64, "w_vdso"), clock="monotonic", fallback="true") == N
+    assert slow.value(CLOCK, pid=pid_of(arm64, "w_gtod"), syscall="gettimeofday", fallback="true") == N
+    # after the switch to arch_sys_counter, libc reads stay in user space
+    assert arm64["switched"].strip() == "arch_sys_counter"
+    auto = Scrape(arm64["auto"])
+    assert auto.select(CLOCK, pid=pid_of(arm64, "w_vdso_fast")) == []
+    assert auto.value("slowpath_vdso_fallback", clock="monotonic") == 0
+
+
+def test_arm64_exact_counts(arm64):
+    assert_exact_counts(arm64)
+
+
+def test_arm64_doctor_names_the_arm64_clocksource_fix(arm64):
+    report = json.loads(arm64["doctor_slow"])
+    f = report["findings"][0]
+    assert (f["id"], f["evidence"]["current_clocksource"]) == ("clocksource_not_vdso_capable", "jiffies")
+    assert "echo arch_sys_counter > /sys/devices/system/clocksource/clocksource0/current_clocksource" in f["fix"]

@@ -7,6 +7,13 @@ fentry and kprobes. Debian's cloud kernel in a guest has the hpet and
 acpi_pm clocksources (which the vDSO cannot read, so libc clock reads really
 enter the kernel) and allows fentry.
 
+Two architectures: x86_64 (qemu-system-x86_64, TCG) and arm64
+(qemu-system-aarch64 -machine virt -cpu max, TCG, bookworm's arm64 cloud
+kernel). An arm64 guest runs the cross-built agent (cargo build --target
+aarch64-unknown-linux-gnu), its libraries from the cross toolchain and
+target/aarch64-libs (scripts/setup.sh --arm64), busybox-static from Debian's
+arm64 archive, and the workloads linked statically with aarch64-linux-gnu-gcc.
+
 The kernel package is fetched with apt-get download into a cache outside the
 repository (SLOWPATH_GUEST_CACHE, default /var/cache/slowpath-guest) and
 checked against the SHA256 in apt's package index before use. By default
@@ -32,13 +39,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SLOWPATH_GUEST_CACHE", "/var/cache/slowpath-guest"))
-META_PACKAGE = "linux-image-cloud-amd64"
+ARCHES = {
+    # arch: (Debian architecture, QEMU, console, cross gcc, library dirs of the cross build)
+    "x86_64": ("amd64", ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max"], "ttyS0", "gcc", []),
+    "arm64": ("arm64", ["qemu-system-aarch64", "-machine", "virt", "-cpu", "max"], "ttyAMA0",
+              "aarch64-linux-gnu-gcc",
+              ["/usr/aarch64-linux-gnu/lib", str(REPO / "target/aarch64-libs/usr/lib/aarch64-linux-gnu"),
+               str(REPO / "target/aarch64-libs/lib/aarch64-linux-gnu")]),
+}
 BOOT_TIMEOUT = 150  # seconds for one boot-to-poweroff; a scenario takes 10-30 s under TCG
 # The release's own kernel, not its security updates: the same kernel on
 # every run and machine (and mirrors may index the security suite without
 # carrying its packages).
 SUITE_SOURCES = """\
-deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian {suite} main
+deb [arch={arch} signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian {suite} main
 """
 
 INIT = r"""#!/bin/busybox sh
@@ -74,20 +88,25 @@ agent_stop() { kill -TERM $AGENT_PID; wait $AGENT_PID; echo "agent exit $?"; }
 """
 
 
-def apt_options(suite):
-    """apt-get/apt-cache options for `suite`: none for the system's sources,
-    else a private sources list, lists and cache under CACHE / apt-SUITE, so
-    that another release's index never mixes into the system's. Its lists are
+def apt_options(suite, arch="x86_64"):
+    """apt-get/apt-cache options for `suite` and `arch`: none for the system's
+    sources (suite None on x86_64), else a private sources list, lists and
+    cache under CACHE / apt-SUITE[-ARCH], so that another release's or
+    architecture's index never mixes into the system's. Its lists are
     refreshed when missing or older than a day."""
-    if suite is None:
+    deb_arch = ARCHES[arch][0]
+    if suite is None and arch == "x86_64":
         return []
-    state = CACHE / f"apt-{suite}"
+    suite = suite or "bookworm"
+    state = CACHE / (f"apt-{suite}" if arch == "x86_64" else f"apt-{suite}-{deb_arch}")
     (state / "lists/partial").mkdir(parents=True, exist_ok=True)
     (state / "cache/archives/partial").mkdir(parents=True, exist_ok=True)
     sources = state / "sources.list"
-    sources.write_text(SUITE_SOURCES.format(suite=suite))
+    sources.write_text(SUITE_SOURCES.format(suite=suite, arch=deb_arch))
     options = ["-o", f"Dir::Etc::SourceList={sources}", "-o", "Dir::Etc::SourceParts=/dev/null",
-               "-o", f"Dir::State::Lists={state}/lists", "-o", f"Dir::Cache={state}/cache"]
+               "-o", f"Dir::State::Lists={state}/lists", "-o", f"Dir::Cache={state}/cache",
+               "-o", f"APT::Architecture={deb_arch}", "-o", f"APT::Architectures={deb_arch}",
+               "-o", "APT::Sandbox::User=root"]
     # A stamp of our own, outside lists/ (apt-get update deletes strangers
     # there): apt dates the list files by the archive's Last-Modified.
     stamp = state / "updated"
@@ -97,20 +116,22 @@ def apt_options(suite):
     return options
 
 
-def kernel_package(options=()):
+def kernel_package(options=(), deb_arch="amd64"):
     """Name of the unsigned image package the cloud meta-package points at.
     `options`: from apt_options(); with none, the system's lists are
     refreshed once if they do not know the meta-package."""
-    depends = ["apt-cache", *options, "depends", META_PACKAGE]
+    meta = f"linux-image-cloud-{deb_arch}"
+    depends = ["apt-cache", *options, "depends", meta]
+    pattern = rf"Depends: (linux-image-[\w.+-]+-cloud-{deb_arch})"
     out = subprocess.run(depends, capture_output=True, text=True).stdout
-    m = re.search(r"Depends: (linux-image-[\w.+-]+-cloud-amd64)", out)
+    m = re.search(pattern, out)
     if not m and not options:
         subprocess.run(["apt-get", "update", "-qq"], check=True)
         out = subprocess.run(depends, capture_output=True, text=True).stdout
-        m = re.search(r"Depends: (linux-image-[\w.+-]+-cloud-amd64)", out)
+        m = re.search(pattern, out)
     if not m:
         hint = f" with {' '.join(options)}" if options else ": add Debian's main archive to apt sources"
-        raise RuntimeError(f"apt knows no {META_PACKAGE}{hint}")
+        raise RuntimeError(f"apt knows no {meta}{hint}")
     return m.group(1) + "-unsigned"
 
 
@@ -120,21 +141,24 @@ def expected_sha256(package, options=()):
     return re.search(r"^SHA256: (\w+)", out, re.M).group(1)
 
 
-def guest_kernel(suite=None):
+def guest_kernel(suite=None, arch="x86_64"):
     """Path of the guest vmlinuz, downloaded and verified once. `suite`:
-    None for the system's apt sources, or a Debian release name."""
+    None for the system's apt sources (bookworm on arm64), or a Debian
+    release name."""
     CACHE.mkdir(parents=True, exist_ok=True)
-    return fetch_kernel(apt_options(suite))
+    options = apt_options(suite, arch)
+    tree = fetch_package(kernel_package(options, ARCHES[arch][0]), options, ARCHES[arch][0])
+    return next((tree / "boot").glob("vmlinuz-*"))
 
 
-def fetch_kernel(options):
-    """guest_kernel() for the candidate kernel of apt with `options`."""
-    package = kernel_package(options)
-    debs = sorted(CACHE.glob(f"{package}_*.deb"))
+def fetch_package(package, options, deb_arch):
+    """The unpacked tree of `package` (the candidate of apt with `options`),
+    downloaded into CACHE and checked against apt's SHA256 once."""
+    debs = sorted(CACHE.glob(f"{package}_*_{deb_arch}.deb"))
     if not debs:
         subprocess.run(["apt-get", *options, "download", package],
                        cwd=CACHE, check=True, capture_output=True, text=True)
-        debs = sorted(CACHE.glob(f"{package}_*.deb"))
+        debs = sorted(CACHE.glob(f"{package}_*_{deb_arch}.deb"))
     deb = debs[-1]
     digest = hashlib.sha256(deb.read_bytes()).hexdigest()
     want = expected_sha256(package, options)
@@ -147,25 +171,60 @@ def fetch_kernel(options):
         shutil.rmtree(tmp, ignore_errors=True)
         subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp)], check=True)
         tmp.rename(tree)
-    return next((tree / "boot").glob("vmlinuz-*"))
+    return tree
 
 
 def ldd_paths(binary):
-    """Shared libraries (and the loader) a dynamic binary needs."""
+    """Shared libraries (and the loader) a dynamic binary of this machine's
+    architecture needs: {path inside the guest: host path}."""
     out = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=True).stdout
-    return [Path(p) for p in re.findall(r"(/\S+) \(0x", out)]
+    return {p: Path(p) for p in re.findall(r"(/\S+) \(0x", out)}
 
 
-def build_initramfs(out, files, scenario):
+def needed_paths(binary, lib_dirs):
+    """Like ldd_paths() for a binary of another architecture, which cannot
+    run here: its loader (PT_INTERP) and, transitively, every DT_NEEDED
+    library found in `lib_dirs`, placed in the guest's /lib/<multiarch>."""
+    def readelf(path, flag):
+        return subprocess.run(["readelf", flag, "-W", str(path)], capture_output=True, text=True,
+                              check=True).stdout
+    interp = re.search(r"Requesting program interpreter: (\S+)\]", readelf(binary, "-l"))
+    found, todo = {}, [binary]
+    if interp:
+        found[interp.group(1)] = next(Path(d) / Path(interp.group(1)).name for d in lib_dirs
+                                      if (Path(d) / Path(interp.group(1)).name).exists())
+    while todo:
+        for name in re.findall(r"\(NEEDED\)\s+Shared library: \[(\S+)\]", readelf(todo.pop(), "-d")):
+            guest = f"/lib/aarch64-linux-gnu/{name}"
+            if guest in found:
+                continue
+            host = next((Path(d) / name for d in lib_dirs if (Path(d) / name).exists()), None)
+            if host is None:
+                raise RuntimeError(f"{binary}: needs {name}, not in {lib_dirs} (scripts/setup.sh --arm64)")
+            found[guest] = host
+            todo.append(host)
+    return found
+
+
+def busybox_for(arch):
+    """busybox-static for `arch`: this machine's, or from Debian's archive."""
+    if arch == "x86_64":
+        return Path(shutil.which("busybox") or "/bin/busybox")
+    options = apt_options(None, arch)
+    return fetch_package("busybox-static", options, ARCHES[arch][0]) / "bin/busybox"
+
+
+def build_initramfs(out, files, scenario, arch="x86_64"):
     """`files`: {path inside the guest: host path}. Dynamic binaries get
     their libraries too."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for d in ["bin", "usr/bin", "proc", "sys", "dev", "tmp", "lib64"]:
             (root / d).mkdir(parents=True, exist_ok=True)
-        busybox = shutil.which("busybox") or "/bin/busybox"
-        shutil.copy2(busybox, root / "bin/busybox")
-        applets = subprocess.run([busybox, "--list"], capture_output=True, text=True, check=True).stdout
+        shutil.copy2(busybox_for(arch), root / "bin/busybox")
+        # The applet list of this machine's busybox (the same Debian release).
+        host_busybox = shutil.which("busybox") or "/bin/busybox"
+        applets = subprocess.run([host_busybox, "--list"], capture_output=True, text=True, check=True).stdout
         for applet in applets.split():
             if applet != "busybox":  # a busybox -> busybox link loops (ELOOP)
                 os.symlink("busybox", root / "bin" / applet)
@@ -173,11 +232,13 @@ def build_initramfs(out, files, scenario):
             target = root / dest.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, target)
-            if is_dynamic(src):
-                for lib in ldd_paths(src):
-                    lib_target = root / str(lib).lstrip("/")
-                    lib_target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copy2(lib.resolve(), lib_target)
+            if not is_dynamic(src):
+                continue
+            libs = ldd_paths(src) if arch == "x86_64" else needed_paths(src, ARCHES[arch][4])
+            for guest, host in libs.items():
+                lib_target = root / guest.lstrip("/")
+                lib_target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(host.resolve(), lib_target)
         (root / "init").write_text(INIT)
         (root / "init").chmod(0o755)
         (root / "scenario.sh").write_text(PRELUDE + scenario)
@@ -187,16 +248,19 @@ def build_initramfs(out, files, scenario):
 
 
 def is_dynamic(path):
-    return subprocess.run(["ldd", str(path)], capture_output=True).returncode == 0
+    """Whether `path` (of any architecture) asks for a program interpreter."""
+    out = subprocess.run(["readelf", "-l", "-W", str(path)], capture_output=True, text=True).stdout
+    return "Requesting program interpreter" in out
 
 
-def boot(kernel, initrd, clocksource=None, memory_mib=1024, extra_cmdline=""):
+def boot(kernel, initrd, clocksource=None, memory_mib=1024, extra_cmdline="", arch="x86_64"):
     """Boot to poweroff; returns the serial console text."""
-    cmdline = "console=ttyS0 loglevel=1 panic=-1 " + extra_cmdline
+    _, qemu, console, _, _ = ARCHES[arch]
+    cmdline = f"console={console} loglevel=1 panic=-1 " + extra_cmdline
     if clocksource:
         cmdline += f" clocksource={clocksource}"
     cmd = [
-        "qemu-system-x86_64", "-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", str(memory_mib),
+        *qemu, "-smp", "2", "-m", str(memory_mib),
         "-kernel", str(kernel), "-initrd", str(initrd), "-append", cmdline,
         "-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot",
     ]
@@ -227,12 +291,12 @@ def guest_rc(console):
     return int(m.group(1)) if m else None
 
 
-def static_workload(tmpdir):
+def static_workload(tmpdir, arch="x86_64"):
     """The workloads, linked statically (libc in a static binary still uses
     the vDSO for clock reads)."""
     out = Path(tmpdir) / "sp-workload"
     subprocess.run(
-        ["gcc", "-O2", "-Wall", "-Werror", "-static", "-pthread",
+        [ARCHES[arch][3], "-O2", "-Wall", "-Werror", "-static", "-pthread",
          str(REPO / "tests/workloads/sp-workload.c"), "-o", str(out)],
         check=True,
     )
@@ -240,16 +304,17 @@ def static_workload(tmpdir):
 
 
 def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_cmdline="",
-                 suite=None):
+                 suite=None, arch="x86_64"):
     """Build, boot, and return (console text, sections). `suite`: see
-    guest_kernel()."""
-    kernel = guest_kernel(suite)
+    guest_kernel(); `arch`: x86_64 or arm64 (then `agent_bin` is the
+    cross-built agent)."""
+    kernel = guest_kernel(suite, arch)
     with tempfile.TemporaryDirectory() as tmp:
-        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp)}
+        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp, arch)}
         files.update(extra_files or {})
         initrd = Path(tmp) / "initrd.cpio"
-        build_initramfs(initrd, files, scenario)
-        console = boot(kernel, initrd, clocksource=clocksource, extra_cmdline=extra_cmdline)
+        build_initramfs(initrd, files, scenario, arch)
+        console = boot(kernel, initrd, clocksource=clocksource, extra_cmdline=extra_cmdline, arch=arch)
     return console, sections(console)
 
 
@@ -260,8 +325,11 @@ def main():
     parser.add_argument("--agent", type=Path, default=REPO / "target/release/slowpath")
     parser.add_argument("--suite", help="Debian release whose cloud kernel to boot (bullseye, trixie); "
                         "default: the one the system's apt sources offer")
+    parser.add_argument("--arch", choices=sorted(ARCHES), default="x86_64",
+                        help="guest architecture (arm64: pass --agent target/aarch64-unknown-linux-gnu/...)")
     args = parser.parse_args()
-    console, _ = run_scenario(args.agent, args.scenario.read_text(), args.clocksource, suite=args.suite)
+    console, _ = run_scenario(args.agent, args.scenario.read_text(), args.clocksource, suite=args.suite,
+                              arch=args.arch)
     print(console)
 
 
