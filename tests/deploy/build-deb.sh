@@ -3,6 +3,9 @@
 # stdout; progress goes to stderr).
 #   tests/deploy/build-deb.sh             cargo build --release, then the .deb
 #   tests/deploy/build-deb.sh --no-build  package target/release/slowpath as is
+#   tests/deploy/build-deb.sh [--no-build] --arch arm64
+#                                         the same for arm64 (Architecture: arm64),
+#                                         from the cross build (scripts/setup.sh --arm64)
 # cargo-deb is installed once, outside the repository, into
 # $SLOWPATH_TOOLS_CACHE/cargo-deb (default /var/cache/slowpath-tools/cargo-deb;
 # about 2 minutes on 2 cores the first time, from crates.io).
@@ -30,16 +33,33 @@ if [[ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]];
   exec 9>&-
 fi
 
-if [[ "${1:-}" == "--no-build" ]]; then
-  [[ -x target/release/slowpath ]] || { echo "build-deb.sh: target/release/slowpath missing" >&2; exit 1; }
-else
-  echo "build-deb.sh: cargo build --release --locked -p slowpath" >&2
-  cargo build --release --locked -p slowpath >&2
+build=1 target=() variant=() bin=target/release/slowpath
+while (($#)); do
+  case $1 in
+  --no-build) build=0 ;;
+  --arch)
+    [[ "${2:-}" == arm64 || "${2:-}" == amd64 ]] || { echo "build-deb.sh: --arch amd64 or arm64" >&2; exit 2; }
+    if [[ $2 == arm64 ]]; then
+      target=(--target aarch64-unknown-linux-gnu)
+      variant=(--variant arm64)  # agent/Cargo.toml: its dependencies
+      bin=target/aarch64-unknown-linux-gnu/release/slowpath
+    fi
+    shift
+    ;;
+  *) echo "build-deb.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+if ((build)); then
+  echo "build-deb.sh: cargo build --release --locked -p slowpath ${target[*]}" >&2
+  cargo build --release --locked -p slowpath "${target[@]}" >&2
 fi
+[[ -x $bin ]] || { echo "build-deb.sh: $bin missing" >&2; exit 1; }
 
 # The binary is built above (--locked, as scripts/test.sh builds it), so
-# cargo-deb only strips and packages it.
-out=$(cargo deb -p slowpath --no-build)
+# cargo-deb only strips and packages it (for arm64 with the cross strip, and
+# the dependencies from the cross libraries' shlibs).
+out=$(cargo deb -p slowpath --no-build "${target[@]}" "${variant[@]}")
 deb=$(printf '%s\n' "$out" | tail -1)
 [[ "$deb" == *.deb && -f "$deb" ]] || { echo "build-deb.sh: cargo deb gave no package: $out" >&2; exit 1; }
 echo "build-deb.sh: built $deb" >&2

@@ -30,6 +30,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -379,3 +380,22 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     c.sh("test ! -e /usr/bin/slowpath && test ! -e /lib/systemd/system/slowpath.service "
          "&& test ! -e /etc/default/slowpath")
     assert c.sh("systemctl is-active slowpath", check=False).stdout.strip() in ("inactive", "unknown")
+
+
+def test_arm64_deb_has_the_arm64_agent_and_the_same_dependencies(deb, agent_bin_arm64):
+    """The arm64 package (cross build; its Depends are written out in
+    agent/Cargo.toml because dpkg-shlibdeps cannot see arm64 libraries here)
+    holds the arm64 binary and depends on what the amd64 package's computed
+    Depends say."""
+    out = run([str(REPO / "tests/deploy/build-deb.sh"), "--no-build", "--arch", "arm64"], timeout=300, cwd=REPO)
+    arm64 = Path(out.stdout.strip().splitlines()[-1])
+    field = lambda pkg, name: run(["dpkg-deb", "-f", str(pkg), name]).stdout.strip()
+    assert field(arm64, "Architecture") == "arm64"
+    assert field(arm64, "Package") == field(deb, "Package") == "slowpath"
+    assert field(arm64, "Depends") == field(deb, "Depends"), "update [package.metadata.deb.variants.arm64]"
+    listing = run(["dpkg-deb", "-c", str(arm64)]).stdout
+    assert "./usr/lib/systemd/system/slowpath.service" in listing
+    with tempfile.TemporaryDirectory() as tmp:
+        run(["dpkg-deb", "-x", str(arm64), tmp])
+        header = (Path(tmp) / "usr/bin/slowpath").read_bytes()[:20]
+    assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
