@@ -25,7 +25,7 @@ render() {
 #   kubectl apply -f deploy/kubernetes/slowpath.yaml
 #
 # Set the image first: the default, localhost/slowpath:0.1.0, is a local
-# build of deploy/Containerfile (see the chart's values.yaml).
+# build of deploy/build-image.sh (see the chart's values.yaml).
 #
 # The Namespace comes first because `kubectl apply` does not create one (helm
 # users get it from `helm install --create-namespace`). The agent's pods use

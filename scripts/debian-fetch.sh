@@ -39,8 +39,9 @@ for pkg in "$@"; do
 	deb=$(ls -t "$state/debs/${pkg}_"*"_$arch.deb" "$state/debs/${pkg}_"*"_all.deb" 2>/dev/null | head -1)
 	dpkg-deb -x "$deb" "$dest"
 done
-# Absolute links (usr/lib/.../libz.so -> /lib/...) point into DEST instead.
+# Absolute links (usr/lib/.../libz.so -> /lib/...) point into DEST instead
+# (relative links, so DEST can be moved or copied into an image).
 find "$dest" -type l | while read -r link; do
 	target=$(readlink "$link")
-	case $target in /*) ln -sfn "$(realpath -m "$dest$target")" "$link" ;; esac
+	case $target in /*) ln -sfn "$(realpath -m --relative-to="$(dirname "$link")" "$dest$target")" "$link" ;; esac
 done

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# Builds the local base image the deployment tests use, once:
-#   localhost/slowpath-base:bookworm   Debian bookworm minbase (debootstrap)
+# Builds the local base images the deployment tests use, once:
+#   base-image.sh          localhost/slowpath-base:bookworm        Debian bookworm minbase (debootstrap)
+#   base-image.sh arm64    localhost/slowpath-base:bookworm-arm64  the same for arm64, unpacked only
 # No container registry is reachable from the test machines, so the base is
-# made from Debian's own packages and imported into podman. Idempotent.
+# made from Debian's own packages and imported into podman. The arm64 one is
+# debootstrap's first stage (--foreign: the packages unpacked, their scripts
+# not run, as that needs arm64 execution): enough for an image whose build
+# runs nothing in it (deploy/Containerfile). Idempotent.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
-image=localhost/slowpath-base:bookworm
+arch=${1:-amd64}
+case $arch in
+amd64) image=localhost/slowpath-base:bookworm foreign=() variant=() ;;
+arm64) image=localhost/slowpath-base:bookworm-arm64 foreign=(--arch=arm64 --foreign) variant=(--variant v8) ;;
+*) echo "base-image.sh: amd64 or arm64" >&2; exit 2 ;;
+esac
 # one build at a time (tests may call this concurrently)
-exec 9>/tmp/slowpath-base-image.lock
+exec 9>"/tmp/slowpath-base-image-$arch.lock"
 flock 9
 if podman image exists "$image"; then
   echo "base-image.sh: $image exists"
@@ -20,7 +29,8 @@ if [[ -z $mirror ]]; then
 fi
 root=$(mktemp -d /tmp/slowpath-rootfs.XXXXXX)
 trap 'rm -rf "$root"' EXIT
-echo "base-image.sh: debootstrap bookworm from $mirror"
-debootstrap --variant=minbase bookworm "$root" "$mirror" >/dev/null
-tar -C "$root" -c . | podman import - "$image" >/dev/null
+echo "base-image.sh: debootstrap ${foreign[*]} bookworm from $mirror"
+debootstrap "${foreign[@]}" --variant=minbase bookworm "$root" "$mirror" >/dev/null
+rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb  # the first stage's packages and scripts
+tar -C "$root" -c . | podman import --arch "$arch" "${variant[@]}" - "$image" >/dev/null
 echo "base-image.sh: built $image"

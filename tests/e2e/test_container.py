@@ -2,8 +2,12 @@
 as the DaemonSet runs it: host PID namespace, only CAP_BPF and CAP_PERFMON,
 non-root (uid 65534, file capabilities), read-only root filesystem, seccomp
 unconfined, host /sys read-only. A workload on the host must show up in the
-container's /metrics."""
+container's /metrics. deploy/build-image.sh builds it for amd64 and arm64
+in one manifest list; the arm64 image (no emulation here to run it) is
+checked for its binary, capabilities and libraries, and its binary is the
+one test_guest.py runs in the arm64 guest."""
 
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +23,7 @@ pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman n
 
 CONF = REPO / "tests" / "deploy" / "containers.conf"
 BASE = "localhost/slowpath-base:bookworm"
+BASE_ARM64 = "localhost/slowpath-base:bookworm-arm64"
 
 
 def podman(*args, check=True, **kwargs):
@@ -27,16 +32,50 @@ def podman(*args, check=True, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def image(agent_bin):
-    subprocess.run([str(REPO / "tests/deploy/base-image.sh")], check=True, capture_output=True,
-                   env={**os.environ, "CONTAINERS_CONF": str(CONF)})
-    # The build copies target/release/slowpath: it must be the binary under test.
+def images(agent_bin, agent_bin_arm64):
+    """{manifest, amd64, arm64}: the image names deploy/build-image.sh made."""
+    env = {**os.environ, "CONTAINERS_CONF": str(CONF), "BASE_amd64": BASE, "BASE_arm64": BASE_ARM64}
+    for arch in ["amd64", "arm64"]:
+        subprocess.run([str(REPO / "tests/deploy/base-image.sh"), arch], check=True, capture_output=True, env=env)
+    # The build copies the release binaries: they must be the ones under test.
     assert Path(agent_bin).resolve() == (REPO / "target/release/slowpath").resolve()
-    tag = f"localhost/slowpath:test-{uuid.uuid4().hex[:8]}"
-    podman("build", "-q", "--build-arg", f"BASE={BASE}", "-f", "deploy/Containerfile", "-t", tag, ".",
-           cwd=REPO, timeout=600)
-    yield tag
-    podman("rmi", "-f", tag, check=False)
+    assert Path(agent_bin_arm64).resolve() == (REPO / "target/aarch64-unknown-linux-gnu/release/slowpath").resolve()
+    name = f"localhost/slowpath:test-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([str(REPO / "deploy/build-image.sh"), "--no-build", name], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [name, f"{name}-amd64", f"{name}-arm64"], out.stdout
+    yield {"manifest": name, "amd64": f"{name}-amd64", "arm64": f"{name}-arm64"}
+    podman("manifest", "rm", name, check=False)
+    podman("rmi", "-f", f"{name}-amd64", f"{name}-arm64", check=False)
+
+
+@pytest.fixture(scope="module")
+def image(images):
+    return images["amd64"]
+
+
+def test_one_manifest_for_amd64_and_arm64(images):
+    manifest = json.loads(podman("manifest", "inspect", images["manifest"]).stdout)
+    assert sorted(m["platform"]["architecture"] for m in manifest["manifests"]) == ["amd64", "arm64"]
+    for arch in ["amd64", "arm64"]:
+        assert podman("image", "inspect", "--format", "{{.Architecture}}", images[arch]).stdout.strip() == arch
+
+
+def test_arm64_image_holds_the_arm64_agent_with_its_capabilities_and_libelf(images):
+    root = podman("image", "mount", images["arm64"]).stdout.strip()
+    try:
+        agent = Path(root) / "usr/bin/slowpath"
+        header = agent.read_bytes()[:20]
+        assert int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
+        caps = subprocess.run(["getcap", str(agent)], capture_output=True, text=True).stdout
+        assert "cap_bpf" in caps and "cap_perfmon" in caps and caps.strip().endswith("=p"), caps
+        libs = Path(root) / "usr/lib/aarch64-linux-gnu"
+        assert (libs / "libelf.so.1").exists() and (libs / "libz.so.1").exists() and (libs / "libc.so.6").exists()
+        config = json.loads(podman("image", "inspect", images["arm64"]).stdout)[0]["Config"]
+        assert config["User"] == "65534:65534" and config["Entrypoint"] == ["/usr/bin/slowpath"]
+    finally:
+        podman("image", "unmount", images["arm64"], check=False)
 
 
 DAEMONSET_LIKE = [
