@@ -3,6 +3,7 @@
 # (as root: the end-to-end tests load BPF programs into the running kernel).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/as-root.sh
 scripts/setup.sh --test
 source "$HOME/.cargo/env" 2>/dev/null || true
 

@@ -109,6 +109,7 @@ fn run(cli: Cli) -> Result<()> {
     listener.set_nonblocking(true).context("listener")?;
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
+    preflight::warn_if_sysfs_unreadable(&cli.sysfs);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

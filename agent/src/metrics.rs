@@ -70,10 +70,10 @@ const RECURSION_MISSES: Family = Family {
     kind: MetricType::COUNTER,
 };
 
-/// Scrapes whose kernel-table read failed (a plain counter of this collector).
+/// Scrapes with a failed read, by source (a plain counter of this collector).
 const SCRAPE_ERRORS: Family = Family {
     name: "slowpath_scrape_errors_total",
-    help: "Scrapes in which reading the kernel tables failed (per-process series were left out)",
+    help: "Scrapes in which a read failed, by source: bpf (the kernel tables: per-process series were left out), sysfs (a clocksource or THP settings file under --path.sysfs: those metrics were left out)",
     kind: MetricType::COUNTER,
 };
 
@@ -84,7 +84,7 @@ pub struct SlowpathCollector {
     /// The pod watch's health, when Kubernetes is enabled.
     kubernetes_up: Option<Arc<AtomicBool>>,
     descs: Vec<Desc>,
-    errors: prometheus::IntCounter,
+    errors: prometheus::IntCounterVec,
 }
 
 impl SlowpathCollector {
@@ -97,7 +97,13 @@ impl SlowpathCollector {
             .chain(AGENT_FAMILIES)
             .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], Default::default()))
             .collect::<prometheus::Result<Vec<_>>>()?;
-        let errors = prometheus::IntCounter::new(SCRAPE_ERRORS.name, SCRAPE_ERRORS.help)?;
+        let errors = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(SCRAPE_ERRORS.name, SCRAPE_ERRORS.help),
+            &["source"],
+        )?;
+        for source in ["bpf", "sysfs"] {
+            errors.with_label_values(&[source]); // both series from the start, at 0
+        }
         Ok(Self {
             worker,
             sysfs,
@@ -108,7 +114,7 @@ impl SlowpathCollector {
     }
 
     /// The scrape-error counter, to register beside this collector.
-    pub fn errors_counter(&self) -> prometheus::IntCounter {
+    pub fn errors_counter(&self) -> prometheus::IntCounterVec {
         self.errors.clone()
     }
 }
@@ -123,7 +129,7 @@ impl Collector for SlowpathCollector {
             Ok(s) => s,
             Err(err) => {
                 error!(error = %format!("{err:#}"), "scrape without per-process series");
-                self.errors.inc();
+                self.errors.with_label_values(&["bpf"]).inc();
                 Arc::new(Snapshot {
                     probes: self.worker.probes().to_vec(),
                     ..Default::default()
@@ -134,7 +140,12 @@ impl Collector for SlowpathCollector {
             .kubernetes_up
             .as_ref()
             .map(|up| up.load(Ordering::Relaxed));
-        families(&snapshot, &NodeSettings::read(&self.sysfs), kubernetes_up)
+        let node = NodeSettings::read(&self.sysfs);
+        if !node.unreadable.is_empty() {
+            // Warned about at start (preflight); counted on every scrape.
+            self.errors.with_label_values(&["sysfs"]).inc();
+        }
+        families(&snapshot, &node, kubernetes_up)
     }
 }
 

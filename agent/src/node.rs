@@ -3,7 +3,8 @@
 //! page policy (mm/huge_memory.c).
 
 use std::fs;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// Current and available clocksources, from
 /// `<sysfs>/devices/system/clocksource/clocksource0/{current,available}_clocksource`.
@@ -13,14 +14,42 @@ pub struct Clocksources {
     pub available: Vec<String>,
 }
 
-pub fn read_clocksources(sysfs: &Path) -> Clocksources {
-    let dir = sysfs.join("devices/system/clocksource/clocksource0");
-    let read = |name: &str| fs::read_to_string(dir.join(name)).ok();
+/// The sysfs files the settings come from, relative to the sysfs root.
+pub const SETTINGS_FILES: [&str; 4] = [
+    "devices/system/clocksource/clocksource0/current_clocksource",
+    "devices/system/clocksource/clocksource0/available_clocksource",
+    "kernel/mm/transparent_hugepage/enabled",
+    "kernel/mm/transparent_hugepage/defrag",
+];
+
+/// A settings file that could not be read: its path and the error.
+#[derive(Debug)]
+pub struct Unreadable {
+    pub path: PathBuf,
+    pub error: io::Error,
+}
+
+/// Read `path`, noting a failure in `unreadable`.
+fn read_noting(path: PathBuf, unreadable: &mut Vec<Unreadable>) -> Option<String> {
+    match fs::read_to_string(&path) {
+        Ok(text) => Some(text),
+        Err(error) => {
+            unreadable.push(Unreadable { path, error });
+            None
+        }
+    }
+}
+
+/// `<sysfs>/devices/system/clocksource/clocksource0/{current,available}_clocksource`.
+fn read_clocksources_noting(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> Clocksources {
+    let mut read = |i: usize| read_noting(sysfs.join(SETTINGS_FILES[i]), unreadable);
+    let current = read(0);
+    let available = read(1);
     Clocksources {
-        current: read("current_clocksource")
+        current: current
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty()),
-        available: read("available_clocksource")
+        available: available
             .map(|s| s.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default(),
     }
@@ -34,32 +63,38 @@ pub struct ThpSettings {
     pub defrag: Option<String>,
 }
 
-pub fn read_thp_settings(sysfs: &Path) -> ThpSettings {
-    let dir = sysfs.join("kernel/mm/transparent_hugepage");
-    let read = |name: &str| {
-        fs::read_to_string(dir.join(name))
-            .ok()
-            .and_then(|s| selected_choice(&s))
+/// `<sysfs>/kernel/mm/transparent_hugepage/{enabled,defrag}`.
+fn read_thp_settings_noting(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> ThpSettings {
+    let mut read = |i: usize| {
+        read_noting(sysfs.join(SETTINGS_FILES[i]), unreadable).and_then(|s| selected_choice(&s))
     };
-    ThpSettings {
-        enabled: read("enabled"),
-        defrag: read("defrag"),
-    }
+    let enabled = read(2);
+    let defrag = read(3);
+    ThpSettings { enabled, defrag }
 }
 
 /// The node settings the signals report, read once per scrape or report.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 pub struct NodeSettings {
     pub clocksources: Clocksources,
     pub thp: ThpSettings,
+    /// Files of [`SETTINGS_FILES`] that could not be read (a wrong
+    /// `--path.sysfs`, a container without the host's /sys, a kernel without
+    /// THP): their metrics are missing, and the scrape counts an error.
+    pub unreadable: Vec<Unreadable>,
 }
 
 impl NodeSettings {
-    /// Read both from the sysfs tree at `sysfs` (missing files leave gaps).
+    /// Read both from the sysfs tree at `sysfs` (missing files leave gaps,
+    /// listed in `unreadable`).
     pub fn read(sysfs: &Path) -> Self {
+        let mut unreadable = Vec::new();
+        let clocksources = read_clocksources_noting(sysfs, &mut unreadable);
+        let thp = read_thp_settings_noting(sysfs, &mut unreadable);
         Self {
-            clocksources: read_clocksources(sysfs),
-            thp: read_thp_settings(sysfs),
+            clocksources,
+            thp,
+            unreadable,
         }
     }
 }
@@ -107,24 +142,25 @@ mod tests {
             "always defer [defer+madvise] madvise never\n",
         )
         .unwrap();
+        let node = NodeSettings::read(&root);
         assert_eq!(
-            read_clocksources(&root),
+            node.clocksources,
             Clocksources {
                 current: Some("xen".into()),
                 available: vec!["xen".into(), "tsc".into(), "hpet".into(), "acpi_pm".into()],
             }
         );
         assert_eq!(
-            read_thp_settings(&root),
+            node.thp,
             ThpSettings {
                 enabled: Some("always".into()),
                 defrag: Some("defer+madvise".into()),
             }
         );
-        assert_eq!(
-            read_clocksources(&root.join("missing")),
-            Clocksources::default()
-        );
+        assert!(node.unreadable.is_empty());
+        let missing = NodeSettings::read(&root.join("missing"));
+        assert_eq!(missing.clocksources, Clocksources::default());
+        assert_eq!(missing.unreadable.len(), SETTINGS_FILES.len());
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -3,7 +3,10 @@
 
 use anyhow::{anyhow, bail, Result};
 use caps::{CapSet, Capability, CapsHashSet};
+use std::path::Path;
 use tracing::warn;
+
+use crate::node::NodeSettings;
 
 /// Effective capabilities of this thread (checked before any other thread
 /// starts).
@@ -95,6 +98,22 @@ pub fn check_capabilities() -> Result<()> {
          than 5.8 need CAP_SYS_ADMIN",
         missing.join(" and ")
     )
+}
+
+/// Warn, once per file at start, about the node settings files (clocksource,
+/// THP policy) that cannot be read under `sysfs` (`--path.sysfs`): their
+/// metrics will be missing, and each scrape counts
+/// `slowpath_scrape_errors_total{source="sysfs"}`. Not fatal: every per-process
+/// signal still works.
+pub fn warn_if_sysfs_unreadable(sysfs: &Path) {
+    for file in NodeSettings::read(sysfs).unreadable {
+        warn!(
+            path = %file.path.display(),
+            error = %file.error,
+            "cannot read this node setting: its metrics will be missing; check --path.sysfs \
+             (in a container, mount the host's /sys and pass --path.sysfs=/host/sys)"
+        );
+    }
 }
 
 #[cfg(test)]

@@ -7,11 +7,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import Agent, Scrape, free_port, run_workload
+from conftest import REPO, Agent, Scrape, free_port, run_workload
 
 # Our programs as bpftool shows them (names are cut at 15 characters).
 OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e", "cgroup_mkdir_")
@@ -305,3 +307,54 @@ def test_bad_kubeconfig_fails_before_attaching(agent_bin, tmp_path):
     result = run_agent(agent_bin, "--kubernetes.enabled", f"--kubeconfig={tmp_path / 'missing'}")
     assert result.returncode == 1
     assert error_line(result).startswith(f"slowpath: error: reading kubeconfig {tmp_path / 'missing'}")
+
+
+def test_unreadable_sysfs_is_a_warning_at_start_and_a_rising_scrape_error(agent_bin, tmp_path):
+    """A wrong --path.sysfs (or a container without the host's /sys): one
+    warning per settings file at start, naming the flag, and
+    slowpath_scrape_errors_total{source="sysfs"} rising with every scrape;
+    the per-process signals still work."""
+    agent = Agent(agent_bin, ["--path.sysfs=/nonexistent"], tmp_path / "agent.log")
+    try:
+        first = agent.scrape()
+        second = agent.scrape()
+        errors = lambda s: s.value("slowpath_scrape_errors_total", source="sysfs")
+        assert 1 <= errors(first) < errors(second), (errors(first), errors(second))
+        assert second.value("slowpath_scrape_errors_total", source="bpf") == 0
+        assert second.select("slowpath_clocksource_current_info") == []
+        assert second.select("slowpath_thp_settings_info") == []
+        assert {s.value for s in second.select("slowpath_probe_attached")} == {1}
+        warnings = [line for line in agent.log_text().splitlines()
+                    if "cannot read this node setting" in line]
+        assert len(warnings) == 4 and all("--path.sysfs" in w and "/nonexistent/" in w for w in warnings), warnings
+    finally:
+        assert agent.stop() == 0
+    healthy = Agent(agent_bin, [], tmp_path / "healthy.log")
+    try:
+        assert healthy.scrape().value("slowpath_scrape_errors_total", source="sysfs") == 0
+        assert "cannot read this node setting" not in healthy.log_text()
+    finally:
+        assert healthy.stop() == 0
+
+
+@pytest.mark.parametrize("script", ["run.sh", "test.sh"])
+def test_quick_start_scripts_say_they_need_root_where_there_is_no_sudo(script):
+    """Run as root they go on (CI runs scripts/test.sh so); as another user on
+    a host without sudo they stop at once with one line, before installing.
+    (A copy of the scripts in a directory uid 65534 can read, and a PATH with
+    only what they need before that check.)"""
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        (root / "scripts").mkdir()
+        (root / "bin").mkdir()
+        for name in [script, "as-root.sh"]:
+            shutil.copy(REPO / "scripts" / name, root / "scripts" / name)
+        for tool in ["bash", "basename", "dirname"]:
+            (root / "bin" / tool).symlink_to(shutil.which(tool))
+        result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 "env", f"PATH={root / 'bin'}", "bash", str(root / "scripts" / script)],
+                                capture_output=True, text=True, timeout=20)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.strip() == (f"{script}: needs root (it installs packages and loads BPF programs): "
+                                     "run it as root")
