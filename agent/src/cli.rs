@@ -45,6 +45,29 @@ pub struct Cli {
     )]
     pub telemetry_path: String,
 
+    /// Most open HTTP connections; at the limit a new one closes the
+    /// longest-idle one. Also capped at the soft file limit less 256.
+    #[arg(
+        long = "web.max-connections",
+        env = "SLOWPATH_WEB_MAX_CONNECTIONS",
+        default_value_t = 512,
+        value_name = "N",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub max_connections: u16,
+
+    /// A client must send a whole request header within this time, or its
+    /// connection is closed (slowloris).
+    #[arg(long = "web.read-header-timeout", env = "SLOWPATH_WEB_READ_HEADER_TIMEOUT",
+          default_value = "10s", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub read_header_timeout: std::time::Duration,
+
+    /// A connection with no request in flight for this long is closed (keep
+    /// it above the scrape interval, so scrapes reuse their connection).
+    #[arg(long = "web.idle-timeout", env = "SLOWPATH_WEB_IDLE_TIMEOUT",
+          default_value = "2m", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub idle_timeout: std::time::Duration,
+
     /// Log level.
     #[arg(long = "log.level", global = true, env = "SLOWPATH_LOG_LEVEL", default_value = "info",
           value_parser = ["error", "warn", "info", "debug", "trace"])]

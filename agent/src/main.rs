@@ -11,6 +11,7 @@ mod callsites;
 mod canary;
 mod cgroup;
 mod cli;
+mod connections;
 mod doctor;
 mod exposition;
 mod finding;
@@ -41,6 +42,28 @@ use tracing::{debug, info, trace, warn};
 use crate::callsites::harvest;
 use crate::cli::{Cli, Command, DoctorArgs};
 use crate::worker::{Worker, WorkerOptions};
+
+/// The HTTP limits from the flags, the connection cap fitted under the file
+/// limit (raised to its hard value first).
+fn connection_limits(
+    max: u16,
+    read_header_timeout: std::time::Duration,
+    idle_timeout: std::time::Duration,
+) -> connections::Limits {
+    let (soft, hard) = connections::raise_nofile_limit();
+    let max_connections = connections::effective_max_connections(usize::from(max));
+    info!(
+        max_connections,
+        nofile_soft = soft,
+        nofile_hard = hard,
+        "HTTP connection limit"
+    );
+    connections::Limits {
+        max_connections,
+        read_header_timeout,
+        idle_timeout,
+    }
+}
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -175,6 +198,11 @@ fn run(cli: Cli) -> Result<()> {
             registry,
             probes,
             callsites: callsites.as_ref().map(|(folded, _)| folded.clone()),
+            limits: connection_limits(
+                cli.max_connections,
+                cli.read_header_timeout,
+                cli.idle_timeout,
+            ),
         };
         server::serve(listener, endpoints, shutdown_signal()).await
     })?;

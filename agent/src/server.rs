@@ -71,6 +71,8 @@ pub struct Endpoints {
     pub probes: Vec<ProbeStatus>,
     /// `/debug/callsites` answers 404 without it.
     pub callsites: Option<SharedFolded>,
+    /// Connection cap and timeouts.
+    pub limits: crate::connections::Limits,
 }
 
 /// Serve until `shutdown` resolves, then give in-flight requests
@@ -85,6 +87,7 @@ pub async fn serve(
         registry,
         probes,
         callsites,
+        limits,
     } = endpoints;
     let scrape_seconds = Histogram::with_opts(
         HistogramOpts::new(
@@ -97,7 +100,7 @@ pub async fn serve(
     )?;
     registry.register(Box::new(scrape_seconds.clone()))?;
     let state = Arc::new(AppState {
-        registry,
+        registry: registry.clone(),
         scrape_seconds,
         latest: tokio::sync::Mutex::new(None),
         probes,
@@ -116,11 +119,10 @@ pub async fn serve(
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
+        crate::connections::serve(listener, app, limits, &registry, async {
+            let _ = stop_rx.await;
+        })
+        .await
     });
     shutdown.await;
     let _ = stop_tx.send(());

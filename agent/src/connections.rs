@@ -1,0 +1,464 @@
+//! The HTTP connections of the metrics endpoint and their limits: an accept
+//! loop serving HTTP/1.1 with hyper, a header read timeout (a slowloris
+//! client is closed), an idle timeout between requests, and a cap on open
+//! connections well under the file limit, so that idle or hostile clients
+//! can never take the descriptors the BPF side and real scrapes need.
+//!
+//! At the cap, a new connection closes the open connection that has been
+//! idle longest (no request in flight); when every connection has a request
+//! in flight, the new one is refused. Prometheus's scrape connections are
+//! busy or briefly idle, so they are the last to go. Each close is counted
+//! in `slowpath_http_connections_closed_total{reason}` and the limit being
+//! hit is logged (at most once per [`LOG_EVERY`]).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::extract::Request;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tower::ServiceExt;
+use tracing::{debug, warn};
+
+/// Warnings about a limit being hit are logged at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Descriptors kept free under the file limit for everything that is not an
+/// HTTP connection: the BPF objects (about 60 maps, programs and links), the
+/// ring buffers' epoll, /proc and /sys reads during a scrape, the log.
+pub const RESERVED_FDS: u64 = 256;
+
+/// Most bytes of a request head (request line and headers) a connection may
+/// buffer; a larger one gets 431. 64 KiB is far above any scrape's, and
+/// keeps --web.max-connections slowloris clients at 512 x 64 KiB = 32 MiB,
+/// under the unit's and chart's memory limits (hyper's default is ~400 KiB).
+const MAX_REQUEST_HEAD_BYTES: usize = 64 * 1024;
+
+/// The limits, from the `--web.*` flags.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Most open connections (further capped by the file limit).
+    pub max_connections: usize,
+    /// A client must send a whole request header within this time.
+    pub read_header_timeout: Duration,
+    /// A connection with no request in flight is closed after this time.
+    pub idle_timeout: Duration,
+}
+
+/// The cap on open connections: `configured`, or the soft file limit less
+/// [`RESERVED_FDS`] when that is lower (at least 16).
+pub fn effective_max_connections(configured: usize) -> usize {
+    let soft = nofile_limit().0;
+    let by_fds = soft.saturating_sub(RESERVED_FDS).max(16);
+    configured.min(usize::try_from(by_fds).unwrap_or(usize::MAX))
+}
+
+/// Raise the soft file limit to the hard one (as Go programs do at start):
+/// the cap on connections then has room, and nothing else changes.
+/// Returns (soft, hard) after the attempt.
+pub fn raise_nofile_limit() -> (u64, u64) {
+    let (soft, hard) = nofile_limit();
+    if soft < hard {
+        let raised = libc::rlimit {
+            rlim_cur: hard,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit reads the struct we pass; no memory is shared.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
+            debug!(error = %io::Error::last_os_error(), "could not raise the soft file limit");
+        }
+    }
+    nofile_limit()
+}
+
+fn nofile_limit() -> (u64, u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return (1024, 1024);
+    }
+    (lim.rlim_cur, lim.rlim_max)
+}
+
+/// `Conn::partial_since_ms` when no bytes of a next request have arrived.
+const NO_PARTIAL: u64 = u64::MAX;
+
+/// One open connection, as the accept loop sees it.
+struct Conn {
+    /// Requests being served now (a busy connection is never evicted).
+    in_flight: AtomicUsize,
+    /// Milliseconds since `Table::epoch` of the accept or the last response.
+    last_active_ms: AtomicU64,
+    /// When the first byte of a request whose header is not complete yet
+    /// arrived (ms since `Table::epoch`), or [`NO_PARTIAL`]: the read header
+    /// timeout runs from it, the idle timeout from `last_active_ms`.
+    partial_since_ms: AtomicU64,
+    /// Set when it is chosen for eviction (never chosen twice).
+    evicted: AtomicBool,
+    /// Wakes the connection's task to close it.
+    close: Notify,
+    /// Wakes the connection's task to recompute its deadline: a request
+    /// header started, or a request ended.
+    changed: Notify,
+}
+
+/// The open connections.
+struct Table {
+    epoch: Instant,
+    conns: Mutex<HashMap<u64, Arc<Conn>>>,
+    next_id: AtomicU64,
+}
+
+impl Table {
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The idle connection (nothing in flight) that has been idle longest.
+    fn longest_idle(&self) -> Option<Arc<Conn>> {
+        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
+        conns
+            .values()
+            .filter(|c| {
+                c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Acquire)
+            })
+            .min_by_key(|c| c.last_active_ms.load(Ordering::Relaxed))
+            .cloned()
+    }
+}
+
+/// Counters of the connections, registered in the agent's registry.
+#[derive(Clone)]
+struct Metrics {
+    open: IntGauge,
+    closed: IntCounterVec,
+}
+
+impl Metrics {
+    fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let open = IntGauge::new(
+            "slowpath_http_connections",
+            "Open HTTP connections to the agent's endpoint",
+        )?;
+        let closed = IntCounterVec::new(
+            Opts::new(
+                "slowpath_http_connections_closed_total",
+                "HTTP connections the agent closed itself, by reason: read_header_timeout (no whole \
+                 request header in time), idle_timeout, evicted (the longest-idle one, to admit a \
+                 new connection at --web.max-connections), refused (at the cap with every \
+                 connection busy)",
+            ),
+            &["reason"],
+        )?;
+        for reason in ["read_header_timeout", "idle_timeout", "evicted", "refused"] {
+            closed.with_label_values(&[reason]);
+        }
+        registry.register(Box::new(open.clone()))?;
+        registry.register(Box::new(closed.clone()))?;
+        Ok(Self { open, closed })
+    }
+}
+
+/// Logs a limit being hit, at most once per [`LOG_EVERY`].
+struct RateLimitedLog(Mutex<Option<Instant>>);
+
+impl RateLimitedLog {
+    fn due(&self) -> bool {
+        let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let due = last.is_none_or(|t| t.elapsed() >= LOG_EVERY);
+        if due {
+            *last = Some(Instant::now());
+        }
+        due
+    }
+}
+
+/// Accept and serve connections on `listener` with `app` until `stop`
+/// resolves; then stop accepting and let open requests finish on their own
+/// (the caller bounds how long it waits).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    registry: &Registry,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let metrics = Metrics::register(registry)?;
+    let table = Arc::new(Table {
+        epoch: Instant::now(),
+        conns: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(0),
+    });
+    let at_cap_log = Arc::new(RateLimitedLog(Mutex::new(None)));
+    let accept_error_log = RateLimitedLog(Mutex::new(None));
+    tokio::pin!(stop);
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                // EMFILE/ENFILE: out of descriptors despite the cap (other
+                // parts of the agent): wait for some to be closed.
+                if accept_error_log.due() {
+                    warn!(error = %err, "cannot accept HTTP connections; retrying");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if !admit(&table, &metrics, limits.max_connections, &at_cap_log) {
+            drop(stream);
+            continue;
+        }
+        let id = table.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn {
+            in_flight: AtomicUsize::new(0),
+            last_active_ms: AtomicU64::new(table.now_ms()),
+            partial_since_ms: AtomicU64::new(NO_PARTIAL),
+            evicted: AtomicBool::new(false),
+            close: Notify::new(),
+            changed: Notify::new(),
+        });
+        table
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, conn.clone());
+        metrics.open.inc();
+        let (table, metrics, app) = (table.clone(), metrics.clone(), app.clone());
+        tokio::spawn(async move {
+            serve_connection(stream, app, conn, &table, &metrics, limits).await;
+            table
+                .conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            metrics.open.dec();
+        });
+    }
+    // Stopped accepting: wait for the requests in flight (not for idle
+    // keep-alive connections); the caller bounds the wait.
+    drop(listener);
+    while table
+        .conns
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .values()
+        .any(|c| c.in_flight.load(Ordering::Acquire) > 0)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// Make room for one more connection: true when there is room (after
+/// closing the longest-idle one if the table is full).
+fn admit(table: &Table, metrics: &Metrics, max: usize, log: &RateLimitedLog) -> bool {
+    let open = table.conns.lock().unwrap_or_else(|p| p.into_inner()).len();
+    if open < max {
+        return true;
+    }
+    match table.longest_idle() {
+        Some(idle) => {
+            // Evicted now: the connection's task drops it, and the table
+            // entry goes with the task.
+            idle.evicted.store(true, Ordering::Release);
+            idle.close.notify_one();
+            metrics.closed.with_label_values(&["evicted"]).inc();
+            if log.due() {
+                warn!(
+                    max_connections = max,
+                    "HTTP connection limit reached: closing the longest-idle connection \
+                     (--web.max-connections)"
+                );
+            }
+            true
+        }
+        None => {
+            metrics.closed.with_label_values(&["refused"]).inc();
+            if log.due() {
+                warn!(
+                    max_connections = max,
+                    "HTTP connection limit reached with every connection busy: refusing new ones \
+                     (--web.max-connections)"
+                );
+            }
+            false
+        }
+    }
+}
+
+/// The client's socket, noting when bytes of a request arrive while none is
+/// in flight (a request header in progress), for the read header timeout.
+struct Watched {
+    stream: tokio::net::TcpStream,
+    conn: Arc<Conn>,
+    epoch: Instant,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
+        if buf.filled().len() > before && this.conn.in_flight.load(Ordering::Acquire) == 0 {
+            let now = ms_since(this.epoch);
+            let started = this.conn.partial_since_ms.compare_exchange(
+                NO_PARTIAL,
+                now,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+            if started.is_ok() {
+                this.conn.changed.notify_one();
+            }
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, data)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+}
+
+fn ms_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// When the connection's current wait ends and why: a request header in
+/// progress gets `read_header_timeout` from its first byte, an idle
+/// connection `idle_timeout` from its last response. `None` while a request
+/// is in flight.
+fn wait_deadline(conn: &Conn, limits: &Limits) -> Option<(u64, &'static str)> {
+    if conn.in_flight.load(Ordering::Acquire) > 0 {
+        return None;
+    }
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    match conn.partial_since_ms.load(Ordering::Acquire) {
+        NO_PARTIAL => Some((
+            conn.last_active_ms
+                .load(Ordering::Relaxed)
+                .saturating_add(ms(limits.idle_timeout)),
+            "idle_timeout",
+        )),
+        since => Some((
+            since.saturating_add(ms(limits.read_header_timeout)),
+            "read_header_timeout",
+        )),
+    }
+}
+
+/// Serve one connection until the client closes it, a timeout closes it,
+/// or it is evicted.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    app: Router,
+    conn: Arc<Conn>,
+    table: &Table,
+    metrics: &Metrics,
+    limits: Limits,
+) {
+    let epoch = table.epoch;
+    let tracked = {
+        let conn = conn.clone();
+        tower::service_fn(move |req: Request<hyper::body::Incoming>| {
+            let (app, conn) = (app.clone(), conn.clone());
+            async move {
+                conn.in_flight.fetch_add(1, Ordering::AcqRel);
+                conn.partial_since_ms.store(NO_PARTIAL, Ordering::Release);
+                let response = app.oneshot(req.map(axum::body::Body::new)).await;
+                conn.last_active_ms
+                    .store(ms_since(epoch), Ordering::Relaxed);
+                conn.in_flight.fetch_sub(1, Ordering::AcqRel);
+                conn.changed.notify_one();
+                Ok::<_, Infallible>(response.unwrap_or_else(|never| match never {}))
+            }
+        })
+    };
+    let io = Watched {
+        stream,
+        conn: conn.clone(),
+        epoch,
+    };
+    // hyper's own header read timeout would also run while a keep-alive
+    // connection waits for its next request; ours (wait_deadline) tells
+    // the two apart.
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(None)
+        .max_buf_size(MAX_REQUEST_HEAD_BYTES)
+        .keep_alive(true);
+    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(tracked));
+    tokio::pin!(connection);
+    loop {
+        let now = ms_since(epoch);
+        let wait = match wait_deadline(&conn, &limits) {
+            Some((deadline, reason)) if now >= deadline => {
+                metrics.closed.with_label_values(&[reason]).inc();
+                return;
+            }
+            Some((deadline, _)) => Duration::from_millis(deadline - now),
+            None => Duration::from_secs(3600), // busy: the request's end wakes us
+        };
+        tokio::select! {
+            result = connection.as_mut() => {
+                if let Err(err) = result {
+                    debug!(error = %err, "HTTP connection ended");
+                }
+                return;
+            }
+            _ = conn.close.notified() => return, // evicted
+            _ = conn.changed.notified() => {}
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
