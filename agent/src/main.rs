@@ -172,7 +172,6 @@ fn run(cli: Cli) -> Result<()> {
         cli.sysfs.clone(),
         kube.as_ref().map(|(_, _, k)| k.up.clone()),
     )?;
-    registry.register(Box::new(collector.errors_counter()))?;
     registry.register(Box::new(collector))?;
     registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),

@@ -70,7 +70,8 @@ const RECURSION_MISSES: Family = Family {
     kind: MetricType::COUNTER,
 };
 
-/// Scrapes with a failed read, by source (a plain counter of this collector).
+/// Scrapes with a failed read, by source (a counter this collector owns and
+/// reports after counting the scrape's own failures).
 const SCRAPE_ERRORS: Family = Family {
     name: "slowpath_scrape_errors_total",
     help: "Scrapes in which a read failed, by source: bpf (the kernel tables: per-process series were left out), sysfs (a clocksource or THP settings file under --path.sysfs: those metrics were left out)",
@@ -112,16 +113,11 @@ impl SlowpathCollector {
             errors,
         })
     }
-
-    /// The scrape-error counter, to register beside this collector.
-    pub fn errors_counter(&self) -> prometheus::IntCounterVec {
-        self.errors.clone()
-    }
 }
 
 impl Collector for SlowpathCollector {
     fn desc(&self) -> Vec<&Desc> {
-        self.descs.iter().collect()
+        self.descs.iter().chain(self.errors.desc()).collect()
     }
 
     fn collect(&self) -> Vec<MetricFamily> {
@@ -145,7 +141,10 @@ impl Collector for SlowpathCollector {
             // Warned about at start (preflight); counted on every scrape.
             self.errors.with_label_values(&["sysfs"]).inc();
         }
-        families(&snapshot, &node, kubernetes_up)
+        let mut out = families(&snapshot, &node, kubernetes_up);
+        // After this scrape's failures are counted, so that it reports them.
+        out.extend(self.errors.collect());
+        out
     }
 }
 
