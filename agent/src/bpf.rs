@@ -203,10 +203,8 @@ pub fn load<'obj>(storage: &'obj mut ObjectStorage, opts: &LoadOptions) -> Resul
         };
         if let Some((probe, attach_type, reason)) = refused_program(&log) {
             let idx = probe_index(probe);
-            let types = supported(probe);
-            let next = types.iter().skip_while(|&&t| t != attach_type).nth(1);
-            match next {
-                Some(&next) => {
+            match next_attach_type(probe, attach_type) {
+                Some(next) => {
                     info!(probe, from = %attach_type, to = %next, reason = %reason,
                           "kernel refused this program; trying the hook's next attach type");
                     step_down(&mut plan, plans.as_mut_slice(), idx, next);
@@ -429,16 +427,16 @@ fn attach<'obj>(
     refused: &Refused,
 ) -> Result<Attached<'obj>> {
     let (links, mut probes) = attach_all(&skel, opts);
-    let failed_with_next = probes.iter().find_map(|p| {
-        let next = supported(p.probe)
-            .iter()
-            .skip_while(|&&t| t != p.attach_type)
-            .nth(1);
-        (!p.attached() && opts.break_probe.as_deref() != Some(p.probe))
-            .then_some(next)
-            .flatten()
-            .map(|&to| (p.probe, p.attach_type, to))
-    });
+    let failed_with_next = probes
+        .iter()
+        .filter(|p| !p.attached() && opts.break_probe.as_deref() != Some(p.probe))
+        .find_map(|p| {
+            Some((
+                p.probe,
+                p.attach_type,
+                next_attach_type(p.probe, p.attach_type)?,
+            ))
+        });
     if let Some((probe, from, to)) = failed_with_next {
         return Ok(Attached::StepDown { probe, from, to });
     }
@@ -473,6 +471,15 @@ fn describe(plan: &Plan) -> String {
         .map(|(p, t)| format!("{p}={t}"))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The attach type after `current` for `probe`, if it has one.
+fn next_attach_type(probe: &str, current: AttachType) -> Option<AttachType> {
+    supported(probe)
+        .iter()
+        .skip_while(|&&t| t != current)
+        .nth(1)
+        .copied()
 }
 
 /// Attach types a probe has programs for, cheapest first (fentry: the

@@ -125,10 +125,6 @@ struct Table {
 }
 
 impl Table {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// The idle connection (nothing in flight) that has been idle longest.
     fn longest_idle(&self) -> Option<Arc<Conn>> {
         let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
@@ -231,7 +227,7 @@ pub async fn serve(
         let id = table.next_id.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn {
             in_flight: AtomicUsize::new(0),
-            last_active_ms: AtomicU64::new(table.now_ms()),
+            last_active_ms: AtomicU64::new(ms_since(table.epoch)),
             partial_since_ms: AtomicU64::new(NO_PARTIAL),
             evicted: AtomicBool::new(false),
             close: Notify::new(),
@@ -245,7 +241,7 @@ pub async fn serve(
         metrics.open.inc();
         let (table, metrics, app) = (table.clone(), metrics.clone(), app.clone());
         tokio::spawn(async move {
-            serve_connection(stream, app, conn, &table, &metrics, limits).await;
+            serve_connection(stream, app, conn, table.epoch, &metrics, limits).await;
             table
                 .conns
                 .lock()
@@ -402,11 +398,10 @@ async fn serve_connection(
     stream: tokio::net::TcpStream,
     app: Router,
     conn: Arc<Conn>,
-    table: &Table,
+    epoch: Instant,
     metrics: &Metrics,
     limits: Limits,
 ) {
-    let epoch = table.epoch;
     let tracked = {
         let conn = conn.clone();
         tower::service_fn(move |req: Request<hyper::body::Incoming>| {

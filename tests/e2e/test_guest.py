@@ -72,9 +72,11 @@ def pid_of(secs, name):
     return int(re.search(r"pid=(\d+)", secs[name]).group(1))
 
 
-def boot(agent_bin, scenario, clocksource):
-    console, secs = harness.run_scenario(agent_bin, scenario, clocksource=clocksource,
-                                         extra_cmdline="tsc=reliable")
+def boot(agent_bin, scenario, clocksource, **options):
+    """Run `scenario` in a guest (harness.run_scenario `options`: suite,
+    arch, extra_files); its sections, once the guest and the agent exited 0."""
+    options.setdefault("extra_cmdline", "tsc=reliable")
+    console, secs = harness.run_scenario(agent_bin, scenario, clocksource=clocksource, **options)
     assert harness.guest_rc(console) == 0, console[-4000:]
     assert "agent exit 0" in console, console[-4000:]
     return secs
@@ -249,10 +251,7 @@ REFUSED = {"bullseye": set(), "trixie": set()}
 
 @pytest.fixture(scope="module", params=["bullseye", "trixie"])
 def other_kernel(request, agent_bin):
-    console, secs = harness.run_scenario(agent_bin, OTHER_KERNEL_SCENARIO, clocksource="acpi_pm",
-                                         extra_cmdline="tsc=reliable", suite=request.param)
-    assert harness.guest_rc(console) == 0, console[-4000:]
-    assert "agent exit 0" in console, console[-4000:]
+    secs = boot(agent_bin, OTHER_KERNEL_SCENARIO, "acpi_pm", suite=request.param)
     secs["suite"] = request.param
     return secs
 
@@ -305,12 +304,8 @@ def no_btf(request, agent_bin, tmp_path_factory):
     kernel = harness.guest_kernel(request.param)
     subprocess.run([str(harness.REPO / "scripts/extract-btf.py"), str(kernel), str(btf)], check=True)
     bpftool = shutil.which("bpftool") or "/usr/sbin/bpftool"
-    console, secs = harness.run_scenario(agent_bin, NO_BTF_SCENARIO, clocksource="acpi_pm",
-                                         extra_cmdline="tsc=reliable", suite=request.param,
-                                         extra_files={"/btf/vmlinux.btf": btf, "/usr/bin/bpftool": bpftool})
-    assert harness.guest_rc(console) == 0, console[-4000:]
-    assert "agent exit 0" in console, console[-4000:]
-    return secs
+    return boot(agent_bin, NO_BTF_SCENARIO, "acpi_pm", suite=request.param,
+                extra_files={"/btf/vmlinux.btf": btf, "/usr/bin/bpftool": bpftool})
 
 
 def test_without_btf_the_agent_names_the_flag_and_leaves_nothing(no_btf):
@@ -358,10 +353,8 @@ def arm64(request, agent_bin_arm64):
         pytest.fail("needs qemu-system-arm and gcc-aarch64-linux-gnu: scripts/setup.sh --test")
     # The only clocksource the virt machine offers is arch_sys_counter
     # (vDSO-capable); jiffies is the one that makes the vDSO fall back.
-    console, secs = harness.run_scenario(agent_bin_arm64, ARM64_SCENARIO, clocksource="jiffies",
-                                         arch="arm64", suite=request.param)
-    assert harness.guest_rc(console) == 0, console[-4000:]
-    assert "agent exit 0" in console, console[-4000:]
+    secs = boot(agent_bin_arm64, ARM64_SCENARIO, "jiffies", arch="arm64", suite=request.param,
+                extra_cmdline="")
     secs["suite"] = request.param
     return secs
 
