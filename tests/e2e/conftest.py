@@ -44,6 +44,12 @@ def agent_bin():
     return path
 
 
+def populated_zones(zoneinfo):
+    """Zones with present pages in `zoneinfo` (the text of /proc/zoneinfo):
+    a manual compaction (compact_node()) runs compact_zone() on each."""
+    return sum(1 for n in re.findall(r"^\s+present\s+(\d+)", zoneinfo, re.M) if int(n) > 0)
+
+
 @pytest.fixture(scope="session")
 def agent_bin_arm64():
     """The agent cross-built for arm64 (scripts/test.sh builds it)."""

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Scrape
+from conftest import Scrape, populated_zones
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402
@@ -151,6 +151,8 @@ section w_wait sp-workload wait nanosleep 200 2000
 section vm_before cat /proc/vmstat
 section w_thp sp-workload thp 64
 section vm_after cat /proc/vmstat
+section zoneinfo cat /proc/zoneinfo
+section w_compact sh -c 'echo pid=$$; echo 1 > /proc/sys/vm/compact_memory'
 sleep 1.5
 scrape auto
 section agent_log cat /tmp/agent.log
@@ -162,7 +164,7 @@ def assert_exact_counts(secs):
     """The EXACT_WORKLOADS counts in scrape `auto`: raw clock syscalls,
     getcontext/setcontext, sleeps, CPU-time clocks, threads, 200 short
     processes, 200 timer wakeups of a 2 ms nanosleep (slack as in
-    test_timer_wakeups), THP against /proc/vmstat."""
+    test_timer_wakeups), THP against /proc/vmstat, a manual compaction."""
     auto = Scrape(secs["auto"])
     own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(secs, section), **labels)
     assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
@@ -176,6 +178,11 @@ def assert_exact_counts(secs):
     woken = own("slowpath_timer_wakeups_total", "w_wait", wait="nanosleep")
     assert 198 <= woken <= 200, woken
     assert_thp_matches_vmstat(secs)
+    # a manual compaction, by the shell that wrote compact_memory: one run per populated zone
+    compact = pid_of(secs, "w_compact")
+    assert auto.value("slowpath_compaction_runs_total", pid=compact, trigger="manual") == \
+        populated_zones(secs["zoneinfo"]) > 0
+    assert auto.value("slowpath_compaction_seconds_total", pid=compact, trigger="manual") > 0
 
 
 ATTACH_SCENARIO = """
