@@ -68,6 +68,17 @@ pub struct Cli {
           default_value = "2m", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub idle_timeout: std::time::Duration,
 
+    /// TLS, client certificates, basic auth, response headers and a rate
+    /// limit, in the Prometheus exporter-toolkit format (the node_exporter
+    /// and Prometheus --web.config.file). Re-read when it or a certificate
+    /// it names changes.
+    #[arg(
+        long = "web.config.file",
+        env = "SLOWPATH_WEB_CONFIG_FILE",
+        value_name = "FILE"
+    )]
+    pub web_config_file: Option<PathBuf>,
+
     /// Log level.
     #[arg(long = "log.level", global = true, env = "SLOWPATH_LOG_LEVEL", default_value = "info",
           value_parser = ["error", "warn", "info", "debug", "trace"])]

@@ -27,10 +27,12 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use tracing::{debug, warn};
+
+use crate::webconfig::WebConfig;
 
 /// Warnings about a limit being hit are logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -157,11 +159,18 @@ impl Metrics {
                 "HTTP connections the agent closed itself, by reason: read_header_timeout (no whole \
                  request header in time), idle_timeout, evicted (the longest-idle one, to admit a \
                  new connection at --web.max-connections), refused (at the cap with every \
-                 connection busy)",
+                 connection busy), tls_handshake_error (a failed TLS handshake: no or an untrusted \
+                 client certificate, a client that does not speak TLS)",
             ),
             &["reason"],
         )?;
-        for reason in ["read_header_timeout", "idle_timeout", "evicted", "refused"] {
+        for reason in [
+            "read_header_timeout",
+            "idle_timeout",
+            "evicted",
+            "refused",
+            "tls_handshake_error",
+        ] {
             closed.with_label_values(&[reason]);
         }
         registry.register(Box::new(open.clone()))?;
@@ -190,6 +199,7 @@ impl RateLimitedLog {
 pub async fn serve(
     listener: TcpListener,
     app: Router,
+    tls: Option<Arc<WebConfig>>,
     limits: Limits,
     registry: &Registry,
     stop: impl Future<Output = ()>,
@@ -239,9 +249,17 @@ pub async fn serve(
             .unwrap_or_else(|p| p.into_inner())
             .insert(id, conn.clone());
         metrics.open.inc();
-        let (table, metrics, app) = (table.clone(), metrics.clone(), app.clone());
+        let (table, metrics, app, tls) = (table.clone(), metrics.clone(), app.clone(), tls.clone());
         tokio::spawn(async move {
-            serve_connection(stream, app, conn, table.epoch, &metrics, limits).await;
+            match tls {
+                None => serve_connection(stream, app, conn, table.epoch, &metrics, limits).await,
+                Some(web) => {
+                    if let Some(tls_stream) = handshake(stream, &web, &conn, limits, &metrics).await
+                    {
+                        serve_connection(tls_stream, app, conn, table.epoch, &metrics, limits).await
+                    }
+                }
+            }
             table
                 .conns
                 .lock()
@@ -302,15 +320,46 @@ fn admit(table: &Table, metrics: &Metrics, max: usize, log: &RateLimitedLog) -> 
     }
 }
 
-/// The client's socket, noting when bytes of a request arrive while none is
+/// The TLS handshake of a new connection, with the settings in force now
+/// and within the read header timeout; None when it fails (counted as
+/// `tls_handshake_error`), times out or the connection is evicted meanwhile.
+async fn handshake(
+    stream: TcpStream,
+    web: &WebConfig,
+    conn: &Conn,
+    limits: Limits,
+    metrics: &Metrics,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    // Always Some: TLS cannot be turned off without a restart.
+    let acceptor = web.tls_acceptor()?;
+    tokio::select! {
+        result = tokio::time::timeout(limits.read_header_timeout, acceptor.accept(stream)) => {
+            match result {
+                Ok(Ok(stream)) => Some(stream),
+                Ok(Err(err)) => {
+                    debug!(error = %err, "TLS handshake failed");
+                    metrics.closed.with_label_values(&["tls_handshake_error"]).inc();
+                    None
+                }
+                Err(_) => {
+                    metrics.closed.with_label_values(&["read_header_timeout"]).inc();
+                    None
+                }
+            }
+        }
+        _ = conn.close.notified() => None, // evicted
+    }
+}
+
+/// The client's stream, noting when bytes of a request arrive while none is
 /// in flight (a request header in progress), for the read header timeout.
-struct Watched {
-    stream: tokio::net::TcpStream,
+struct Watched<S> {
+    stream: S,
     conn: Arc<Conn>,
     epoch: Instant,
 }
 
-impl AsyncRead for Watched {
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -335,7 +384,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -394,14 +443,16 @@ fn wait_deadline(conn: &Conn, limits: &Limits) -> Option<(u64, &'static str)> {
 
 /// Serve one connection until the client closes it, a timeout closes it,
 /// or it is evicted.
-async fn serve_connection(
-    stream: tokio::net::TcpStream,
+async fn serve_connection<S>(
+    stream: S,
     app: Router,
     conn: Arc<Conn>,
     epoch: Instant,
     metrics: &Metrics,
     limits: Limits,
-) {
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let tracked = {
         let conn = conn.clone();
         tower::service_fn(move |req: Request<hyper::body::Incoming>| {

@@ -27,6 +27,7 @@ mod server;
 mod signals;
 mod snapshot;
 mod wakeup;
+mod webconfig;
 mod worker;
 
 use std::io::{ErrorKind, IsTerminal};
@@ -119,7 +120,7 @@ fn libbpf_log(level: PrintLevel, msg: String) {
 
 fn run(cli: Cli) -> Result<()> {
     let addr = cli.listen_address;
-    let listener = std::net::TcpListener::bind(addr).map_err(|err| match err.kind() {
+    let listener = bind_listener(addr).map_err(|err| match err.kind() {
         ErrorKind::AddrInUse => anyhow!(
             "cannot listen on {addr}: address already in use: stop the process using it \
              or pass another --web.listen-address"
@@ -130,6 +131,10 @@ fn run(cli: Cli) -> Result<()> {
         _ => anyhow!("cannot listen on {addr}: {err}"),
     })?;
     listener.set_nonblocking(true).context("listener")?;
+    let web_config = match &cli.web_config_file {
+        Some(path) => Some(Arc::new(webconfig::WebConfig::load(path)?)),
+        None => None,
+    };
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
     preflight::warn_if_sysfs_unreadable(&cli.sysfs);
@@ -197,6 +202,7 @@ fn run(cli: Cli) -> Result<()> {
             registry,
             probes,
             callsites: callsites.as_ref().map(|(folded, _)| folded.clone()),
+            web_config,
             limits: connection_limits(
                 cli.max_connections,
                 cli.read_header_timeout,
@@ -211,6 +217,23 @@ fn run(cli: Cli) -> Result<()> {
     // dropping the last handle detaches everything.
     drop(worker);
     Ok(())
+}
+
+/// Connections the kernel may queue before the agent accepts them. The
+/// standard library's 128 overflows when a burst of clients (or a storm of
+/// evicted idle ones reconnecting) arrives at once; the kernel caps it at
+/// net.core.somaxconn (4096 by default since 5.4).
+const LISTEN_BACKLOG: i32 = 4096;
+
+/// Bind `addr` as `TcpListener::bind` does (SO_REUSEADDR on, so a restart
+/// does not wait for TIME_WAIT), with a [`LISTEN_BACKLOG`] queue.
+fn bind_listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
 }
 
 /// One info line naming every attached probe and its attach type.

@@ -19,6 +19,7 @@ use tracing::{error, info};
 use crate::bpf::ProbeStatus;
 use crate::callsites::harvest::SharedFolded;
 use crate::callsites::KIND_NAMES;
+use crate::webconfig::WebConfig;
 
 /// How long in-flight scrapes may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
@@ -71,6 +72,8 @@ pub struct Endpoints {
     pub probes: Vec<ProbeStatus>,
     /// `/debug/callsites` answers 404 without it.
     pub callsites: Option<SharedFolded>,
+    /// `--web.config.file`: TLS, basic auth, headers, rate limit.
+    pub web_config: Option<Arc<WebConfig>>,
     /// Connection cap and timeouts.
     pub limits: crate::connections::Limits,
 }
@@ -87,6 +90,7 @@ pub async fn serve(
         registry,
         probes,
         callsites,
+        web_config,
         limits,
     } = endpoints;
     let scrape_seconds = Histogram::with_opts(
@@ -114,12 +118,26 @@ pub async fn serve(
         .route("/debug/callsites", get(debug_callsites))
         .route("/", get(landing))
         .with_state(state);
+    // Every route, /debug/callsites included, behind the web config's rules.
+    let app = match &web_config {
+        Some(web) => {
+            web.register_metrics(&registry)?;
+            info!(web_config = %web.describe(), "web config");
+            app.layer(axum::middleware::from_fn_with_state(
+                web.clone(),
+                crate::webconfig::guard,
+            ))
+        }
+        None => app,
+    };
+    let tls = web_config.filter(|w| w.serves_tls());
     let listener = tokio::net::TcpListener::from_std(listener).context("listener")?;
-    info!(address = %listener.local_addr()?, path = %telemetry_path, "serving metrics");
+    info!(address = %listener.local_addr()?, path = %telemetry_path,
+          scheme = if tls.is_some() { "https" } else { "http" }, "serving metrics");
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        crate::connections::serve(listener, app, limits, &registry, async {
+        crate::connections::serve(listener, app, tls, limits, &registry, async {
             let _ = stop_rx.await;
         })
         .await

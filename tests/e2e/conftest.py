@@ -10,6 +10,7 @@ Environment:
   SP_WORKLOAD    workload binary (default: built here into tests/workloads/bin)
 """
 
+import base64
 import contextlib
 import json
 import os
@@ -102,11 +103,18 @@ class Scrape:
 
 
 class Agent:
-    """A running slowpath process."""
+    """A running slowpath process. With `ssl_context` it is reached over
+    https (the context holds the CA and any client certificate), with `auth`
+    (user, password) every request carries basic auth."""
 
-    def __init__(self, binary, args, log_path, prefix=()):
+    ssl_context = None
+    auth = None
+
+    def __init__(self, binary, args, log_path, prefix=(), ssl_context=None, auth=None):
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.ssl_context = ssl_context
+        self.auth = auth
+        self.url = f"{'https' if ssl_context else 'http'}://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen(
@@ -117,7 +125,11 @@ class Agent:
         self.wait_ready()
 
     def get(self, path, timeout=10):
-        with urllib.request.urlopen(self.url + path, timeout=timeout) as resp:
+        request = urllib.request.Request(self.url + path)
+        if self.auth:
+            token = base64.b64encode(":".join(self.auth).encode()).decode()
+            request.add_header("Authorization", f"Basic {token}")
+        with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as resp:
             return resp.status, resp.read().decode()
 
     def wait_ready(self, timeout=30):
@@ -183,6 +195,42 @@ def bpf_fd_ids(pid, kind):
     return ids
 
 
+# Our programs as bpftool shows them (names are cut at 15 characters).
+OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e", "cgroup_mkdir_")
+
+
+def our_program_ids():
+    """Ids of loaded BPF programs named like ours (any slowpath instance)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return {p["id"] for p in json.loads(out) if p.get("name", "").startswith(OUR_PROGRAMS)}
+
+
+def run_agent(agent_bin, *args, prefix=(), timeout=20):
+    """Run the agent to its exit (for flags that must stop it)."""
+    port = free_port()
+    return subprocess.run(
+        [*prefix, str(agent_bin), f"--web.listen-address=127.0.0.1:{port}", *args],
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def error_line(result):
+    """The last line on stderr, checked to exist."""
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert lines, "no message on stderr"
+    return lines[-1]
+
+
+def wait_unloaded(ids, timeout=5.0):
+    """The kernel frees a closed program after an RCU grace period: poll."""
+    deadline = time.monotonic() + timeout
+    while ids & our_program_ids():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def run_workload(workload_bin, *args, strace=None):
     """Run the workload to completion; returns its pid (and strace counts
     by syscall when `strace` is a path for `strace -f -c -o`)."""
@@ -217,15 +265,19 @@ def cgroup2_root():
 
 
 @contextlib.contextmanager
-def prometheus_server(workdir, agent_port, job="slowpath", rule_files=()):
+def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape_configs=None):
     """A real Prometheus on loopback scraping the agent every second (and
     evaluating `rule_files`, paths relative to `workdir`, every second);
-    yields its base URL once it has scraped the agent."""
+    yields its base URL once it has scraped the agent in `job`.
+    `scrape_configs` (a list of dicts) replaces the one plain job."""
     workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    if scrape_configs is None:
+        scrape_configs = [{"job_name": job, "static_configs": [{"targets": [f"127.0.0.1:{agent_port}"]}]}]
     (workdir / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
         f"rule_files: {json.dumps([str(r) for r in rule_files])}\n"
-        f"scrape_configs: [{{job_name: {job}, static_configs: [{{targets: ['127.0.0.1:{agent_port}']}}]}}]\n"
+        f"scrape_configs: {json.dumps(scrape_configs)}\n"
     )
     port = free_port()
     log = open(workdir / "prometheus.log", "wb")

@@ -2,7 +2,6 @@
 a probe the kernel refuses degrades the agent instead of killing it;
 SIGTERM detaches everything and exits 0 within a second."""
 
-import json
 import shutil
 import signal
 import socket
@@ -13,41 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Agent, Scrape, free_port, run_workload
-
-# Our programs as bpftool shows them (names are cut at 15 characters).
-OUR_PROGRAMS = ("sys_enter_", "sched_process_e", "mm_page_alloc_", "mm_compaction_b", "mm_compaction_e", "cgroup_mkdir_")
-
-
-def our_program_ids():
-    """Ids of loaded BPF programs named like ours (any slowpath instance)."""
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return {p["id"] for p in json.loads(out) if p.get("name", "").startswith(OUR_PROGRAMS)}
-
-
-def run_agent(agent_bin, *args, prefix=(), timeout=20):
-    port = free_port()
-    return subprocess.run(
-        [*prefix, str(agent_bin), f"--web.listen-address=127.0.0.1:{port}", *args],
-        capture_output=True, text=True, timeout=timeout,
-    )
-
-
-def error_line(result):
-    lines = [l for l in result.stderr.splitlines() if l.strip()]
-    assert lines, "no message on stderr"
-    return lines[-1]
-
-
-def wait_unloaded(ids, timeout=5.0):
-    """The kernel frees a closed program after an RCU grace period: poll."""
-    deadline = time.monotonic() + timeout
-    while ids & our_program_ids():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
+from conftest import (REPO, Agent, Scrape, error_line, free_port, our_program_ids, run_agent,
+                      run_workload, wait_unloaded)
 
 @pytest.fixture(autouse=True)
 def nothing_left_attached():

@@ -267,7 +267,8 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     # Files where the package puts them; /etc/default/slowpath is a conffile.
     c.sh("test -x /usr/bin/slowpath && test -f /lib/systemd/system/slowpath.service "
          "&& test -f /etc/default/slowpath")
-    assert "/etc/default/slowpath" in c.sh("cat /var/lib/dpkg/info/slowpath.conffiles").stdout
+    conffiles = c.sh("cat /var/lib/dpkg/info/slowpath.conffiles").stdout
+    assert "/etc/default/slowpath" in conffiles and "/etc/slowpath/web-config.yml" in conffiles
     verify = c.sh("systemd-analyze verify slowpath.service 2>&1", check=False)
     assert verify.returncode == 0 and verify.stdout == "", verify.stdout
     # The live manager's view of the hardening, same limit as offline.
@@ -378,8 +379,68 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     # apt removes it: unit gone, nothing left running.
     c.sh("DEBIAN_FRONTEND=noninteractive apt-get purge -y slowpath", timeout=120)
     c.sh("test ! -e /usr/bin/slowpath && test ! -e /lib/systemd/system/slowpath.service "
-         "&& test ! -e /etc/default/slowpath")
+         "&& test ! -e /etc/default/slowpath && test ! -e /etc/slowpath/web-config.yml")
     assert c.sh("systemctl is-active slowpath", check=False).stdout.strip() in ("inactive", "unknown")
+
+
+def test_package_web_config_through_credentials(container, deb, tmp_path):
+    """The shipped web config, uncommented as its comments say, with the key
+    readable by root and the ssl-cert group only, given to the dynamic user
+    by SupplementaryGroups=: https with basic auth answers, without the
+    password 401, plain http nothing; a new password needs no restart."""
+    c = container
+    podman("cp", str(deb), f"{c.name}:/tmp/slowpath.deb")
+    c.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends /tmp/slowpath.deb", timeout=120)
+    c.wait_ready()
+    run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(tmp_path / "tls.key"), "-out", str(tmp_path / "tls.crt")])
+    password = "scrape me"
+    hashed = run(["htpasswd", "-nbBC", "10", "", password]).stdout.strip().lstrip(":")
+    for name in ("tls.crt", "tls.key"):
+        podman("cp", str(tmp_path / name), f"{c.name}:/etc/slowpath/{name}")
+    c.sh("getent group ssl-cert || groupadd --system ssl-cert")  # what the ssl-cert package does
+    c.sh("chown root:root /etc/slowpath/tls.crt && chgrp ssl-cert /etc/slowpath/tls.key "
+         "&& chmod 640 /etc/slowpath/tls.key")
+    # Uncomment the example: the TLS section and one user.
+    shipped = c.sh("cat /etc/slowpath/web-config.yml").stdout
+    assert "#  cert_file: tls.crt" in shipped and "#basic_auth_users:" in shipped
+    config = tmp_path / "web-config.yml"
+    config.write_text("tls_server_config:\n  cert_file: tls.crt\n  key_file: tls.key\n"
+                      f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    podman("cp", str(config), f"{c.name}:/etc/slowpath/web-config.yml")
+    # The drop-in, as the shipped file's comments give it.
+    dropin = "\n".join(line[4:] for line in shipped.splitlines() if line.startswith("#   ")) + "\n"
+    assert "SupplementaryGroups=ssl-cert" in dropin, dropin
+    c.sh("mkdir -p /etc/systemd/system/slowpath.service.d")
+    (tmp_path / "web.conf").write_text(dropin)
+    podman("cp", str(tmp_path / "web.conf"), f"{c.name}:/etc/systemd/system/slowpath.service.d/web.conf")
+    c.sh("systemctl daemon-reload && systemctl restart slowpath")
+    podman("cp", str(tmp_path / "tls.crt"), f"{c.name}:/tmp/ca.crt")
+
+    def https(auth):
+        cmd = f"curl -sS -o /dev/null -w '%{{http_code}}' --cacert /tmp/ca.crt {auth} https://127.0.0.1:9891/metrics"
+        return c.sh(cmd, check=False).stdout.strip()
+
+    c.wait_for("https with the password", lambda: https(f"-u 'prometheus:{password}'") == "200")
+    assert https("") == "401"
+    assert https("-u 'prometheus:wrong'") == "401"
+    assert c.sh("curl -fsS http://127.0.0.1:9891/metrics", check=False).returncode != 0
+    # /healthz needs no password (probes), over TLS still.
+    assert c.sh("curl -fsS --cacert /tmp/ca.crt https://127.0.0.1:9891/healthz").stdout == "ok\n"
+    assert "TLS, basic auth on (1 users)" in c.journal()
+    # Still a dynamic user; the key unreadable to anyone else.
+    pid = int(c.show("slowpath", "ExecMainPID")["ExecMainPID"])
+    uid = int(re.search(r"^Uid:\s+(\d+)", c.sh(f"cat /proc/{pid}/status").stdout, re.M).group(1))
+    assert 61184 <= uid <= 65519, uid
+    assert c.sh("stat -c %a:%U:%G /etc/slowpath/tls.key").stdout.strip() == "640:root:ssl-cert"
+    # A changed password is read on the next request, no restart.
+    new_hash = run(["htpasswd", "-nbBC", "10", "", "rotated"]).stdout.strip().lstrip(":")
+    config.write_text(config.read_text().replace(hashed, new_hash))
+    podman("cp", str(config), f"{c.name}:/etc/slowpath/web-config.yml")
+    assert https("-u 'prometheus:rotated'") == "200"
+    assert https(f"-u 'prometheus:{password}'") == "401"
+    assert c.show("slowpath", "ExecMainPID")["ExecMainPID"] == str(pid)
 
 
 def test_arm64_deb_has_the_arm64_agent_and_the_same_dependencies(deb, agent_bin_arm64):
