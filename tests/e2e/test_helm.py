@@ -79,6 +79,19 @@ VALUE_SETS = {
         "prometheusRule": {"enabled": True, "additionalLabels": {"severity": "info", "team": "perf"}},
         "fullnameOverride": "agent",
     },
+    "webconfig": {
+        "webConfig": {"secretName": "slowpath-web", "tls": True},
+        "serviceMonitor": {"enabled": True, "tlsConfig": {"ca": {"secret": {"name": "slowpath-ca", "key": "ca.crt"}},
+                                                          "serverName": "slowpath"},
+                           "basicAuth": {"username": {"name": "scrape", "key": "username"},
+                                         "password": {"name": "scrape", "key": "password"}}},
+        "podMonitor": {"enabled": True},
+    },
+    "mtls": {
+        "webConfig": {"secretName": "slowpath-web", "configKey": "config.yml", "tls": True,
+                      "clientCertificateRequired": True},
+        "extraContainers": [{"name": "sidecar", "image": "registry.example.com/sidecar:1"}],
+    },
 }
 
 
@@ -225,7 +238,7 @@ def test_objects_valid_kubernetes_validate(tools, tmp_path, name, version):
     assert "WARN" not in res.stdout, res.stdout
 
 
-@pytest.mark.parametrize("name", ["monitors", "custom"])
+@pytest.mark.parametrize("name", ["monitors", "custom", "webconfig"])
 def test_custom_resources_strict(tools, tmp_path, name):
     text = render_text(tools, tmp_path, name)
     path = tmp_path / "rendered.yaml"
@@ -393,6 +406,42 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert {d["kind"] for d in docs}.isdisjoint({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"})
     svc = only(docs, "Service")
     assert svc["spec"].get("clusterIP") != "None" and svc["spec"]["ports"][0]["port"] == 9100
+
+
+def test_web_config_secret_is_mounted_and_probes_and_monitors_follow_it(tools, tmp_path):
+    docs = render(tools, tmp_path, "webconfig")
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    c = container_of(docs)
+    assert env_of(c)["SLOWPATH_WEB_CONFIG_FILE"]["value"] == "/etc/slowpath/web/web.yml"
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "web-config"]
+    assert volume["secret"]["secretName"] == "slowpath-web"
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "web-config"]
+    assert mount == {"name": "web-config", "mountPath": "/etc/slowpath/web", "readOnly": True}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics", "scheme": "HTTPS"}
+    (sm_endpoint,) = only(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert sm_endpoint["scheme"] == "https"
+    assert sm_endpoint["tlsConfig"]["serverName"] == "slowpath"
+    assert sm_endpoint["basicAuth"]["password"] == {"name": "scrape", "key": "password"}
+    (pm_endpoint,) = only(docs, "PodMonitor")["spec"]["podMetricsEndpoints"]
+    assert pm_endpoint["scheme"] == "https" and "basicAuth" not in pm_endpoint
+
+
+def test_required_client_certificates_make_tcp_probes(tools, tmp_path):
+    docs = render(tools, tmp_path, "mtls")
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    agent, sidecar = pod["containers"]
+    assert sidecar["name"] == "sidecar"
+    assert env_of(agent)["SLOWPATH_WEB_CONFIG_FILE"]["value"] == "/etc/slowpath/web/config.yml"
+    assert agent["livenessProbe"]["tcpSocket"] == {"port": "metrics"}
+    assert "httpGet" not in agent["readinessProbe"]
+
+
+def test_default_render_is_plain_http(tools, tmp_path):
+    docs = render(tools, tmp_path)
+    c = container_of(docs)
+    assert "SLOWPATH_WEB_CONFIG_FILE" not in env_of(c)
+    assert all(m["name"] != "web-config" for m in c["volumeMounts"])
 
 
 def test_rbac_reads_pods_only(tools, tmp_path):

@@ -70,3 +70,45 @@ need "\\." to escape it.)
 {{- define "slowpath.jobRegex" -}}
 {{- printf ".*%s.*" (include "slowpath.fullname" .) }}
 {{- end }}
+
+{{/*
+A probe of PATH on the metrics port: HTTP, HTTPS when the web config serves
+TLS, TCP when it requires client certificates. Called with (list . PATH).
+*/}}
+{{- define "slowpath.probe" -}}
+{{- $ := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- if and $.Values.webConfig.secretName $.Values.webConfig.clientCertificateRequired -}}
+tcpSocket:
+  port: metrics
+{{- else -}}
+httpGet:
+  path: {{ $path }}
+  port: metrics
+  {{- if and $.Values.webConfig.secretName $.Values.webConfig.tls }}
+  scheme: HTTPS
+  {{- end }}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Scheme, TLS and basic auth of a ServiceMonitor/PodMonitor endpoint, from
+the monitor's values (.scheme, .tlsConfig, .basicAuth) and webConfig.tls.
+Called with (list . MONITOR-VALUES).
+*/}}
+{{- define "slowpath.scrapeAuth" -}}
+{{- $ := index . 0 -}}
+{{- $m := index . 1 -}}
+{{- $scheme := $m.scheme | default (ternary "https" "" (and (not (empty $.Values.webConfig.secretName)) $.Values.webConfig.tls)) -}}
+{{- with $scheme }}
+scheme: {{ . }}
+{{- end }}
+{{- with $m.tlsConfig }}
+tlsConfig:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.basicAuth }}
+basicAuth:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
