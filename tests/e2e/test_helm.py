@@ -437,6 +437,39 @@ def test_required_client_certificates_make_tcp_probes(tools, tmp_path):
     assert "httpGet" not in agent["readinessProbe"]
 
 
+def readme_rbac_proxy_values():
+    """The kube-rbac-proxy values of README "Security", as written there."""
+    text = (REPO / "README.md").read_text()
+    after = text[text.index("**kube-rbac-proxy instead.**"):]
+    block = after[after.index("```yaml\n") + len("```yaml\n"):]
+    return yaml.safe_load(block[:block.index("```")])
+
+
+def test_readme_kube_rbac_proxy_values_render(tools, tmp_path):
+    path = tmp_path / "values-rbac-proxy.yaml"
+    path.write_text(yaml.safe_dump(readme_rbac_proxy_values()))
+    res = run([tools.helm, "template", "slowpath", CHART, "--namespace", NAMESPACE, "-f", path])
+    assert res.returncode == 0, res.stderr
+    docs = docs_of(res.stdout)
+    pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
+    agent, proxy = pod["containers"]
+    assert agent["args"] == ["--web.listen-address=127.0.0.1:9892"]
+    assert "--upstream=http://127.0.0.1:9892/" in proxy["args"]
+    assert agent["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    rules = only(docs, "ClusterRole")["rules"]
+    assert {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]} in rules
+    assert {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]} in rules
+    (endpoint,) = only(docs, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] == "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    manifest = tmp_path / "rbac-proxy.yaml"
+    manifest.write_text(res.stdout)
+    for version in K8S_VERSIONS:
+        res, results = kubeconform(tools, manifest, version)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert len(results) == len(docs)
+
+
 def test_default_render_is_plain_http(tools, tmp_path):
     docs = render(tools, tmp_path)
     c = container_of(docs)

@@ -72,34 +72,35 @@ need "\\." to escape it.)
 {{- end }}
 
 {{/*
-A probe of PATH on the metrics port: HTTP, HTTPS when the web config serves
+A probe of PATH on the metrics port: HTTP, HTTPS when the endpoint serves
 TLS, TCP when it requires client certificates. Called with (list . PATH).
 */}}
 {{- define "slowpath.probe" -}}
 {{- $ := index . 0 -}}
 {{- $path := index . 1 -}}
-{{- if and $.Values.webConfig.secretName $.Values.webConfig.clientCertificateRequired -}}
+{{- if $.Values.webConfig.clientCertificateRequired -}}
 tcpSocket:
   port: metrics
 {{- else -}}
 httpGet:
   path: {{ $path }}
   port: metrics
-  {{- if and $.Values.webConfig.secretName $.Values.webConfig.tls }}
+  {{- if $.Values.webConfig.tls }}
   scheme: HTTPS
   {{- end }}
 {{- end -}}
 {{- end -}}
 
 {{/*
-Scheme, TLS and basic auth of a ServiceMonitor/PodMonitor endpoint, from
-the monitor's values (.scheme, .tlsConfig, .basicAuth) and webConfig.tls.
+Scheme, TLS, basic auth and bearer token of a ServiceMonitor/PodMonitor
+endpoint, from the monitor's values (.scheme, .tlsConfig, .basicAuth,
+.bearerTokenFile) and webConfig.tls.
 Called with (list . MONITOR-VALUES).
 */}}
 {{- define "slowpath.scrapeAuth" -}}
 {{- $ := index . 0 -}}
 {{- $m := index . 1 -}}
-{{- $scheme := $m.scheme | default (ternary "https" "" (and (not (empty $.Values.webConfig.secretName)) $.Values.webConfig.tls)) -}}
+{{- $scheme := $m.scheme | default (ternary "https" "" (eq $.Values.webConfig.tls true)) -}}
 {{- with $scheme }}
 scheme: {{ . }}
 {{- end }}
@@ -110,5 +111,8 @@ tlsConfig:
 {{- with $m.basicAuth }}
 basicAuth:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $m.bearerTokenFile }}
+bearerTokenFile: {{ . }}
 {{- end }}
 {{- end -}}
