@@ -207,6 +207,11 @@ impl WebConfig {
         for note in &loaded.notes {
             warn!(file = %path.display(), "{note}");
         }
+        if !loaded.users.is_empty() {
+            // Made now (one bcrypt, ~80 ms) rather than at the first unknown
+            // user, whose answer would then take visibly longer.
+            decoy_hash();
+        }
         let limiter = loaded
             .rate_limit
             .map(|(interval, burst)| Mutex::new(TokenBucket::new(interval, burst)));
