@@ -26,5 +26,8 @@ echo "== the agent cross-built for arm64 (booted in an arm64 guest by test_guest
 cargo build --release --locked -p slowpath --target aarch64-unknown-linux-gnu
 mkdir -p tests/workloads/bin
 gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
+# forbid_skips (tests/e2e/forbid_skips.py): on the machine set up above a
+# skipped test is a failure.
 SLOWPATH_BIN="$PWD/target/release/slowpath" SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
-  /usr/bin/python3 -m pytest -p no:cacheprovider -ra tests/e2e "$@"
+PYTHONPATH="$PWD/tests/e2e" \
+  /usr/bin/python3 -m pytest -p no:cacheprovider -p forbid_skips -ra tests/e2e "$@"

@@ -2,6 +2,7 @@
 a probe the kernel refuses degrades the agent instead of killing it;
 SIGTERM detaches everything and exits 0 within a second."""
 
+import os
 import shutil
 import signal
 import socket
@@ -324,3 +325,20 @@ def test_quick_start_scripts_say_they_need_root_where_there_is_no_sudo(script):
     assert result.returncode == 1, result.stderr
     assert result.stderr.strip() == (f"{script}: needs root (it installs packages and loads BPF programs): "
                                      "run it as root")
+
+
+def test_a_skipped_test_fails_the_run_that_test_sh_makes(tmp_path):
+    """scripts/test.sh loads forbid_skips: a skip must not pass as green."""
+    (tmp_path / "test_skips.py").write_text(
+        "import pytest\n\ndef test_runs():\n    pass\n\ndef test_skips():\n    pytest.skip('no tool')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "tests" / "e2e")}
+    env.pop("SLOWPATH_ALLOW_SKIPS", None)
+    cmd = ["/usr/bin/python3", "-m", "pytest", "-p", "no:cacheprovider", "-p", "forbid_skips", "-q",
+           str(tmp_path / "test_skips.py")]
+    failed = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert failed.returncode == 1, failed.stdout
+    assert "SKIPPED" in failed.stdout and "no tool" in failed.stdout, failed.stdout
+    allowed = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path,
+                             env={**env, "SLOWPATH_ALLOW_SKIPS": "1"})
+    assert allowed.returncode == 0, allowed.stdout
+    assert "-p forbid_skips" in (REPO / "scripts" / "test.sh").read_text()
