@@ -34,6 +34,23 @@ def alerts():
     return [r for g in rules()["groups"] for r in g["rules"] if "alert" in r]
 
 
+def records():
+    """Recording rules: {name: expr}."""
+    return {r["record"]: r["expr"] for g in rules()["groups"] for r in g["rules"] if "record" in r}
+
+
+def expanded(expr):
+    """`expr` with each recorded series it reads replaced by the expression
+    that records it (the recording rules nest: repeat until none is left)."""
+    recs = records()
+    pattern = re.compile("|".join(re.escape(name) for name in sorted(recs, key=len, reverse=True)))
+    while True:
+        new = pattern.sub(lambda m: recs[m.group(0)], expr)
+        if new == expr:
+            return expr
+        expr = new
+
+
 def test_rules_file_is_the_rendered_chart():
     # render.sh builds helm first when the tools cache has none (minutes, once).
     out = subprocess.run([str(REPO / "deploy/render.sh"), "rules"], check=True, capture_output=True, text=True,
@@ -44,7 +61,7 @@ def test_rules_file_is_the_rendered_chart():
 def test_promtool_checks_the_rules():
     out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert f"SUCCESS: {len(alerts())} rules found" in out.stdout
+    assert f"SUCCESS: {len(alerts()) + len(records())} rules found" in out.stdout
 
 
 def test_every_alert_has_summary_description_and_a_runbook_section():
@@ -64,7 +81,7 @@ def test_every_alert_fires_and_its_near_miss_does_not():
     as a user runs them: the file as written, annotations and all (promtool
     compares them exactly)."""
     tests = yaml.safe_load(UNIT_TESTS.read_text())
-    fired = [t for case in tests["tests"] for t in case["alert_rule_test"] if t["exp_alerts"]]
+    fired = [t for case in tests["tests"] for t in case.get("alert_rule_test", []) if t["exp_alerts"]]
     assert {t["alertname"] for t in fired} == {a["alert"] for a in alerts()}, "an alert without a firing case"
     for t in fired:
         for alert in t["exp_alerts"]:
@@ -181,7 +198,7 @@ def test_grafana_managed_alerts_are_well_formed_and_match_the_rules():
     datasource = yaml.safe_load(
         (REPO / "dashboards/provisioning/datasources/slowpath-prometheus.yaml").read_text()
     )["datasources"][0]["uid"]
-    rules_by_expr = {" ".join(a["expr"].split()): a for a in alerts()}
+    rules_by_expr = {" ".join(expanded(a["expr"]).split()): a for a in alerts()}
     uids = set()
     for rule in doc["groups"][0]["rules"]:
         assert rule["uid"] not in uids
@@ -206,3 +223,28 @@ def test_grafana_alert_queries_run_on_real_prometheus(stack):
         query = urllib.parse.urlencode({"query": expr})
         with urllib.request.urlopen(f"{base}/api/v1/query?{query}", timeout=5) as resp:
             assert json.load(resp)["status"] == "success", expr
+
+
+SIGNALS = ["slowpath_clock_fallbacks", "slowpath_rt_sigprocmask_calls", "slowpath_timer_wakeups",
+           "slowpath_sleep_calls", "slowpath_thp_fault_allocs", "slowpath_thp_fault_fallbacks",
+           "slowpath_direct_compaction_seconds"]
+LEVELS = ["instance_cgroup_comm", "instance", "namespace_pod", "namespace", "instance_unit", "cluster"]
+
+
+def test_recording_rules_cover_every_signal_at_every_level_and_the_tests_cover_both():
+    """level:metric:operations names (the monitoring-mixin convention), one
+    per signal and level, and promtool cases (tests/prometheus) that read
+    every signal and every level at least once."""
+    names = set(records())
+    for name in names:
+        assert re.fullmatch(r"[a-z_]+:slowpath_[a-z_]+:[a-z0-9_]+", name), name
+    expected = {f"{level}:{signal}:rate5m" for level in LEVELS for signal in SIGNALS}
+    assert expected <= names, sorted(expected - names)
+    assert names - expected == {"instance:slowpath_thp_fault_fallback:ratio_rate5m"}
+    tested = " ".join(t["expr"] for case in yaml.safe_load(UNIT_TESTS.read_text())["tests"]
+                      for t in case.get("promql_expr_test", []))
+    tested += " ".join(a["expr"] for a in alerts())
+    for signal in SIGNALS:
+        assert f":{signal}:" in tested, signal
+    for level in LEVELS:
+        assert f"{level}:" in tested, level
