@@ -22,7 +22,6 @@ import argparse
 import csv
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -31,22 +30,11 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from hostutil import cgroup2_root, free_port  # noqa: E402
+
 COLUMNS = ["minute", "rss_mib", "cpu_percent", "series", "lost_events", "scrape_errors",
            "max_scrape_seconds", "processes", "cgroups"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cgroup2_root():
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        left, _, right = line.partition(" - ")
-        if right.split()[0] == "cgroup2":
-            return Path(left.split()[4])
-    sys.exit("soak: no cgroup2 mount")
 
 
 def rss_mib(pid):
