@@ -7,11 +7,13 @@ from pathlib import Path
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
 import drilldown
+import fleet
 import overview
 
 DASHBOARDS = {
     "slowpath-overview.json": overview.build,
     "slowpath-drilldown.json": drilldown.build,
+    "slowpath-fleet.json": fleet.build,
 }
 
 

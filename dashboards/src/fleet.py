@@ -1,0 +1,149 @@
+"""slowpath / Fleet: which namespaces, pods, systemd units and nodes pay for
+each slow path across every node a Prometheus scrapes, read from the
+recording rules (deploy/prometheus/slowpath-rules.yaml: a few series per
+node and pod, not every process), with links into the node and process
+dashboards; and the node settings that make a whole node slow (clocksource,
+THP)."""
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import prometheus as pm
+
+from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, SECONDS, Ids, dashboard, data_link,
+                    datasource_variable, link, query_variable, row, stat_panel, table_panel, target,
+                    timeseries_panel)
+
+UID = "slowpath-fleet"
+NS = 'namespace=~"$namespace"'
+
+# (recorded metric, what it counts, unit, why it matters)
+SIGNALS = [
+    ("slowpath_clock_fallbacks", "Clock syscall fallbacks", OPS,
+     "clock reads per second that entered the kernel although the vDSO could have served them"),
+    ("slowpath_rt_sigprocmask_calls", "rt_sigprocmask calls", OPS,
+     "signal-mask changes per second (getcontext/setcontext coroutines, signal-safe sections)"),
+    ("slowpath_timer_wakeups", "Timer wakeups", OPS,
+     "wakeups per second by an expiring timer, whatever the wait (sleeps, futex, epoll, timerfd)"),
+    ("slowpath_direct_compaction_seconds", "Direct compaction stalls", SECONDS,
+     "seconds per second spent compacting memory inside allocations"),
+    ("slowpath_thp_fault_fallbacks", "THP fault fallbacks", OPS,
+     "huge-page faults per second that fell back to 4 KiB pages"),
+]
+
+TO_NODE = data_link(
+    "Node ${__data.fields.instance} in the overview",
+    "/d/slowpath-overview/slowpath-overview?${__url_time_range}&${datasource:queryparam}"
+    "&var-instance=${__data.fields.instance:percentencode}",
+)
+TO_POD = data_link(
+    "Pod ${__data.fields.namespace}/${__data.fields.pod} in the drill-down",
+    "/d/slowpath-drilldown/slowpath-drilldown?${__url_time_range}&${datasource:queryparam}"
+    "&var-namespace=${__data.fields.namespace:percentencode}&var-pod=${__data.fields.pod:percentencode}",
+)
+
+
+def variables():
+    return [
+        datasource_variable(),
+        query_variable("namespace", "Namespace", "label_values(namespace:slowpath_timer_wakeups:rate5m, namespace)",
+                       "Kubernetes namespaces of the pod and namespace tables. Empty outside Kubernetes: "
+                       "All (.*) also matches series without it.", multi=True, include_all=True),
+    ]
+
+
+def top_table(pid, level, metric, title, unit, description, links, ns=True):
+    """The ten largest series of a recorded level, largest first."""
+    expr = f"topk(10, {level}:{metric}:rate5m{{{NS if ns else ''}}} > 0)"
+    panel = table_panel(
+        pid, title, description,
+        [target(expr, instant=True, fmt=pm.PromQueryFormat.TABLE)],
+        w=6, h=8, hide=("Time",), unit=unit,
+    )
+    if links:
+        panel = panel.data_links(links)
+    return panel.sort_by([cb.TableSortByFieldState().display_name("Value").desc(True)])
+
+
+def signal_rows(d, ids):
+    for metric, name, unit, meaning in SIGNALS:
+        d = d.with_row(row(ids(), name))
+        why = f"{name}: {meaning}, as a 5-minute rate from the recording rules."
+        d = d.with_panel(top_table(
+            ids(), "namespace", metric, f"{name}: top namespaces", unit,
+            f"{why} Summed over each Kubernetes namespace (agents with --kubernetes.enabled): the teams to talk "
+            "to first.", []))
+        d = d.with_panel(top_table(
+            ids(), "namespace_pod", metric, f"{name}: top pods", unit,
+            f"{why} Summed over each pod, on whatever node it runs. The link opens the pod in the drill-down "
+            "dashboard.", [TO_POD]))
+        d = d.with_panel(top_table(
+            ids(), "instance_unit", metric, f"{name}: top systemd units", unit,
+            f"{why} Summed over each systemd unit of each node (plain hosts and VMs, and the node's own "
+            "daemons). The link opens the node in the overview.", [TO_NODE], ns=False))
+        d = d.with_panel(top_table(
+            ids(), "instance", metric, f"{name}: top nodes", unit,
+            f"{why} Summed over each node. A node far above the rest with the same workloads is usually a "
+            "node setting (clocksource, THP) rather than the code. The link opens the node in the overview.",
+            [TO_NODE], ns=False))
+    return d
+
+
+def build():
+    ids = Ids()
+    d = dashboard(
+        "slowpath / Fleet", UID,
+        "Which namespaces, pods, systemd units and nodes pay for each slow path across the fleet, from the "
+        "slowpath recording rules, and the node settings that slow a whole node down.",
+        variables(),
+        link("Overview", "/d/slowpath-overview/slowpath-overview", "One node at a time, every process"),
+    )
+    d = d.with_row(row(ids(), "Fleet totals"))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Slow-path calls per second, whole fleet", """
+Every node summed (cluster: recording rules, one series per signal and per `cluster` label if your
+Prometheus sets one). Normal: flat; a step up is a rollout or a node change. Drill into the tables below for who.""",
+        OPS,
+        [target("cluster:slowpath_clock_fallbacks:rate5m", "clock fallbacks", "A"),
+         target("cluster:slowpath_rt_sigprocmask_calls:rate5m", "rt_sigprocmask", "B"),
+         target("cluster:slowpath_timer_wakeups:rate5m", "timer wakeups", "C"),
+         target("cluster:slowpath_thp_fault_fallbacks:rate5m", "THP fault fallbacks", "D")],
+        w=12, h=8,
+    ))
+    d = d.with_panel(stat_panel(
+        ids(), "Nodes on a clocksource the vDSO cannot read", f"""
+Nodes whose current clocksource is {NON_VDSO_CLOCKSOURCES.replace('|', ', ')}: every clock read of every process
+on them is a syscall. Normal: 0. The table below names them; fix with tsc where it is reliable
+(or arch_sys_counter on arm64).""",
+        COUNT,
+        [target(f'count(max by (instance) (slowpath_clocksource_current_info{{clocksource=~"{NON_VDSO_CLOCKSOURCES}"}}) '
+                "== 1) or vector(0)", "nodes", instant=True)],
+        w=6, h=8, color_mode=cm.BigValueColorMode.BACKGROUND, threshold_steps=[(None, "green"), (1, "red")],
+    ))
+    d = d.with_panel(stat_panel(
+        ids(), "Nodes whose vDSO canary falls back", """
+Nodes where the agent's own libc clock reads entered the kernel (slowpath_vdso_fallback): the whole node pays a
+syscall per clock read, whatever the clocksource is called. Normal: 0.""",
+        COUNT,
+        [target("count(max by (instance) (slowpath_vdso_fallback) == 1) or vector(0)", "nodes", instant=True)],
+        w=6, h=8, color_mode=cm.BigValueColorMode.BACKGROUND, threshold_steps=[(None, "green"), (1, "red")],
+    ))
+    d = signal_rows(d, ids)
+    d = d.with_row(row(ids(), "Node settings"))
+    d = d.with_panel(table_panel(
+        ids(), "Clocksource of every node", f"""
+Each node's current clocksource. Nodes on {NON_VDSO_CLOCKSOURCES.replace('|', ', ')} fall back to syscalls for
+every clock read (the Xen EC2 case: 30 % more CPU for Cassandra). The link opens the node in the overview.""",
+        [target("max by (instance, clocksource) (slowpath_clocksource_current_info) == 1", instant=True,
+                fmt=pm.PromQueryFormat.TABLE)],
+        w=12, h=8, hide=("Time", "Value"),
+    ).data_links([TO_NODE]))
+    d = d.with_panel(table_panel(
+        ids(), "THP settings across nodes", """
+How many nodes run each transparent huge page setting (enabled, defrag). `enabled=always` with
+`defrag=always` lets every fault stall in direct compaction: the case where system time passed user time. Normal:
+one setting fleet-wide, chosen on purpose (madvise is the safe default).""",
+        [target("count by (enabled, defrag) (slowpath_thp_settings_info == 1)", instant=True,
+                fmt=pm.PromQueryFormat.TABLE)],
+        w=12, h=8, hide=("Time",), unit=COUNT,
+    ))
+    return d.build()
