@@ -1,0 +1,58 @@
+"""A busy node, as the series-budget test and the fleet simulation
+(scripts/fleet-sim.sh) make it: PODS cgroups, each running five programs
+under real program names (the comm is the name a program is run by), which
+between them hit every signal: a 2 ms futex ticker (a timer loop), 1 ms
+sleeps, getcontext/setcontext, raw clock reads, and a burst of short-lived
+children. 40 pods are 360 processes."""
+
+import os
+import subprocess
+from pathlib import Path
+
+PODS = 40
+# (comm, sp-workload arguments)
+SERVICES = [
+    ("java", ["wait", "futex", "400", "2000"]),
+    ("python3", ["sleep", "100", "1000"]),
+    ("ruby", ["context", "3000"]),
+    ("envoy", ["clock-raw", "20000"]),
+    ("nginx", ["churn", "5", "100"]),
+]
+PROCESSES_PER_POD = len(SERVICES) + 4  # nginx's five children besides it
+
+
+def make_pods(cgroup_root, pods=PODS):
+    """PODS fresh cgroups under a parent of our own; returns (parent, dirs)."""
+    base = Path(cgroup_root) / f"slowpath-busy-node-{os.getpid()}"
+    base.mkdir()
+    dirs = [base / f"pod{i}" for i in range(pods)]
+    for d in dirs:
+        d.mkdir()
+    return base, dirs
+
+
+def remove_pods(base, dirs):
+    for d in dirs:
+        d.rmdir()
+    base.rmdir()
+
+
+def run(workload_bin, dirs, bindir):
+    """Run every service of every pod at once, each in its pod's cgroup, and
+    wait for all; returns the number of processes made."""
+    bindir = Path(bindir)
+    bindir.mkdir(exist_ok=True)
+    for comm, _ in SERVICES:
+        link = bindir / comm
+        if not link.exists():
+            link.symlink_to(workload_bin)
+    procs = []
+    for cgroup in dirs:
+        for comm, args in SERVICES:
+            procs.append(subprocess.Popen(
+                [str(bindir / comm), *args], stdout=subprocess.DEVNULL,
+                preexec_fn=lambda c=cgroup: (c / "cgroup.procs").write_text("0\n")))
+    for p in procs:
+        if p.wait(timeout=300) != 0:
+            raise RuntimeError(f"{p.args} exited {p.returncode}")
+    return len(dirs) * PROCESSES_PER_POD
