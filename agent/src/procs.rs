@@ -389,6 +389,11 @@ impl Aggregator {
                     .or_default()
                     .insert(key.comm.clone());
             }
+            // Parsed identities of cgroups no series names any more: a
+            // node that churns cgroups would otherwise keep one per cgroup
+            // ever seen (up to MAX_PARSED_CGROUPS); a later miss re-parses.
+            let comms = &self.comms;
+            self.parsed.retain(|path, _| comms.contains_key(path));
         }
     }
 
@@ -557,6 +562,33 @@ mod tests {
         agg.retire(7, &p); // its record, after a table read folded it
         let total: u64 = agg.series.values().map(|s| s.retired.gettimeofday).sum();
         assert_eq!(total, 5);
+    }
+
+    #[test]
+    fn dropping_a_gone_cgroups_series_forgets_its_parsed_identity() {
+        let mut agg = Aggregator::new(
+            false,
+            SeriesLimits {
+                retired_grace: Duration::ZERO,
+                ..Default::default()
+            },
+        );
+        let gone = "/slowpath-unit-test-no-such-cgroup";
+        let kept = agg.parsed_cgroup("/".into());
+        agg.admit(SeriesKey {
+            comm: "a".into(),
+            cgroup: kept,
+            pid: None,
+        });
+        let parsed = agg.parsed_cgroup(gone.into());
+        agg.admit(SeriesKey {
+            comm: "b".into(),
+            cgroup: parsed,
+            pid: None,
+        });
+        agg.drop_gone(&HashMap::new());
+        assert_eq!(agg.series.len(), 1, "the gone cgroup's series is dropped");
+        assert!(agg.parsed.contains_key("/") && !agg.parsed.contains_key(gone));
     }
 
     #[test]
