@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fleet simulation: a recorded busy node served as 10, 100 and 1,000 nodes to
 # a real Prometheus; head series, memory, rule evaluation and a fleet query's
-# time per N, into DIR/fleet.csv and DIR/fleet.png (about 12 minutes).
+# time per N, into DIR/fleet.csv and DIR/fleet.png (9 minutes on 2 cores).
 #   scripts/fleet-sim.sh [--nodes 10,100,1000] [--minutes 3] [--out fleet-out]
 # See scripts/fleet-sim.py.
 set -euo pipefail
