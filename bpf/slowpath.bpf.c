@@ -1041,7 +1041,7 @@ static long (*const sp_no_such_helper)(void) = (void *)0x7fff;
 /* `btf`: the tp_btf program, which may use the BTF-pointer helpers
  * (bpf_get_current_task_btf() 5.11+, bpf_task_pt_regs() 5.15+); the raw_tp
  * one reads the same fields with probe reads, so it loads on 5.10. */
-static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t gfp,
+static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int order, gfp_t gfp,
 					 const bool btf)
 {
 	struct task_struct *task;
@@ -1068,6 +1068,10 @@ static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t 
 	p = proc_current();
 	if (!p)
 		return 0;
+	/* The user stack of a fault is the code that touched the page (a JVM
+	 * pre-touching its heap, malloc growing an arena). */
+	if (capture_stacks && stack_due(p))
+		sample_stack(ctx, p, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
 	if (failed)
 		__sync_fetch_and_add(&p->c.thp_fault_fallback, 1);
 	else
@@ -1078,13 +1082,13 @@ static __always_inline int on_page_alloc(bool failed, unsigned int order, gfp_t 
 SEC("tp_btf/mm_page_alloc")
 int BPF_PROG(mm_page_alloc_btf, struct page *page, unsigned int order, gfp_t gfp)
 {
-	return on_page_alloc(page == NULL, order, gfp, true);
+	return on_page_alloc(ctx, page == NULL, order, gfp, true);
 }
 
 SEC("raw_tp/mm_page_alloc")
 int BPF_PROG(mm_page_alloc_raw, struct page *page, unsigned int order, gfp_t gfp)
 {
-	return on_page_alloc(page == NULL, order, gfp, false);
+	return on_page_alloc(ctx, page == NULL, order, gfp, false);
 }
 
 /* ---- compaction -------------------------------------------------------- */

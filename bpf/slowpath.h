@@ -178,7 +178,8 @@ enum sp_callsite_kind {
 	SP_CALLSITE_CLOCK = 0,	   /* clock_gettime, gettimeofday, time */
 	SP_CALLSITE_SIGPROCMASK = 1,
 	SP_CALLSITE_SLEEP = 2,	   /* nanosleep, clock_nanosleep, and timed futex/epoll/poll/select waits */
-	SP_CALLSITE_KIND_COUNT = 3,
+	SP_CALLSITE_THP_FAULT = 3, /* a THP fault allocation (the user code that touched the page) */
+	SP_CALLSITE_KIND_COUNT = 4,
 };
 
 /* Key of the `callsites` map: one user stack of one process doing one kind

@@ -12,6 +12,7 @@ use crate::callsites::CallSite;
 use crate::kubernetes::PodLabels;
 use crate::node::NodeSettings;
 use crate::snapshot::SeriesKey;
+use crate::sources::{match_sites, CauseBasis, KnownSource, SourceMatch};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -41,6 +42,9 @@ pub struct ProcessRate {
     /// it and has advice for it (`Signal::enrich`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<RuntimeNote>,
+    /// The row of the finding's known sources that a frame of `call_sites`
+    /// matched (null when none did).
+    pub known_source: Option<SourceMatch>,
 }
 
 /// A runtime recognised in a live process, with the fix for that runtime.
@@ -64,9 +68,60 @@ pub struct Finding {
     pub cause: String,
     pub fix: String,
     pub expected_gain: Option<String>,
+    /// What `cause` rests on: a call site matched to a known source, the
+    /// node's settings, the counters, or a guess from the op mix or rates.
+    pub cause_basis: CauseBasis,
     /// Which sampled call sites show where the processes make these calls.
     #[serde(skip)]
     pub call_sites: Option<sp_callsite_kind>,
+    /// The known sources the call sites are matched against, and how a
+    /// matched row's cause and fix combine with the rule's.
+    #[serde(skip)]
+    pub sources: Option<(&'static [KnownSource], Compose)>,
+}
+
+/// How a matched row's cause and fix combine with the rule's own.
+#[derive(Clone, Copy, Debug)]
+pub enum Compose {
+    /// The row's cause, fix and gain replace the rule's guess.
+    Replace,
+    /// The rule's cause and fix stay first (a node-wide fix such as the
+    /// clocksource) and the row's follow, for the process it matched.
+    AfterRule,
+}
+
+impl Finding {
+    /// Match each process's call sites against the finding's known sources,
+    /// and take the cause and fix from the first process with a match.
+    pub fn explain(&mut self) {
+        let Some((table, compose)) = self.sources else {
+            return;
+        };
+        for p in &mut self.processes {
+            p.known_source = match_sites(table, &p.call_sites);
+        }
+        let Some((pid, comm, m)) = self
+            .processes
+            .iter()
+            .find_map(|p| Some((p.pid, p.comm.clone(), p.known_source.clone()?)))
+        else {
+            return;
+        };
+        self.cause_basis = CauseBasis::CallSite { row: m.row, pid };
+        match compose {
+            Compose::Replace => {
+                self.cause = m.cause;
+                self.fix = m.fix.to_string();
+            }
+            Compose::AfterRule => {
+                self.cause = format!("{} In {comm} (pid {pid}): {}", self.cause, m.cause);
+                self.fix = format!("{} Then, in {comm}: {}", self.fix, m.fix);
+            }
+        }
+        if let Some(gain) = m.expected_gain {
+            self.expected_gain = Some(gain.to_string());
+        }
+    }
 }
 
 /// ns per read of one clock, through libc and through the raw syscall.
@@ -138,6 +193,7 @@ fn process(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Process
         detail,
         call_sites: Vec::new(),
         runtime: None,
+        known_source: None,
     }
 }
 

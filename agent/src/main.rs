@@ -26,6 +26,7 @@ mod procs;
 mod server;
 mod signals;
 mod snapshot;
+mod sources;
 mod wakeup;
 mod webconfig;
 mod worker;

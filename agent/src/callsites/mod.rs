@@ -40,6 +40,10 @@ pub struct Frame {
     pub line: Option<u32>,
     /// Recovered from the word at the stack pointer (caller of a leaf function).
     pub from_stack_top: bool,
+    /// How the frame was found: `frame_pointer` (the kernel's walk),
+    /// `stack_top` (the word at the stack pointer) or `eh_frame` (unwound
+    /// with the module's unwind tables from a copy of the stack).
+    pub recovered_by: &'static str,
 }
 
 /// One distinct stack, with how many samples hit it.
@@ -111,6 +115,7 @@ pub fn symbolize_site(symbolizer: &Symbolizer, site: &RawCallSite) -> CallSite {
     if let Some(mut caller) = top {
         if frames.get(1).is_none_or(|f| f.function != caller.function) {
             caller.from_stack_top = true;
+            caller.recovered_by = "stack_top";
             frames.insert(1, caller);
         }
     }
@@ -166,6 +171,7 @@ fn frame(sym: &Symbolized<'_>) -> Frame {
                 .map(|c| c.file.to_string_lossy().into_owned()),
             line: sym.code_info.as_ref().and_then(|c| c.line),
             from_stack_top: false,
+            recovered_by: "frame_pointer",
         },
         Symbolized::Unknown(reason) => unknown(match reason {
             // e.g. a sample taken before an exec, symbolized after it
@@ -183,6 +189,7 @@ fn unknown(why: &str) -> Frame {
         file: None,
         line: None,
         from_stack_top: false,
+        recovered_by: "frame_pointer",
     }
 }
 
@@ -215,7 +222,7 @@ pub fn one_line(site: &CallSite) -> String {
 /// Name of a call kind (`enum sp_callsite_kind`) in folded stacks and in the
 /// `kind` query parameter of `/debug/callsites`.
 pub const KIND_NAMES: [&str; slot!(sp_callsite_kind::SP_CALLSITE_KIND_COUNT)] =
-    ["clock", "rt_sigprocmask", "sleep"];
+    ["clock", "rt_sigprocmask", "sleep", "thp_fault"];
 
 /// One folded-stack path (the flame graph format of `stackcollapse`, without
 /// the count): `comm;outermost;...;innermost;[kind]`, with

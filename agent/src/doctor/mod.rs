@@ -8,8 +8,14 @@
 //! `{schema_version, node, kernel, duration_seconds, attach, clocksource,
 //! thp, clock_benchmark[], findings[]}`; each finding is `{id, severity
 //! (info|warning|critical), title, processes[{pid, comm, cgroup, unit,
-//! namespace, pod, container, per_second, detail}], evidence{}, cause, fix,
-//! expected_gain}`. Findings are sorted by severity, then by rate.
+//! namespace, pod, container, per_second, detail, call_sites[], runtime,
+//! known_source}], evidence{}, cause, fix, expected_gain, cause_basis}`.
+//! `known_source` is the row of the signal's known sources a frame of the
+//! process's call sites matched (`{row, frame, frame_index, recovered_by,
+//! cause, fix, expected_gain}`, or null); `cause_basis` says what the cause
+//! rests on: `{kind: call_site, row, pid}`, or without a matching frame
+//! `{kind: node_settings|counters|guess, from}`. Findings are sorted by
+//! severity, then by rate.
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -124,7 +130,8 @@ pub fn run(
 }
 
 /// Symbolize the call sites of the processes findings name (the top ten of
-/// each), while they still run.
+/// each), while they still run, and match them against each finding's
+/// known sources (`Finding::explain`).
 fn attach_call_sites(report: &mut Report, raw: &[RawCallSite]) {
     let symbolizer = Symbolizer::new();
     for finding in &mut report.findings {
@@ -134,6 +141,7 @@ fn attach_call_sites(report: &mut Report, raw: &[RawCallSite]) {
         for p in finding.processes.iter_mut().take(10) {
             p.call_sites = callsites::for_process(&symbolizer, raw, p.pid, kind);
         }
+        finding.explain();
     }
 }
 

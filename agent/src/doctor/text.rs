@@ -3,6 +3,7 @@
 use super::Report;
 use crate::callsites;
 use crate::finding::Severity;
+use crate::sources::CauseBasis;
 
 /// The report for a terminal: colour only on a TTY.
 pub fn print(r: &Report, colour: bool) {
@@ -56,6 +57,12 @@ pub fn print(r: &Report, colour: bool) {
                 for site in p.call_sites.iter().take(2) {
                     println!("             at {}", callsites::one_line(site));
                 }
+                if let Some(m) = &p.known_source {
+                    println!(
+                        "             known source {}: frame #{} {} ({})",
+                        m.row, m.frame_index, m.frame, m.recovered_by
+                    );
+                }
                 if let Some(rt) = &p.runtime {
                     println!(
                         "             runtime {} ({}): {}",
@@ -68,6 +75,7 @@ pub fn print(r: &Report, colour: bool) {
             println!("   {k}: {v}");
         }
         println!("   cause: {}", f.cause);
+        println!("   basis: {}", basis(&f.cause_basis));
         println!("   fix:   {}", f.fix);
         if let Some(g) = &f.expected_gain {
             println!("   gain:  {g}");
@@ -81,5 +89,17 @@ pub fn print(r: &Report, colour: bool) {
             "   {:<18} {:>10.1} {:>12.1}",
             c.clock, c.libc_ns, c.syscall_ns
         );
+    }
+}
+
+/// How the report knows the cause, in one line.
+fn basis(b: &CauseBasis) -> String {
+    match b {
+        CauseBasis::CallSite { row, pid } => {
+            format!("a call site of pid {pid} matches the known source {row}")
+        }
+        CauseBasis::NodeSettings { from } => format!("the node's settings ({from})"),
+        CauseBasis::Counters { from } => format!("the counters ({from})"),
+        CauseBasis::Guess { from } => format!("a guess from {from}"),
     }
 }

@@ -2,8 +2,12 @@
 //! `getcontext` queries the mask (NULL new set) and `setcontext` sets it:
 //! one system call each, the Ruby 1.8.7 `--enable-pthread` case.
 //!
-//! Doctor rule: a process changing signal masks at a high rate, with the
-//! getcontext/setcontext signature recognised from the operation mix.
+//! Doctor rule: a process changing signal masks at a high rate. Its cause
+//! comes from the call site ([`SOURCES`]: ucontext switches, user-space
+//! thread libraries, sigsetjmp with a saved mask, process creation, masked
+//! critical sections); without a matching frame, a guess from the operation
+//! mix (query and setmask at equal rates: the getcontext/setcontext
+//! signature).
 
 use std::collections::BTreeMap;
 
@@ -12,8 +16,9 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op};
 use crate::exposition::{family, push_nonzero, with, Family};
-use crate::finding::{Finding, Observation, Severity};
+use crate::finding::{Compose, Finding, Observation, Severity};
 use crate::signals::{Scrape, Signal};
+use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 /// Number of `enum sp_sigmask_op` slots.
 const OP_COUNT: usize = slot!(sp_sigmask_op::SP_SIGMASK_OP_COUNT);
@@ -44,6 +49,132 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: None,
 };
+
+const RUBY_GAIN: &str =
+    "Ruby 1.8.7 ran ~40 % faster without --enable-pthread (20M rt_sigprocmask calls gone)";
+
+/// Where rt_sigprocmask storms come from, most specific first.
+pub const SOURCES: &[KnownSource] = &[
+    KnownSource {
+        id: "ruby18_green_threads",
+        frames: &[
+            Pattern::FunctionPrefix("rb_thread_"),
+            Pattern::Module("libruby-1.8"),
+            Pattern::Module("libruby18"),
+            Pattern::ModuleIs("ruby1.8"),
+        ],
+        cause: "Ruby 1.8's green threads save and restore contexts with getcontext/setcontext \
+                when Ruby is built with --enable-pthread: one rt_sigprocmask call each, on \
+                every thread switch and every method call that checks for one (the Ruby \
+                1.8.7 case).",
+        fix: "Rebuild Ruby 1.8 without --enable-pthread, or move to Ruby 1.9 or later \
+              (native threads, no ucontext switching).",
+        expected_gain: Some(RUBY_GAIN),
+        example: ("rb_thread_save_context", "/usr/lib/libruby-1.8.so.1.8.7"),
+    },
+    KnownSource {
+        id: "gnu_pth",
+        frames: &[
+            Pattern::FunctionPrefix("pth_"),
+            Pattern::Module("libpth.so"),
+        ],
+        cause: "GNU Pth switches its user-space threads through ucontext (swapcontext) and \
+                saves and restores each thread's signal mask on every switch: one or more \
+                rt_sigprocmask calls per context switch, the pattern of the Ruby 1.8.7 case.",
+        fix: "Use native threads, or a coroutine library whose switch stays in user space \
+              (Boost.Context, libco, libaco: no signal mask per switch); Pth keeps \
+              per-thread masks by design, so no Pth setting removes the calls.",
+        expected_gain: Some(RUBY_GAIN),
+        example: (
+            "__pth_scheduler",
+            "/usr/lib/x86_64-linux-gnu/libpth.so.20.0.27",
+        ),
+    },
+    KnownSource {
+        id: "ucontext_switch",
+        frames: &[
+            Pattern::Function("getcontext"),
+            Pattern::Function("setcontext"),
+            Pattern::Function("swapcontext"),
+            Pattern::Function("makecontext"),
+            Pattern::Function("start_context"),
+        ],
+        cause: "glibc's ucontext functions make one rt_sigprocmask call each (getcontext \
+                queries the mask, setcontext sets it, swapcontext does both): {caller} \
+                switches coroutines or user-space threads through ucontext, a system call \
+                per switch.",
+        fix: "Switch contexts without the signal mask: a coroutine library with its own \
+              user-space switch (Boost.Context, libco, libaco, minicoro), or save the mask \
+              once per thread instead of per switch.",
+        expected_gain: Some(RUBY_GAIN),
+        example: ("getcontext", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+    },
+    KnownSource {
+        id: "sigsetjmp_savemask",
+        frames: &[
+            Pattern::Function("sigsetjmp"),
+            Pattern::Function("sigjmp_save"),
+            Pattern::Function("siglongjmp"),
+            Pattern::Function("libc_siglongjmp"),
+            Pattern::Function("libc_longjmp"),
+            Pattern::Function("longjmp"),
+            Pattern::Function("longjmp_chk"),
+            Pattern::Function("longjmp_unwind"),
+        ],
+        cause: "sigsetjmp(env, savemask != 0) saves the signal mask with an rt_sigprocmask \
+                call and siglongjmp restores it with another: {caller} jumps with a saved \
+                mask in a hot path (error handling, an interpreter, emulated coroutines).",
+        fix: "Where the jump never leaves a signal handler, the mask does not change: use \
+              sigsetjmp(env, 0) or _setjmp/_longjmp; otherwise jump less often.",
+        expected_gain: None,
+        example: ("__sigsetjmp", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+    },
+    KnownSource {
+        id: "fork_spawn_mask",
+        frames: &[
+            Pattern::Function("spawni"),
+            Pattern::Function("spawnix"),
+            Pattern::Function("posix_spawn"),
+            Pattern::Function("posix_spawnp"),
+            Pattern::Function("libc_fork"),
+            Pattern::Function("fork"),
+            Pattern::Function("Fork"),
+            Pattern::Function("libc_system"),
+            Pattern::Function("do_system"),
+            Pattern::Function("system"),
+            Pattern::Function("popen"),
+            Pattern::Function("IO_proc_open"),
+        ],
+        cause: "Creating a process blocks every signal around fork/clone and restores the \
+                mask after (glibc's posix_spawn, fork, system and popen): {caller} starts \
+                processes at a high rate.",
+        fix: "Start fewer processes: keep long-lived workers, batch the commands, or do the \
+              work in-process instead of system()/popen().",
+        expected_gain: None,
+        example: ("__spawni", "/usr/lib/x86_64-linux-gnu/libc.so.6"),
+    },
+    KnownSource {
+        id: "masked_critical_section",
+        frames: &[
+            Pattern::Function("pthread_sigmask"),
+            Pattern::Function("sigprocmask"),
+            Pattern::Function("sigblock"),
+            Pattern::Function("sigsetmask"),
+            Pattern::Function("sighold"),
+            Pattern::Function("sigrelse"),
+        ],
+        cause: "{caller} blocks and unblocks signals itself (pthread_sigmask/sigprocmask), \
+                around a short critical section, at a high rate.",
+        fix: "Block the signals once per thread or around the whole loop, or take them \
+              synchronously (signalfd, sigwaitinfo in a dedicated thread) so that the mask \
+              never has to change.",
+        expected_gain: None,
+        example: (
+            "__GI___pthread_sigmask",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ),
+    },
+];
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut calls = Vec::new();
@@ -103,7 +234,10 @@ fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
     Some(Finding {
         id: "rt_sigprocmask_storm",
         severity: Severity::Warning,
-        title: format!("{} makes {:.0} rt_sigprocmask calls/s", top.comm, top.per_second),
+        title: format!(
+            "{} makes {:.0} rt_sigprocmask calls/s",
+            top.comm, top.per_second
+        ),
         evidence: BTreeMap::from([(
             "getcontext_setcontext_signature".to_string(),
             getcontext.to_string(),
@@ -111,10 +245,12 @@ fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
         processes,
         cause,
         fix,
-        expected_gain: getcontext.then(|| {
-            "Ruby 1.8.7 ran ~40 % faster without --enable-pthread (20M rt_sigprocmask calls gone)".to_string()
-        }),
+        expected_gain: getcontext.then(|| RUBY_GAIN.to_string()),
+        cause_basis: CauseBasis::Guess {
+            from: "the operation mix (no sampled frame matches a known source)".into(),
+        },
         call_sites: Some(sp_callsite_kind::SP_CALLSITE_SIGPROCMASK),
+        sources: Some((SOURCES, Compose::Replace)),
     })
 }
 
@@ -138,5 +274,10 @@ mod tests {
         assert_eq!(f.evidence["getcontext_setcontext_signature"], "false");
         let idle = delta("idle", |c| c.sigprocmask[SETMASK] = 10);
         assert!(observe(&[idle], storm_finding).is_none());
+    }
+
+    #[test]
+    fn every_known_source_matches_its_example_first() {
+        crate::sources::tests::check_table(SOURCES);
     }
 }

@@ -88,22 +88,27 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-const SENTINEL_FIX: &str = "sentinel-golang's cached-time ticker (UseCacheTime: true) sleeps \
+pub(super) const SENTINEL_FIX: &str =
+    "sentinel-golang's cached-time ticker (UseCacheTime: true) sleeps \
     1 ms in a loop to refresh its clock: set UseCacheTime: false (its default in v1.0.4; \
     time.Now() through the vDSO costs tens of ns), or refresh the cached time from a coarser \
     ticker.";
-const GO_FIX: &str = "A time.Ticker, time.Sleep or context deadline loop with a short period \
+pub(super) const GO_FIX: &str =
+    "A time.Ticker, time.Sleep or context deadline loop with a short period \
     (the Go runtime waits in futex and epoll_pwait timeouts, rarely nanosleep): lengthen the \
     period, stop tickers while idle (ticker.Stop, or reset only when there is work), or block \
     on a channel instead of polling.";
-const JVM_FIX: &str = "A thread in Thread.sleep, Object.wait, LockSupport.parkNanos or a \
+pub(super) const JVM_FIX: &str =
+    "A thread in Thread.sleep, Object.wait, LockSupport.parkNanos or a \
     ScheduledExecutorService with a millisecond period (the JVM waits in futex with a \
     timeout): find it with jstack or the call site, lengthen the period, or block on a queue \
     or CompletableFuture instead of polling.";
-const NODE_FIX: &str = "A setInterval or setTimeout chain with a delay of a few ms (libuv \
+pub(super) const NODE_FIX: &str =
+    "A setInterval or setTimeout chain with a delay of a few ms (libuv \
     waits in epoll_pwait with that timeout): raise the delay, clear the interval while idle, \
     or drive the work from events.";
-const PYTHON_FIX: &str = "time.sleep in a loop or an event loop polling with a short timeout \
+pub(super) const PYTHON_FIX: &str =
+    "time.sleep in a loop or an event loop polling with a short timeout \
     (Python 3.11+ sleeps with an absolute clock_nanosleep): sleep longer, or wait on a \
     threading.Event, a queue or an asyncio future instead.";
 
