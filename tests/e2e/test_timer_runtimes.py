@@ -7,8 +7,10 @@ v1.0.4 and UseCacheTime = true (futex and epoll_pwait from the Go scheduler).
 Each one's wakeups per second agree within 10 % with an independent count,
 bpftrace on timer:hrtimer_expire_entry reading the woken task from the
 expiring hrtimer_sleeper, over the same window; `slowpath doctor` names each
-with the timer_loop finding and the runtime; the same Go program with
-UseCacheTime = false gives no timer_loop finding."""
+with the timer_loop finding and the runtime, and names the source from the
+call site (the doctor's known-source row matched against the sampled
+frames); the same Go program with UseCacheTime = false gives no timer_loop
+finding."""
 
 import json
 import os
@@ -115,7 +117,7 @@ def timer_loop(report):
     return found[0] if found else None
 
 
-def check_runtime(agent, agent_bin, pid, runtime, waits):
+def check_runtime(agent, agent_bin, pid, runtime, waits, row):
     ours, independent = wakeup_rates(agent, pid)
     assert 700 < independent < 1200, independent  # a 1 ms loop
     assert ours == pytest.approx(independent, rel=0.10), (ours, independent)
@@ -129,12 +131,17 @@ def check_runtime(agent, agent_bin, pid, runtime, waits):
     assert p["pid"] == pid
     assert p["runtime"]["name"] == runtime, p.get("runtime")
     assert p["detail"]["estimated_cpu_percent"] > 0
+    # the known source, matched on the call site's frames
+    sites = [[f"{fr['function']} ({Path(fr['module']).name})" for fr in site["frames"][:8]]
+             for site in p["call_sites"]]
+    assert p.get("known_source"), f"no known_source (want {row}); call sites: {sites}"
+    assert p["known_source"]["row"] == row, (p["known_source"], sites)
     return p
 
 
 def test_python_sleep_loop(timer_agent, agent_bin, tracefs, started):
     pid = started(PYTHON)
-    p = check_runtime(timer_agent, agent_bin, pid, "python", {"clock_nanosleep"})
+    p = check_runtime(timer_agent, agent_bin, pid, "python", {"clock_nanosleep"}, "python_sleep")
     assert p["detail"]["median_requested_timeout_seconds"] == 0.001
     # Python 3.11 sleeps to an absolute deadline: the sleep histogram has it now
     assert timer_agent.scrape().value("slowpath_sleep_requested_seconds_bucket", pid=pid, le="0.001") > 0
@@ -143,17 +150,18 @@ def test_python_sleep_loop(timer_agent, agent_bin, tracefs, started):
 def test_jvm_thread_sleep_loop(timer_agent, agent_bin, tracefs, started, tmp_path):
     (tmp_path / "TimerLoop.java").write_text(JAVA_SRC)
     pid = started(["java", "-Xshare:auto", "-XX:+UseSerialGC", "TimerLoop.java"], cwd=tmp_path)
-    check_runtime(timer_agent, agent_bin, pid, "jvm", {"futex"})
+    check_runtime(timer_agent, agent_bin, pid, "jvm", {"futex"}, "jvm_timed_park")
 
 
 def test_node_set_interval(timer_agent, agent_bin, tracefs, started):
     pid = started(NODE)
-    check_runtime(timer_agent, agent_bin, pid, "node", {"epoll_wait"})
+    check_runtime(timer_agent, agent_bin, pid, "node", {"epoll_wait"}, "node_libuv_timers")
 
 
 def test_sentinel_golang_cached_time_ticker(timer_agent, agent_bin, tracefs, started, go_ticker):
     pid = started([str(go_ticker)], env={"USE_CACHE_TIME": "true"})
-    p = check_runtime(timer_agent, agent_bin, pid, "sentinel-golang", {"futex", "epoll_wait", "nanosleep"})
+    p = check_runtime(timer_agent, agent_bin, pid, "sentinel-golang", {"futex", "epoll_wait", "nanosleep"},
+                      "go_runtime_timers")
     assert "UseCacheTime: false" in p["runtime"]["fix"]
 
 

@@ -16,6 +16,12 @@
  *                         and a pthread_getcpuclockid() clock (N each)
  *   threads T N           T threads, each N raw clock_gettime(MONOTONIC)
  *   context N             N getcontext()+setcontext() pairs (the Ruby case)
+ *   getcontext N          N getcontext() alone: one rt_sigprocmask query each
+ *   sigsetjmp N           N sigsetjmp(env, 1)+siglongjmp() pairs: the saved mask
+ *                         is queried, then restored (two rt_sigprocmask each)
+ *   raw-sigmask N         N times SIGUSR1 blocked, then unblocked, with
+ *                         syscall(SYS_rt_sigprocmask) itself (two each): no libc
+ *                         wrapper on the stack
  *   sleep N USEC          N nanosleep(USEC): glibc issues clock_nanosleep
  *   sleep-abs N USEC      N clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)
  *   thp MIB               MIB of anonymous memory with MADV_HUGEPAGE, touched
@@ -51,6 +57,7 @@
 #include <linux/types.h>
 #include <linux/futex.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -145,6 +152,43 @@ static __attribute__((noinline)) int run_context(long n)
 			resumed = 1;
 			setcontext(&ctx);
 		}
+	}
+	return 0;
+}
+
+static __attribute__((noinline)) int run_getcontext(long n)
+{
+	ucontext_t ctx;
+
+	/* rt_sigprocmask(SIG_BLOCK, NULL, &old) each: the mask is only read */
+	for (long i = 0; i < n; i++)
+		getcontext(&ctx);
+	return 0;
+}
+
+static __attribute__((noinline)) int run_sigsetjmp(long n)
+{
+	sigjmp_buf env;
+
+	/* savemask = 1: sigsetjmp reads the mask (rt_sigprocmask(SIG_BLOCK, NULL,
+	 * &old)), siglongjmp sets it back (SIG_SETMASK) and returns 1 there. */
+	for (long i = 0; i < n; i++)
+		if (sigsetjmp(env, 1) == 0)
+			siglongjmp(env, 1);
+	return 0;
+}
+
+static __attribute__((noinline)) int run_raw_sigmask(long n)
+{
+	sigset_t usr1;
+
+	/* the kernel's sigset is 8 bytes; glibc's sigset_t is larger, the first
+	 * 8 bytes hold the bits the kernel reads */
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	for (long i = 0; i < n; i++) {
+		syscall(SYS_rt_sigprocmask, SIG_BLOCK, &usr1, NULL, 8);
+		syscall(SYS_rt_sigprocmask, SIG_UNBLOCK, &usr1, NULL, 8);
 	}
 	return 0;
 }
@@ -568,6 +612,12 @@ int main(int argc, char **argv)
 		return run_threads(n, m);
 	if (!strcmp(mode, "context"))
 		return run_context(n);
+	if (!strcmp(mode, "getcontext"))
+		return run_getcontext(n);
+	if (!strcmp(mode, "sigsetjmp"))
+		return run_sigsetjmp(n);
+	if (!strcmp(mode, "raw-sigmask"))
+		return run_raw_sigmask(n);
 	if (!strcmp(mode, "sleep"))
 		return run_sleep(n, m, 0);
 	if (!strcmp(mode, "sleep-abs"))
