@@ -6,6 +6,13 @@ and bullseye's 5.10 and trixie's 6.12.
   Exact counts, the canary, the clocksource info and the measured read cost,
   then a switch to tsc inside the same guest: the canary returns to 0 and the
   fallback counts stop growing.
+- Runtimes on that fallback: a JVM (a jlink'ed java.base runtime) reading
+  System.currentTimeMillis() and a Go program reading time.Now() in loops
+  while `slowpath doctor` observes: the clocksource finding lists both
+  processes, with call sites in the JVM's os::javaTimeMillis and Go's
+  runtime clock reads, each process recognized as its known source of the
+  clock reads; the agent's fallback counts against the reads the programs
+  made.
 - Attach paths: the 6.1 kernel allows fentry, so the agent attaches the
   syscall hook with fentry, and the exact-count workloads pass there; the same
   with tp_btf forced.
@@ -17,9 +24,11 @@ and bullseye's 5.10 and trixie's 6.12.
   (qemu-system-aarch64 -machine virt -cpu max): the same exact counts, and a
   real vDSO fallback with the jiffies clocksource, stopped by switching to
   arch_sys_counter.
-Each scenario is one boot (about 10 s on x86_64, 30-60 s on arm64).
+Each scenario is one boot (about 10 s on x86_64, 35 s for the runtimes' one,
+30-60 s on arm64).
 """
 
+import hashlib
 import json
 import os
 import re
@@ -136,6 +145,138 @@ def test_read_cost_is_many_times_the_tsc_cost(fallback):
     slow = Scrape(fallback["slow"]).value("slowpath_clock_read_seconds", clock="monotonic")
     fast = Scrape(fallback["tsc2"]).value("slowpath_clock_read_seconds", clock="monotonic")
     assert slow > 2 * fast, (slow, fast)  # TCG timing is noisy: typically 5-10x
+
+
+# ---- runtimes on a real vDSO fallback: a JVM and Go -----------------------------
+
+WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
+RUNTIME_WINDOW = 4  # seconds the doctor observes
+# The JVM and the Go program read the clock until the scenario creates
+# STOP (after the doctor's report), at most this long.
+RUNTIME_MAX_S = 120
+JAVA_OPTS = "-Xmx64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k"
+JLINK_OPTS = ["--add-modules", "java.base", "--strip-debug", "--no-man-pages", "--no-header-files"]
+RUNTIME_SCENARIO = f"""
+agent_start
+STOP=/tmp/stop-reading
+read up_java _ </proc/uptime
+/opt/java/bin/java {JAVA_OPTS} -cp /opt/wallclock WallClock {RUNTIME_MAX_S} $STOP >/tmp/java.out 2>&1 &
+JAVA_PID=$!
+i=0
+until grep -q '^startup_ms=' /tmp/java.out; do
+    i=$((i + 1))
+    if [ $i -gt 1200 ]; then section java_out cat /tmp/java.out; exit 1; fi
+    sleep 0.1
+done
+read up_ready _ </proc/uptime
+section java_start echo "launch=$up_java first_read=$up_ready"
+go-timenow {RUNTIME_MAX_S} $STOP >/tmp/go.out 2>&1 &
+GO_PID=$!
+section doctor sh -c 'slowpath doctor --duration={RUNTIME_WINDOW}s --format=json 2>/dev/null'
+read up_doctor _ </proc/uptime
+section doctor_done echo "at=$up_doctor"
+touch $STOP
+wait $JAVA_PID
+java_rc=$?
+wait $GO_PID
+section exits echo "java=$java_rc go=$?"
+section java_out cat /tmp/java.out
+section go_out cat /tmp/go.out
+sleep 1.5
+scrape after
+agent_stop
+"""
+
+
+def java_runtime():
+    """A jlink'ed runtime of java.base only (about 45 MB), made once per JDK
+    in the guest cache."""
+    jlink = shutil.which("jlink") or "/usr/bin/jlink"
+    version = subprocess.run([jlink, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    key = hashlib.sha256(" ".join([version, *JLINK_OPTS]).encode()).hexdigest()[:12]
+    out = harness.CACHE / f"jre-java.base-{version}-{key}"
+    if not (out / "bin/java").exists():
+        harness.CACHE.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".partial")
+        shutil.rmtree(tmp, ignore_errors=True)
+        subprocess.run([jlink, *JLINK_OPTS, "--output", str(tmp)], check=True, timeout=300)
+        shutil.rmtree(out, ignore_errors=True)
+        tmp.rename(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runtimes(agent_bin, tmp_path_factory):
+    """One boot (acpi_pm: the vDSO cannot read it) with the JVM and the Go
+    program reading the clock while the doctor observes."""
+    for tool in ["jlink", "javac"]:
+        if shutil.which(tool) is None:
+            pytest.fail(f"needs {tool} (openjdk-17-jdk-headless)")
+    tmp = tmp_path_factory.mktemp("runtimes")
+    classes = tmp / "classes"
+    subprocess.run(["javac", "--release", "17", "-d", str(classes), str(WORKLOADS / "java/WallClock.java")],
+                   check=True, timeout=120)
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    go_bin = tmp / "go-timenow"
+    subprocess.run([go, "build", "-trimpath", "-o", str(go_bin), "."], cwd=WORKLOADS / "go-timenow",
+                   check=True, timeout=600, env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"})
+    files = {"/opt/java": java_runtime(), "/usr/bin/go-timenow": go_bin,
+             "/opt/wallclock/WallClock.class": classes / "WallClock.class"}
+    secs = boot(agent_bin, RUNTIME_SCENARIO, "acpi_pm", extra_files=files)
+    assert secs["exits"].split() == ["java=0", "go=0"], secs
+    return secs
+
+
+def runtime_process(report, pid):
+    finding = next(f for f in report["findings"] if f["id"] == "clocksource_not_vdso_capable")
+    return finding, next((p for p in finding["processes"] if p["pid"] == pid), None)
+
+
+def functions(process):
+    return [fr["function"] for site in process["call_sites"] for fr in site["frames"]]
+
+
+def test_doctor_finds_the_jvm_and_go_clock_reads_at_their_call_sites(runtimes):
+    report = json.loads(runtimes["doctor"])
+    java_pid, go_pid = pid_of(runtimes, "java_out"), pid_of(runtimes, "go_out")
+    finding, java = runtime_process(report, java_pid)
+    _, go = runtime_process(report, go_pid)
+    assert java is not None and go is not None, [(p["pid"], p["comm"]) for p in finding["processes"]]
+    assert any(name in f for f in functions(java) for name in
+               ["os::javaTimeMillis", "os::javaTimeNanos", "JVM_CurrentTimeMillis", "JVM_NanoTime"]), \
+        java["call_sites"]
+    assert any(name in f for f in functions(go) for name in ["runtime.walltime", "runtime.nanotime", "time.now"]), \
+        go["call_sites"]
+    # each process named as a known source of clock reads, the cause from its call sites
+    for process, row in [(java, "jvm_clock"), (go, "go_runtime_clock")]:
+        known = process["known_source"]
+        assert known["row"] == row, known
+        assert {"frame", "frame_index", "recovered_by", "cause", "fix"} <= set(known), known
+    assert finding["cause_basis"]["kind"] == "call_site", finding["cause_basis"]
+    # the node's fix comes first: the clocksource
+    assert "echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource" in finding["fix"], \
+        finding["fix"]
+
+
+def test_agent_counts_the_runtimes_fallback_reads(runtimes):
+    """Every read the programs counted is one system call on the agent's
+    counters: currentTimeMillis() and time.Now() each read CLOCK_REALTIME,
+    which the runtimes themselves read only a few times more (start-up);
+    time.Now() and nanoTime() also read CLOCK_MONOTONIC, as the runtimes do
+    for their own timers."""
+    after = Scrape(runtimes["after"])
+    java_pid, go_pid = pid_of(runtimes, "java_out"), pid_of(runtimes, "go_out")
+    java = {k: int(v) for k, v in re.findall(r"(\w+)_reads=(\d+)", runtimes["java_out"])}
+    go = int(re.search(r"reads=(\d+)", runtimes["go_out"]).group(1))
+    assert java["millis"] > 10_000 and go > 10_000, (java, go)
+    fallbacks = lambda pid, clock: after.value(CLOCK, pid=pid, syscall="clock_gettime", clock=clock, fallback="true")
+    assert java["millis"] <= fallbacks(java_pid, "realtime") <= java["millis"] + 100, \
+        (java, after.select(CLOCK, pid=java_pid))
+    assert fallbacks(java_pid, "monotonic") >= java["nano"] > 0
+    assert go <= fallbacks(go_pid, "realtime") <= go + 100, (go, after.select(CLOCK, pid=go_pid))
+    assert fallbacks(go_pid, "monotonic") >= go
+    for pid in [java_pid, go_pid]:
+        assert after.value(CLOCK, pid=pid, fallback="false") == 0
 
 
 # The exact-count workloads every kernel and architecture runs, then the

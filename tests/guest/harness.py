@@ -215,8 +215,10 @@ def busybox_for(arch):
 
 
 def build_initramfs(out, files, scenario, arch="x86_64"):
-    """`files`: {path inside the guest: host path}. Dynamic binaries get
-    their libraries too."""
+    """`files`: {path inside the guest: host path}; a host directory is
+    copied as a tree (a jlink'ed Java runtime). Dynamic binaries get their
+    libraries too, and so do the shared libraries in a tree (a runtime's
+    dlopen()ed libjvm.so), but for those inside the tree itself."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         for d in ["bin", "usr/bin", "proc", "sys", "dev", "tmp", "lib64"]:
@@ -231,20 +233,33 @@ def build_initramfs(out, files, scenario, arch="x86_64"):
         for dest, src in files.items():
             target = root / dest.lstrip("/")
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target)
-            if not is_dynamic(src):
-                continue
-            libs = ldd_paths(src) if arch == "x86_64" else needed_paths(src, ARCHES[arch][4])
-            for guest, host in libs.items():
-                lib_target = root / guest.lstrip("/")
-                lib_target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(host.resolve(), lib_target)
+            if Path(src).is_dir():
+                shutil.copytree(src, target, symlinks=True)
+                tree = Path(src).resolve()
+                binaries = [f for f in sorted(tree.rglob("*")) if f.is_file() and not f.is_symlink()
+                            and is_elf(f) and (is_dynamic(f) or f.suffix == ".so")]
+            else:
+                shutil.copy2(src, target)
+                tree, binaries = None, [Path(src)] if is_dynamic(src) else []
+            for binary in binaries:
+                libs = ldd_paths(binary) if arch == "x86_64" else needed_paths(binary, ARCHES[arch][4])
+                for guest, host in libs.items():
+                    if tree is not None and host.resolve().is_relative_to(tree):
+                        continue  # in the tree, found by the binary's $ORIGIN RPATH
+                    lib_target = root / guest.lstrip("/")
+                    lib_target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(host.resolve(), lib_target)
         (root / "init").write_text(INIT)
         (root / "init").chmod(0o755)
         (root / "scenario.sh").write_text(PRELUDE + scenario)
         names = subprocess.run(["find", "."], cwd=root, capture_output=True, check=True).stdout
         with open(out, "wb") as f:
             subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, input=names, stdout=f, check=True)
+
+
+def is_elf(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
 
 
 def is_dynamic(path):
@@ -307,7 +322,7 @@ def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_
                  suite=None, arch="x86_64"):
     """Build, boot, and return (console text, sections). `suite`: see
     guest_kernel(); `arch`: x86_64 or arm64 (then `agent_bin` is the
-    cross-built agent)."""
+    cross-built agent); `extra_files`: see build_initramfs()."""
     kernel = guest_kernel(suite, arch)
     with tempfile.TemporaryDirectory() as tmp:
         files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp, arch)}

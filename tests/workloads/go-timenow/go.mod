@@ -1,0 +1,3 @@
+module slowpath/go-timenow
+
+go 1.21
