@@ -217,18 +217,23 @@ fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
     let top = processes.first()?;
     let (cause, fix) = if getcontext {
         (
-            "query and setmask at the same rate: the glibc getcontext()/setcontext() signature \
-             (each makes one rt_sigprocmask call), as in Ruby 1.8.7 built with --enable-pthread."
+            "query and setmask at the same rate: the signature of glibc's \
+             getcontext()/setcontext() (one rt_sigprocmask call each, as in Ruby 1.8.7 built \
+             with --enable-pthread), or of sigsetjmp()/siglongjmp() with a saved mask."
                 .to_string(),
-            "Rebuild the runtime without the option that switches threads with \
-             getcontext/setcontext (Ruby: without --enable-pthread), or move context switching \
-             off ucontext."
+            "Switch contexts without ucontext (Ruby: rebuild without --enable-pthread), or \
+             jump with sigsetjmp(env, 0)/_longjmp where the mask does not change; the call \
+             sites tell which."
                 .to_string(),
         )
     } else {
         (
-            "Signal masks changed around short critical sections at a high rate.".to_string(),
-            "Move the masking out of the hot loop.".to_string(),
+            "Signal masks changed at a high rate, around short critical sections or by a \
+             library; the call sites name no known source."
+                .to_string(),
+            "Find the caller in the call sites and move the masking out of the hot loop \
+             (block once per thread, or take signals with signalfd)."
+                .to_string(),
         )
     };
     Some(Finding {
