@@ -189,9 +189,12 @@ struct {
  * sp_stack_copy), stored when its `callsites` entry is created: user space
  * unwinds it with .eh_frame past the frames without a frame pointer. The
  * first sites of a run get one; when the table is full, later sites keep
- * their frame-pointer stack only. Preallocated like every hash map here: at
- * 512 entries about 4.3 MB of kernel memory (8232-byte values, 48-byte keys
- * and the hash element header), sized 1 entry when stacks are not captured. */
+ * their frame-pointer stack only. Preallocated like every hash map here
+ * (8328 bytes an element: the 8232-byte value, the 48-byte key and the
+ * element header; plus one spare element per possible CPU): 4,289,696 bytes
+ * measured at 512 entries on 2 CPUs (bpftool's bytes_memlock). Sized 1
+ * entry when stacks are not captured: then it and the scratch below still
+ * cost about 17 KB per possible CPU (25,912 + 16,784 bytes on 2 CPUs). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, SP_DEFAULT_MAX_STACK_COPIES);

@@ -98,11 +98,22 @@ pub fn for_process(
     pid: u32,
     kind: sp_callsite_kind,
 ) -> Vec<CallSite> {
+    let started = std::time::Instant::now();
     let mut sites: Vec<CallSite> = raw
         .iter()
         .filter(|s| s.tgid == pid && s.kind == kind.0 && !s.ips.is_empty())
         .map(|s| symbolize_site(symbolizer, s))
         .collect();
+    tracing::debug!(
+        pid,
+        sites = sites.len(),
+        unwound = sites
+            .iter()
+            .filter(|s| s.frames.iter().any(|f| f.recovered_by == EH_FRAME))
+            .count(),
+        elapsed = ?started.elapsed(),
+        "call sites symbolized"
+    );
     // Identical symbolized stacks (different return addresses in one
     // function) are one call site.
     let mut merged: BTreeMap<Vec<(String, String, bool)>, CallSite> = BTreeMap::new();

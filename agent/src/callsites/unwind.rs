@@ -24,6 +24,11 @@
 //! sections come from the agent's own vDSO (the same kernel image for every
 //! 64-bit process). One unwind is at most [`MAX_FRAMES`] frames, each a
 //! binary search in `.eh_frame_hdr` and a few reads from the copy.
+//! Measured: the doctor's call sites of a JVM sleeping in a loop (three
+//! sites, libjvm's sections read for the first) took 49 ms to unwind and
+//! symbolize; the whole `slowpath doctor --duration=2s` took as long as
+//! without unwinding (2.2 to 2.3 s either way) with 7 MB more resident
+//! memory (47 MB instead of 40).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
