@@ -117,6 +117,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_DEFAULT_RINGBUF_BYTES (1 << 20)
 #define SP_DEFAULT_MAX_STACKS 4096	/* distinct user stacks (1016 bytes each) */
 #define SP_DEFAULT_MAX_CALLSITES 16384 /* (process, kind, stack) keys */
+/* Exemplar stack copies (struct sp_stack_copy, 8232 bytes); see stack_copies */
+#define SP_DEFAULT_MAX_STACK_COPIES 512
 
 /* Counters per thread group (tgid). */
 struct {
@@ -182,6 +184,32 @@ struct {
 	__type(key, struct sp_callsite_key);
 	__type(value, __u64);
 } callsites SEC(".maps");
+
+/* One exemplar of each call site's registers and top of stack (struct
+ * sp_stack_copy), stored when its `callsites` entry is created: user space
+ * unwinds it with .eh_frame past the frames without a frame pointer. The
+ * first sites of a run get one; when the table is full, later sites keep
+ * their frame-pointer stack only. Preallocated like every hash map here
+ * (8328 bytes an element: the 8232-byte value, the 48-byte key and the
+ * element header; plus one spare element per possible CPU): 4,289,696 bytes
+ * measured at 512 entries on 2 CPUs (bpftool's bytes_memlock). Sized 1
+ * entry when stacks are not captured: then it and the scratch below still
+ * cost about 17 KB per possible CPU (25,912 + 16,784 bytes on 2 CPUs). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_DEFAULT_MAX_STACK_COPIES);
+	__type(key, struct sp_callsite_key);
+	__type(value, struct sp_stack_copy);
+} stack_copies SEC(".maps");
+
+/* Scratch to build a `stack_copies` value: it is 16 times the 512-byte BPF
+ * stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sp_stack_copy);
+} stack_copy_scratch SEC(".maps");
 
 /* Sampled stacks not kept: the stacks bucket was taken, the stack could not
  * be walked, or `callsites` was full. Slot 0 only. */
@@ -567,6 +595,45 @@ static __always_inline bool stack_due(struct sp_proc *p)
 	return true;
 }
 
+/* Keep the user registers and the top of the user stack of a call site's
+ * first sample under `key`: the rest of the stack pointer's page, then the
+ * next page if it is mapped (the copy stops at the first read that fails,
+ * and `len` says how far it got). Runs once per new distinct stack, never
+ * per call: two bpf_probe_read_user() of at most 4 KiB each. */
+static __always_inline void copy_stack(struct pt_regs *regs, const struct sp_callsite_key *key)
+{
+	struct sp_stack_copy *c;
+	__u32 zero = 0;
+	__u64 first;
+
+	c = bpf_map_lookup_elem(&stack_copy_scratch, &zero);
+	if (!c)
+		return;
+	c->ip = PT_REGS_IP_CORE(regs);
+	c->sp = PT_REGS_SP_CORE(regs);
+	c->fp = PT_REGS_FP_CORE(regs);
+#if defined(__TARGET_ARCH_arm64)
+	c->lr = PT_REGS_RET_CORE(regs); /* x30 */
+#else
+	c->lr = 0;
+#endif
+	/* 1..SP_STACK_COPY_PAGE bytes up to the end of the page; the bound
+	 * check is for the verifier (older ones lose the range of the
+	 * subtraction), so that both reads stay inside data[] */
+	first = SP_STACK_COPY_PAGE - (c->sp & (SP_STACK_COPY_PAGE - 1));
+	barrier_var(first);
+	if (first == 0 || first > SP_STACK_COPY_PAGE)
+		return;
+	if (bpf_probe_read_user(c->data, first, (void *)c->sp))
+		return; /* no stack to keep */
+	c->len = first;
+	if (!bpf_probe_read_user(c->data + first, SP_STACK_COPY_PAGE, (void *)(c->sp + first)))
+		c->len += SP_STACK_COPY_PAGE;
+	/* fails when full (see stack_copies) or when another CPU stored this
+	 * key first: either way the site keeps its frame-pointer stack */
+	bpf_map_update_elem(&stack_copies, key, c, BPF_NOEXIST);
+}
+
 /* Sample the user stack of this call. */
 static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, struct pt_regs *regs)
 {
@@ -592,7 +659,11 @@ static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, st
 	/* -EEXIST: another thread added it first (its sample counts; this
 	 * one is not worth a retry) */
 	err = bpf_map_update_elem(&callsites, &key, &one, BPF_NOEXIST);
-	if (!err || err == -SP_EEXIST)
+	if (!err) {
+		copy_stack(regs, &key); /* a new distinct stack */
+		return;
+	}
+	if (err == -SP_EEXIST)
 		return;
 dropped:
 	drops = bpf_map_lookup_elem(&stack_drops, &zero);

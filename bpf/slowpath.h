@@ -198,6 +198,30 @@ struct sp_callsite_key {
 			* process after it exits, splits samples at exec */
 };
 
+/* Bytes of user stack kept with an exemplar (struct sp_stack_copy): the
+ * rest of the page the stack pointer is in, then the next page, so 4 to 8
+ * KiB. Enough for the frames between a syscall wrapper and main() in C
+ * programs; frames beyond come from the frame-pointer walk where it gets
+ * there. Two pages because a read never crosses into a third page: one
+ * unmapped page ends the copy, not a fault. */
+#define SP_STACK_COPY_PAGE 4096
+#define SP_STACK_COPY_BYTES (2 * SP_STACK_COPY_PAGE)
+
+/* Value of `stack_copies`, keyed like `callsites`: the user registers and
+ * the top of the user stack of the first sample of a call site, taken when
+ * its `callsites` entry is created. User space unwinds it with the
+ * binaries' .eh_frame (DWARF CFI), which the kernel's frame-pointer walk
+ * cannot use: it recovers callers of code built without frame pointers. */
+struct sp_stack_copy {
+	__u64 ip;
+	__u64 sp;
+	__u64 fp;  /* rbp on x86_64, x29 on arm64 */
+	__u64 lr;  /* x30 on arm64 (the return address of a leaf); 0 on x86_64 */
+	__u32 len; /* bytes of data[] read, from sp up: 0 if none could be */
+	__u32 _pad;
+	__u8 data[SP_STACK_COPY_BYTES];
+};
+
 enum sp_proc_event_kind {
 	SP_EVENT_EXIT = 1, /* the whole thread group exited */
 	SP_EVENT_EXEC = 2, /* the group exec'd: counts so far belong to the old image */

@@ -642,8 +642,8 @@ fn open_and_load<'obj>(
         rodata.test_refuse_page_alloc = opts.refuse_page_alloc;
     }
     if !opts.capture_stacks {
-        // Stack tables are preallocated (4 MiB for `stacks`): one entry each
-        // when nothing will be sampled.
+        // Stack tables are preallocated (4 MiB for `stacks`, 4.3 MB for
+        // `stack_copies`): one entry each when nothing will be sampled.
         open.maps
             .stacks
             .set_max_entries(1)
@@ -652,6 +652,10 @@ fn open_and_load<'obj>(
             .callsites
             .set_max_entries(1)
             .context("sizing the callsites map")?;
+        open.maps
+            .stack_copies
+            .set_max_entries(1)
+            .context("sizing the stack_copies map")?;
     }
     for mut prog in open.open_object_mut().progs_mut() {
         let (probe, attach_type) = classify_program(prog.name())?;

@@ -157,6 +157,7 @@ pub(crate) mod tests {
             line: None,
             from_stack_top: false,
             recovered_by: "frame_pointer",
+            address: None,
         }
     }
 

@@ -14,6 +14,8 @@ import pytest
 from conftest import Agent, bpf_fd_ids, run_workload
 
 HARVEST = 1.0  # seconds between harvests (callsite_store::HARVEST_INTERVAL)
+NOFP_SRC = Path(__file__).resolve().parents[2] / "tests" / "workloads" / "sp-nofp.c"
+RECOVERED_BY = {"frame_pointer", "stack_top", "eh_frame"}
 LINE = re.compile(r"^(\S[^\n]*) (\d+)$")
 
 
@@ -76,6 +78,7 @@ def test_off_by_default(agent_bin, tmp_path):
         # no kernel memory for a feature that is off
         assert maps["stacks"]["max_entries"] == 1
         assert maps["callsites"]["max_entries"] == 1
+        assert maps["stack_copies"]["max_entries"] == 1
         assert "slowpath_callsite_samples_total" not in a.scrape().text
     finally:
         assert a.stop() == 0, a.log_text()
@@ -198,3 +201,102 @@ def test_symbolizing_a_root_process_as_non_root_needs_three_more_capabilities(ag
         workload.kill()
         workload.wait()
         assert a.stop() == 0, a.log_text()
+
+
+# Without frame pointers: the stack copy unwound with .eh_frame.
+
+def build_nofp(out_dir, defines=(), libs=()):
+    """sp-nofp built as distributions build: -O2, no frame pointers."""
+    out = out_dir / "sp-nofp"
+    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-Wall", "-Werror", *defines, str(NOFP_SRC),
+                    "-o", str(out), *libs], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def nofp_bin(tmp_path_factory):
+    return build_nofp(tmp_path_factory.mktemp("nofp"))
+
+
+@pytest.fixture(scope="module")
+def nofp_pth_bin(tmp_path_factory):
+    if not Path("/usr/include/pth.h").exists():
+        pytest.skip("GNU Pth missing (apt-get install libpth-dev; scripts/setup.sh installs it)")
+    return build_nofp(tmp_path_factory.mktemp("nofp-pth"), ["-DSP_WITH_PTH"], ["-lpth"])
+
+
+def start(binary, *args):
+    proc = subprocess.Popen([str(binary), *map(str, args)], stdout=subprocess.PIPE, text=True)
+    pid = int(re.search(r"pid=(\d+)", proc.stdout.readline()).group(1))
+    return proc, pid
+
+
+def doctor_sites(agent_bin, binary, *args):
+    """Call sites of the rt_sigprocmask finding for the workload, which runs
+    while the doctor observes it."""
+    proc, pid = start(binary, *args)
+    try:
+        out = subprocess.run([str(agent_bin), "doctor", "--duration=2s", "--format=json", f"--pid={pid}"],
+                             capture_output=True, text=True, timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    sites = [site for f in report["findings"] if f["id"] == "rt_sigprocmask_storm"
+             for p in f["processes"] if p["pid"] == pid for site in p["call_sites"]]
+    assert sites, report
+    for site in sites:
+        assert all(f["recovered_by"] in RECOVERED_BY for f in site["frames"]), site
+    return sites
+
+
+def names(site):
+    return [f["function"] for f in site["frames"]]
+
+
+def test_eh_frame_finds_the_callers_of_getcontext_without_frame_pointers(agent_bin, nofp_bin):
+    """The frame-pointer walk stops in getcontext (glibc pushes no frame
+    pointer) and the stack-top word finds context_loop at best; the stack
+    copy unwound with .eh_frame goes on to main and the program's entry."""
+    sites = doctor_sites(agent_bin, nofp_bin, "context", 10**11)
+    top = sites[0]
+    assert "getcontext" in names(top)[0], names(top)
+    assert names(top)[1:3] == ["context_loop", "main"], names(top)
+    assert [f["recovered_by"] for f in top["frames"][1:3]] == ["eh_frame", "eh_frame"], top
+    assert top["truncated"] is False, top
+    assert "_start" in names(top) or any(n.startswith("__libc_start") for n in names(top)), names(top)
+
+
+def test_eh_frame_finds_the_pth_callers_of_the_signal_mask_calls(agent_bin, nofp_pth_bin):
+    """GNU Pth switches threads with swapcontext and masks signals in its
+    scheduler: the frame-pointer walk stops at the libc frame. Unwound with
+    .eh_frame, the sigprocmask site names its caller in libpth, and the
+    yield path goes through pth_yield and the thread function to the root
+    of the thread's context."""
+    sites = doctor_sites(agent_bin, nofp_pth_bin, "pth", 10**11)
+    sigmask = [s for s in sites if "sigmask" in names(s)[0]]
+    assert sigmask, [names(s) for s in sites]
+    for site in sigmask:
+        assert any("libpth" in f["module"] and f["recovered_by"] == "eh_frame"
+                   for f in site["frames"][1:]), site
+    yields = [s for s in sites if "yield_loop" in names(s)]
+    assert yields, [names(s) for s in sites]
+    assert any(s["truncated"] is False and "pth_yield" in names(s) for s in yields), yields
+
+
+def test_folded_stacks_reach_main_without_frame_pointers(stacks_agent, nofp_bin):
+    """The agent's harvester unwinds the same way (the stack copy is read
+    once, then deleted from the kernel table)."""
+    proc, _ = start(nofp_bin, "context", 10**11)
+    deadline = time.monotonic() + 20 * HARVEST
+    want = ";main;context_loop;getcontext;[rt_sigprocmask]"
+    try:
+        mine = []
+        while time.monotonic() < deadline and not any(p.endswith(want) for p in mine):
+            time.sleep(HARVEST / 2)
+            mine = [p for p in folded(stacks_agent, "rt_sigprocmask") if p.startswith("sp-nofp;")]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert any(p.endswith(want) and "[stack cut short]" not in p for p in mine), mine

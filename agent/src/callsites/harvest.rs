@@ -5,7 +5,9 @@
 //!
 //! Costs and bounds: the kernel side takes at most one stack per jiffy
 //! per process; each harvest reads the `callsites` table (one lookup per
-//! entry, at most 16384 entries) and the stacks of new entries only.
+//! entry, at most 16384 entries) and the stacks of new entries only, with
+//! their stack copies (unwound once, then deleted from the kernel table to
+//! leave room for new sites: see `unwind.rs`).
 //! Symbolized paths are cached per process and per stack, and evicted when
 //! the process exits, together with its kernel entries and the stacks no one
 //! else uses. At most [`MAX_NEW_PROCESSES_PER_HARVEST`] new processes are
@@ -25,7 +27,8 @@ use blazesym::symbolize::Symbolizer;
 use prometheus::{IntCounter, IntGauge, Registry};
 
 use super::tables::StackTables;
-use super::{folded_path, symbolize_site, unknown_site, EXITED, KIND_NAMES};
+use super::unwind::Unwinding;
+use super::{folded_path, symbolize_site_with, unknown_site, EXITED, KIND_NAMES};
 
 /// How often the kernel tables are read.
 pub const HARVEST_INTERVAL: Duration = Duration::from_secs(1);
@@ -144,6 +147,7 @@ struct Known {
 pub struct Harvester {
     tables: StackTables,
     symbolizer: Symbolizer,
+    unwinding: Unwinding,
     procs: HashMap<u32, ProcSites>,
     exits_since_renewal: usize,
     dropped_seen: u64,
@@ -156,6 +160,7 @@ impl Harvester {
         Self {
             tables,
             symbolizer: Symbolizer::new(),
+            unwinding: Unwinding::new(),
             procs: HashMap::new(),
             exits_since_renewal: 0,
             dropped_seen: 0,
@@ -170,6 +175,7 @@ impl Harvester {
         let mut alive: HashMap<u32, bool> = HashMap::new();
         let mut new_procs = 0;
         let mut batch: Vec<(String, u32, u64)> = Vec::new();
+        self.unwinding.new_pass(); // libraries may have come and gone
         for mut site in self.tables.entries() {
             let live = *alive
                 .entry(site.tgid)
@@ -188,7 +194,13 @@ impl Harvester {
                 .entry((site.kind, site.stack_id, site.stack_top, site.comm.clone()))
                 .or_insert_with(|| {
                     let symbolized = match live && self.tables.fill_stack(&mut site) {
-                        true => symbolize_site(&self.symbolizer, &site),
+                        true => {
+                            let s =
+                                symbolize_site_with(&self.symbolizer, &mut self.unwinding, &site);
+                            // symbolized once: its room is for new sites
+                            self.tables.drop_copy(&site);
+                            s
+                        }
                         // gone before its first harvest
                         false => unknown_site(0, EXITED),
                     };

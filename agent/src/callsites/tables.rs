@@ -1,6 +1,7 @@
-//! The kernel's sampled-stack tables (`callsites`, `stacks`, `stack_drops`
-//! in `bpf/slowpath.bpf.c`), read and pruned through their own file
-//! descriptors so that any thread can use them, not only the BPF worker.
+//! The kernel's sampled-stack tables (`callsites`, `stacks`,
+//! `stack_copies`, `stack_drops` in `bpf/slowpath.bpf.c`), read and pruned
+//! through their own file descriptors so that any thread can use them, not
+//! only the BPF worker.
 //!
 //! The BPF side samples at most one user stack per jiffy (1 to 10 ms) per process
 //! at the counted syscalls, and only when loaded with `capture_stacks`
@@ -11,6 +12,7 @@ use std::collections::HashSet;
 use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags, MapHandle};
 
+use super::unwind::StackCopy;
 use crate::bpf::{types, Loaded};
 use crate::snapshot::comm_to_string;
 
@@ -31,12 +33,18 @@ pub struct RawCallSite {
     /// The two words at the user stack pointer: one is the caller's return
     /// address when the syscall was made from a leaf function.
     pub stack_top: [u64; 2],
+    /// Registers and top of stack of the site's first sample, for
+    /// unwinding with .eh_frame (`stack_copies`), when the kernel kept one.
+    pub copy: Option<StackCopy>,
+    /// The map key as read, to find the site in the other tables.
+    pub key: Vec<u8>,
 }
 
-/// Handles on the three maps; `Send`, unlike the skeleton.
+/// Handles on the four maps; `Send`, unlike the skeleton.
 pub struct StackTables {
     callsites: MapHandle,
     stacks: MapHandle,
+    copies: MapHandle,
     drops: MapHandle,
 }
 
@@ -47,6 +55,7 @@ impl StackTables {
         Ok(Self {
             callsites: MapHandle::try_from(&maps.callsites).context("callsites map")?,
             stacks: MapHandle::try_from(&maps.stacks).context("stacks map")?,
+            copies: MapHandle::try_from(&maps.stack_copies).context("stack_copies map")?,
             drops: MapHandle::try_from(&maps.stack_drops).context("stack_drops map")?,
         })
     }
@@ -74,12 +83,15 @@ impl StackTables {
                     stack_id: key.stack_id,
                     ips: Vec::new(),
                     stack_top: key.stack_top,
+                    copy: None,
+                    key: key_bytes,
                 })
             })
             .collect()
     }
 
-    /// Read `site`'s stack into `ips`; false when it is no longer there.
+    /// Read `site`'s stack into `ips`, and its stack copy if there is one;
+    /// false when the stack is no longer there.
     pub fn fill_stack(&self, site: &mut RawCallSite) -> bool {
         let Ok(Some(stack)) = self
             .stacks
@@ -91,7 +103,17 @@ impl StackTables {
             .map(|i| u64_at(&stack, i))
             .take_while(|&ip| ip != 0)
             .collect();
+        site.copy = match self.copies.lookup(&site.key, MapFlags::ANY) {
+            Ok(Some(value)) => parse_copy(&value),
+            _ => None,
+        };
         true
+    }
+
+    /// Delete `site`'s stack copy (symbolized, it is not needed again): room
+    /// for the copies of new sites.
+    pub fn drop_copy(&self, site: &RawCallSite) {
+        let _ = self.copies.delete(&site.key);
     }
 
     /// Delete the entries of `tgids` (processes that exited), then the
@@ -115,6 +137,7 @@ impl StackTables {
                 if self.callsites.delete(&key_bytes).is_ok() {
                     deleted += 1;
                 }
+                let _ = self.copies.delete(&key_bytes);
                 gone_stacks.insert(key.stack_id);
             } else {
                 kept_stacks.insert(key.stack_id);
@@ -147,6 +170,23 @@ fn parse_key(bytes: &[u8]) -> Option<types::sp_callsite_key> {
     };
     plain::copy_from_bytes(&mut key, bytes).ok()?;
     Some(key)
+}
+
+/// A `stack_copies` value: its registers and the `len` bytes of stack read.
+fn parse_copy(bytes: &[u8]) -> Option<StackCopy> {
+    use std::mem::offset_of;
+    use types::sp_stack_copy as C;
+    let word = |off: usize| Some(u64_at(bytes.get(off..off + 8)?, 0));
+    let len = bytes.get(offset_of!(C, len)..offset_of!(C, len) + 4)?;
+    let len = u32::from_ne_bytes(len.try_into().ok()?) as usize;
+    let data = offset_of!(C, data);
+    Some(StackCopy {
+        ip: word(offset_of!(C, ip))?,
+        sp: word(offset_of!(C, sp))?,
+        fp: word(offset_of!(C, fp))?,
+        lr: word(offset_of!(C, lr))?,
+        data: bytes.get(data..data + len)?.to_vec(),
+    })
 }
 
 /// The `i`th native-endian u64 of `bytes` (0 past the end).
