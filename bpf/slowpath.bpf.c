@@ -192,9 +192,10 @@ struct {
  * their frame-pointer stack only. Preallocated like every hash map here
  * (8328 bytes an element: the 8232-byte value, the 48-byte key and the
  * element header; plus one spare element per possible CPU): 4,289,696 bytes
- * measured at 512 entries on 2 CPUs (bpftool's bytes_memlock). Sized 1
- * entry when stacks are not captured: then it and the scratch below still
- * cost about 17 KB per possible CPU (25,912 + 16,784 bytes on 2 CPUs). */
+ * measured at 512 entries on 2 CPUs (bpftool's bytes_memlock). When stacks
+ * are not captured the agent sizes it 1 entry and loads it without
+ * preallocation (BPF_F_NO_PREALLOC; never written then), so that a feature
+ * that is off costs no per-CPU memory. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, SP_DEFAULT_MAX_STACK_COPIES);
@@ -202,10 +203,13 @@ struct {
 	__type(value, struct sp_stack_copy);
 } stack_copies SEC(".maps");
 
-/* Scratch to build a `stack_copies` value: it is 16 times the 512-byte BPF
- * stack. */
+/* Scratch to build a `stack_copies` value (16 times the 512-byte BPF
+ * stack), one slot per CPU: a plain array the agent sizes to the possible
+ * CPUs when stacks are captured and to 1 slot otherwise (a per-CPU array
+ * always costs a value per possible CPU). Indexed by the current CPU, like a
+ * per-CPU array; a CPU beyond the slots finds none and keeps no copy. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct sp_stack_copy);
@@ -602,11 +606,11 @@ static __always_inline bool stack_due(struct sp_proc *p)
  * per call: two bpf_probe_read_user() of at most 4 KiB each. */
 static __always_inline void copy_stack(struct pt_regs *regs, const struct sp_callsite_key *key)
 {
+	__u32 cpu = bpf_get_smp_processor_id();
 	struct sp_stack_copy *c;
-	__u32 zero = 0;
 	__u64 first;
 
-	c = bpf_map_lookup_elem(&stack_copy_scratch, &zero);
+	c = bpf_map_lookup_elem(&stack_copy_scratch, &cpu);
 	if (!c)
 		return;
 	c->ip = PT_REGS_IP_CORE(regs);

@@ -641,9 +641,26 @@ fn open_and_load<'obj>(
         rodata.timer_hot_wakeups = opts.timer_hot_wakeups;
         rodata.test_refuse_page_alloc = opts.refuse_page_alloc;
     }
-    if !opts.capture_stacks {
+    if opts.capture_stacks {
+        // one scratch slot per CPU (see stack_copy_scratch)
+        let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")?;
+        open.maps
+            .stack_copy_scratch
+            .set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))
+            .context("sizing the stack_copy_scratch map")?;
+    } else {
         // Stack tables are preallocated (4 MiB for `stacks`, 4.3 MB for
-        // `stack_copies`): one entry each when nothing will be sampled.
+        // `stack_copies`): one entry each when nothing will be sampled, and
+        // no preallocated spare copies per CPU (except on PREEMPT_RT
+        // kernels, whose verifier refuses tracing programs a hash map
+        // without preallocation).
+        if !Path::new("/sys/kernel/realtime").exists() {
+            let flags = open.maps.stack_copies.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC;
+            open.maps
+                .stack_copies
+                .set_map_flags(flags)
+                .context("flagging the stack_copies map")?;
+        }
         open.maps
             .stacks
             .set_max_entries(1)

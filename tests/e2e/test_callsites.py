@@ -42,6 +42,9 @@ def samples(agent, comm, kind):
     return sum(n for path, n in folded(agent, kind).items() if path.startswith(comm + ";"))
 
 
+BPF_F_NO_PREALLOC = 1  # include/uapi/linux/bpf.h
+
+
 def agent_maps(agent):
     """{map name: map id} of the maps the agent holds."""
     out = {}
@@ -79,6 +82,11 @@ def test_off_by_default(agent_bin, tmp_path):
         assert maps["stacks"]["max_entries"] == 1
         assert maps["callsites"]["max_entries"] == 1
         assert maps["stack_copies"]["max_entries"] == 1
+        # nothing per CPU: the copy table unpreallocated, one scratch slot
+        # (bpftool truncates map names to the kernel's 15 characters)
+        assert maps["stack_copies"]["flags"] & BPF_F_NO_PREALLOC
+        assert maps["stack_copy_scra"]["max_entries"] == 1
+        assert maps["stack_copies"]["bytes_memlock"] + maps["stack_copy_scra"]["bytes_memlock"] < 16_384
         assert "slowpath_callsite_samples_total" not in a.scrape().text
     finally:
         assert a.stop() == 0, a.log_text()
