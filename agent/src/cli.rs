@@ -10,6 +10,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::{AttachType, KERNEL_BTF};
+use crate::signals::SignalArgs;
 
 /// Every flag can also be set in the environment (`SLOWPATH_WEB_LISTEN_ADDRESS`
 /// for `--web.listen-address`, ...), which is how the container image, the
@@ -158,19 +159,9 @@ pub struct Cli {
     )]
     pub sysfs: PathBuf,
 
-    /// Timer wakeups per second of one process that make it a timer loop:
-    /// the doctor's timer_loop finding, and the level above which a process
-    /// gets its own slowpath_timer_requested_seconds histogram (reached in
-    /// any one second).
-    #[arg(long = "timer.loop-threshold", global = true, env = "SLOWPATH_TIMER_LOOP_THRESHOLD",
-          default_value_t = crate::signals::timer::DEFAULT_LOOP_PER_SEC, value_name = "WAKEUPS_PER_SECOND",
-          value_parser = parse_loop_threshold)]
-    pub timer_loop_threshold: f64,
-
-    /// Period of the vDSO canary (a timed batch of libc clock reads per vDSO clock).
-    #[arg(long = "canary.interval", env = "SLOWPATH_CANARY_INTERVAL", default_value = "15s", value_name = "DURATION",
-          value_parser = parse_duration)]
-    pub canary_interval: Duration,
+    /// Each signal's own flags (`signals::SignalArgs`).
+    #[command(flatten)]
+    pub signals: SignalArgs,
 
     /// Add `namespace`, `pod` and `container` labels from the Kubernetes API
     /// (a watch of this node's pods; needs get/list/watch on pods).
@@ -251,7 +242,7 @@ pub enum Format {
 /// and fix), printed as `slowpath: error: ...` with exit status 1 like every
 /// other start-up error, rather than clap's usage error.
 #[derive(Debug)]
-pub struct BadFlag(String);
+pub struct BadFlag(pub String);
 
 impl fmt::Display for BadFlag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -309,16 +300,6 @@ fn parse_telemetry_path(s: &str) -> Result<String, BadFlag> {
     Ok(s.to_string())
 }
 
-/// `--timer.loop-threshold`: a positive, finite number of wakeups per second.
-fn parse_loop_threshold(s: &str) -> Result<f64, BadFlag> {
-    match s.parse::<f64>() {
-        Ok(n) if n.is_finite() && n > 0.0 && n <= 1e9 => Ok(n),
-        _ => Err(BadFlag(format!(
-            "bad --timer.loop-threshold {s:?}: expected a positive number of wakeups per second, e.g. 200"
-        ))),
-    }
-}
-
 fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
     let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
     if n < 4096 || !n.is_power_of_two() {
@@ -327,7 +308,8 @@ fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+/// A duration flag: humantime (`15s`, `500ms`, `1m`), at least 100 ms.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 15s, 500ms, 1m)"))?;
     if d < Duration::from_millis(100) {
         return Err("must be at least 100ms".into());
@@ -345,7 +327,7 @@ mod tests {
         assert_eq!(cli.listen_address, "0.0.0.0:9891".parse().unwrap());
         assert_eq!(cli.telemetry_path, "/metrics");
         assert!(!cli.pid_label);
-        assert_eq!(cli.canary_interval, Duration::from_secs(15));
+        assert_eq!(cli.signals.clock.canary_interval, Duration::from_secs(15));
         assert_eq!(cli.attach_type, None);
     }
 

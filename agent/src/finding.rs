@@ -1,16 +1,15 @@
 //! What the doctor's rules work on and produce, shared by every signal: the
-//! per-process deltas of one observation, the node's settings and clock
-//! costs, and the finding (severity, processes, evidence, cause, fix) each
+//! per-process deltas of one observation, the node's facts and the signals'
+//! flags, and the finding (severity, processes, evidence, cause, fix) each
 //! rule may return.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
+use crate::bpf::types::{sp_callsite_kind, sp_counters};
 use crate::callsites::CallSite;
-use crate::kubernetes::PodLabels;
-use crate::node::NodeSettings;
+use crate::labels::PodLabels;
 use crate::snapshot::SeriesKey;
 use crate::sources::{match_sites, CauseBasis, KnownSource, SourceMatch};
 
@@ -124,21 +123,6 @@ impl Finding {
     }
 }
 
-/// ns per read of one clock, through libc and through the raw syscall.
-#[derive(Debug, Serialize)]
-pub struct ClockCost {
-    pub clock: &'static str,
-    pub libc_ns: f64,
-    pub syscall_ns: f64,
-    /// Whether the vDSO should serve this clock.
-    pub vdso_clock: bool,
-    /// Whether the agent's libc reads of it entered the kernel.
-    pub fell_back: Option<bool>,
-    /// The clock measured.
-    #[serde(skip)]
-    pub id: sp_clock,
-}
-
 /// A process's counter growth over the observation.
 #[derive(Clone, Debug)]
 pub struct Delta {
@@ -147,35 +131,11 @@ pub struct Delta {
     pub c: sp_counters,
 }
 
-/// What every doctor rule sees.
-pub struct Observation<'a> {
-    /// The processes selected, with their counter growth.
-    pub deltas: &'a [Delta],
-    /// Length of the observation in seconds.
-    pub secs: f64,
-    pub node: &'a NodeSettings,
-    /// Measured clock read costs on this node.
-    pub bench: &'a [ClockCost],
-    /// Timer wakeups per second that make a timer loop (`--timer.loop-threshold`).
-    pub timer_loop_per_sec: f64,
-    /// Measured CPU seconds one timed wakeup costs the woken thread on this
-    /// node (syscall, timer and two context switches), when measured.
-    pub wakeup_cost_seconds: Option<f64>,
-}
-
-impl Observation<'_> {
-    /// The processes `rate` picks (rate per second and break-down), highest first.
-    pub fn ranked(
-        &self,
-        mut rate: impl FnMut(&Delta) -> Option<(f64, BTreeMap<String, f64>)>,
-    ) -> Vec<ProcessRate> {
-        let mut processes: Vec<ProcessRate> = self
-            .deltas
-            .iter()
-            .filter_map(|d| rate(d).map(|(per_second, detail)| process(d, per_second, detail)))
-            .collect();
-        processes.sort_by(|a, b| b.per_second.total_cmp(&a.per_second));
-        processes
+impl ProcessRate {
+    /// Process `d` in a finding, at `per_second` with the break-down `detail`
+    /// (no call sites yet).
+    pub fn of(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Self {
+        process(d, per_second, detail)
     }
 }
 

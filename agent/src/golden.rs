@@ -18,9 +18,12 @@ use crate::bpf::types::{
     sp_sleep_syscall, sp_wait,
 };
 use crate::bpf::{slot, AttachType, ProbeStatus};
-use crate::kubernetes::PodLabels;
-use crate::node::NodeSettings;
-use crate::snapshot::{CanaryReading, Cgroup, Series, SeriesKey, Snapshot};
+use crate::labels::PodLabels;
+use crate::signals::clock::benchmark::{with_costs, BENCHMARK_CLOCKS};
+use crate::signals::clock::canary::{CanaryReading, CanaryReadings};
+use crate::signals::timer::wakeup_cost::WakeupCost;
+use crate::signals::{read_node_settings, Observation, SignalArgs};
+use crate::snapshot::{Cgroup, Series, SeriesKey, Snapshot};
 
 const NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_NANOSLEEP);
 const CLOCK_NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_CLOCK_NANOSLEEP);
@@ -179,7 +182,7 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
         folded: [7, 8],
         probes: probes(),
         recursion_misses: vec![("sys_enter", 0), ("sched_waking", 3)],
-        canary: vec![
+        checks: vec![canary(vec![
             CanaryReading {
                 clock: sp_clock::SP_CLOCK_REALTIME,
                 seconds_per_read: 2.5e-8,
@@ -195,8 +198,12 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
                 seconds_per_read: 1e-7,
                 fell_back: None,
             },
-        ],
+        ])],
     }
+}
+
+fn canary(readings: Vec<CanaryReading>) -> crate::node::Fact {
+    std::sync::Arc::new(CanaryReadings(readings))
 }
 
 fn probes() -> Vec<ProbeStatus> {
@@ -328,14 +335,14 @@ fn exposition(families: Vec<MetricFamily>) -> String {
 #[test]
 fn golden_exposition_with_pid_and_pod_labels() {
     let snap = snapshot(recorded(), true, true);
-    let fams = crate::metrics::families(&snap, &NodeSettings::read(&tsc_thp_always()), Some(true));
+    let fams = crate::metrics::families(&snap, read_node_settings(&tsc_thp_always()), Some(true));
     check("metrics-pid-pods.prom", &exposition(fams));
 }
 
 #[test]
 fn golden_exposition_plain() {
     let snap = snapshot(recorded(), false, false);
-    let fams = crate::metrics::families(&snap, &NodeSettings::read(&hpet_thp_madvise()), None);
+    let fams = crate::metrics::families(&snap, read_node_settings(&hpet_thp_madvise()), None);
     check("metrics-plain.prom", &exposition(fams));
 }
 
@@ -347,7 +354,7 @@ fn golden_exposition_of_a_failed_read() {
     };
     let fams = crate::metrics::families(
         &snap,
-        &NodeSettings::read(Path::new("/nonexistent")),
+        read_node_settings(Path::new("/nonexistent")),
         Some(false),
     );
     check("metrics-empty.prom", &exposition(fams));
@@ -358,17 +365,55 @@ fn golden_exposition_of_a_failed_read() {
 fn doctor_json(sysfs: &Path, filter: crate::doctor::Filter, canary_falls_back: bool) -> String {
     let mut after = snapshot(recorded(), true, false);
     if !canary_falls_back {
-        for c in &mut after.canary {
-            c.fell_back = c.fell_back.map(|_| false);
-        }
+        let mut checks = crate::node::NodeFacts::default();
+        checks.extend(after.checks.iter().cloned());
+        let readings = checks
+            .get::<CanaryReadings>()
+            .unwrap()
+            .0
+            .iter()
+            .map(|c| CanaryReading {
+                fell_back: c.fell_back.map(|_| false),
+                ..c.clone()
+            })
+            .collect();
+        after.checks = vec![canary(readings)];
     }
     let mut early = recorded();
     early.retain(|p| p.comm == "java");
     early[0].counters = sp_counters::default();
     early[0].counters.clock_gettime[slot!(sp_clock::SP_CLOCK_MONOTONIC)] = 100_000;
     let before = snapshot(early, true, false);
-    let report = crate::doctor::golden_report(&before, &after, 10.0, sysfs, filter);
+    let report = golden_report(&before, &after, sysfs, filter);
     serde_json::to_string_pretty(&report).unwrap() + "\n"
+}
+
+/// The report of a 10 s observation between two recorded snapshots, with a
+/// fixed clock benchmark and wakeup cost.
+fn golden_report(
+    before: &Snapshot,
+    after: &Snapshot,
+    sysfs: &Path,
+    filter: crate::doctor::Filter,
+) -> crate::doctor::Report {
+    let mut node = read_node_settings(sysfs);
+    node.extend(after.checks.iter().cloned());
+    let bench = with_costs(&node, |clock| {
+        let i = BENCHMARK_CLOCKS.iter().position(|&c| c == clock).unwrap();
+        (20.0 + i as f64, 150.0 + 10.0 * i as f64)
+    });
+    node.extend([
+        std::sync::Arc::new(bench) as crate::node::Fact,
+        std::sync::Arc::new(WakeupCost(Some(8e-6))),
+    ]);
+    let deltas = crate::doctor::deltas_between(before, after, &filter);
+    let obs = Observation {
+        deltas: &deltas,
+        secs: 10.0,
+        node: &node,
+        args: &SignalArgs::default(),
+    };
+    crate::doctor::report_from(after, &obs, false, ("node-1".into(), "6.1.0-test".into()))
 }
 
 #[test]

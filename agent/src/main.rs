@@ -8,8 +8,6 @@
 
 mod bpf;
 mod callsites;
-mod canary;
-mod cgroup;
 mod cli;
 mod connections;
 mod doctor;
@@ -17,8 +15,7 @@ mod exposition;
 mod finding;
 #[cfg(test)]
 mod golden;
-mod identity;
-mod kubernetes;
+mod labels;
 mod metrics;
 mod node;
 mod preflight;
@@ -148,12 +145,12 @@ fn run(cli: Cli) -> Result<()> {
     // an unreachable API server does not (the watch retries).
     let kube = match cli.kubernetes {
         true => {
-            let opts = kubernetes::WatchOptions {
+            let opts = labels::kubernetes::WatchOptions {
                 node_name: cli.node_name.clone().unwrap_or_else(host_name),
                 kubeconfig: cli.kubeconfig.clone(),
             };
-            let client = runtime.block_on(kubernetes::client(&opts))?;
-            Some((client, opts, kubernetes::KubeState::default()))
+            let client = runtime.block_on(labels::kubernetes::client(&opts))?;
+            Some((client, opts, labels::kubernetes::KubeState::default()))
         }
         false => None,
     };
@@ -161,7 +158,8 @@ fn run(cli: Cli) -> Result<()> {
         load: load_options(&cli, cli.debug_callsites),
         pid_label: cli.pid_label,
         limits: series_limits(&cli),
-        canary_interval: cli.canary_interval,
+        signals: cli.signals.clone(),
+        check_every: None,
         pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
             index: k.index.clone(),
             deleted_pod_grace: cli.deleted_pod_grace,
@@ -185,7 +183,9 @@ fn run(cli: Cli) -> Result<()> {
     let callsites = match stack_tables {
         Some(tables) => {
             preflight::warn_if_cannot_symbolize("--debug.callsites");
-            let folded = harvest::SharedFolded::default();
+            let folded = harvest::SharedFolded::new(std::sync::Mutex::new(
+                harvest::FoldedStacks::new(signals::callsite_kinds()),
+            ));
             let metrics = harvest::CallSiteMetrics::register(&registry)?;
             let thread = harvest::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
             info!("call sites: sampling user stacks, folded at /debug/callsites");
@@ -196,7 +196,7 @@ fn run(cli: Cli) -> Result<()> {
 
     runtime.block_on(async {
         if let Some((client, opts, state)) = kube {
-            tokio::spawn(kubernetes::watch_pods(client, opts, state));
+            tokio::spawn(labels::kubernetes::watch_pods(client, opts, state));
         }
         let endpoints = server::Endpoints {
             telemetry_path: cli.telemetry_path,
@@ -268,7 +268,7 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         capture_stacks,
         break_probe: cli.break_probe.clone(),
         refuse_page_alloc: cli.refuse_probe.is_some(),
-        timer_hot_wakeups: bpf::hot_window_wakeups(cli.timer_loop_threshold),
+        timer_hot_wakeups: bpf::hot_window_wakeups(cli.signals.timer.loop_threshold),
     }
 }
 
@@ -285,8 +285,9 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
             max_comms_per_cgroup: usize::MAX,
             retired_grace: std::time::Duration::MAX,
         },
-        // the canary runs once at start; the doctor benchmarks clocks itself
-        canary_interval: std::time::Duration::from_secs(3600),
+        signals: cli.signals.clone(),
+        // the node checks run once at start; the doctor measures the node itself
+        check_every: Some(std::time::Duration::from_secs(3600)),
         pods: None,
     })?;
     log_attached(worker.probes());
@@ -300,7 +301,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
             cgroup: args.cgroup.clone(),
         },
         format: args.format,
-        timer_loop_per_sec: cli.timer_loop_threshold,
+        args: cli.signals.clone(),
     };
     doctor::run(&worker, stacks.as_ref(), &opts, &cli.sysfs)
 }

@@ -14,7 +14,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use tracing::error;
 
 use crate::exposition::{counter, family, gauge, Family};
-use crate::node::NodeSettings;
+use crate::node::NodeFacts;
 use crate::procs::LIMIT_NAMES;
 use crate::signals::{self, Scrape, SIGNALS};
 use crate::snapshot::{Snapshot, LOST_REASON_NAMES};
@@ -136,26 +136,29 @@ impl Collector for SlowpathCollector {
             .kubernetes_up
             .as_ref()
             .map(|up| up.load(Ordering::Relaxed));
-        let node = NodeSettings::read(&self.sysfs);
+        let node = signals::read_node_settings(&self.sysfs);
         if !node.unreadable.is_empty() {
             // Warned about at start (preflight); counted on every scrape.
             self.errors.with_label_values(&["sysfs"]).inc();
         }
-        let mut out = families(&snapshot, &node, kubernetes_up);
+        let mut out = families(&snapshot, node, kubernetes_up);
         // After this scrape's failures are counted, so that it reports them.
         out.extend(self.errors.collect());
         out
     }
 }
 
-/// Every family of one scrape: each signal's from `snapshot` and the node's
-/// settings, then the agent's own state. Empty families are left out.
+/// Every family of one scrape: each signal's from `snapshot`, the node's
+/// `settings` and the worker's last node checks, then the agent's own state.
+/// Empty families are left out.
 pub fn families(
     snapshot: &Snapshot,
-    node: &NodeSettings,
+    settings: NodeFacts,
     kubernetes_up: Option<bool>,
 ) -> Vec<MetricFamily> {
-    let scrape = Scrape::new(snapshot, node);
+    let mut node = settings;
+    node.extend(snapshot.checks.iter().cloned());
+    let scrape = Scrape::new(snapshot, &node);
     let mut out: Vec<MetricFamily> = SIGNALS.iter().flat_map(|s| (s.export)(&scrape)).collect();
     out.extend(agent_families(snapshot));
     if let Some(up) = kubernetes_up {

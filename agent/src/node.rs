@@ -1,36 +1,100 @@
-//! Node-level settings read from sysfs on every scrape: the clocksource
-//! (drivers/clocksource, kernel/time/clocksource.c) and the transparent huge
-//! page policy (mm/huge_memory.c).
+//! What the signals know about the node as a whole, beside the per-process
+//! counters: settings read from sysfs (the clocksource, the THP policy),
+//! checks the agent runs on itself (the vDSO canary) and measurements the
+//! doctor makes (clock read costs, the cost of one wakeup). Each is a
+//! [`NodeFact`], a type owned by one signal; this module only holds them,
+//! reads settings files on the signals' behalf and finds a fact by type.
+//! It knows no signal.
 
+use std::any::Any;
+use std::fmt::Debug;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// Current and available clocksources, from
-/// `<sysfs>/devices/system/clocksource/clocksource0/{current,available}_clocksource`.
-#[derive(Debug, Default, PartialEq)]
-pub struct Clocksources {
-    pub current: Option<String>,
-    pub available: Vec<String>,
+/// One thing a signal knows about the node. A signal reads its own facts
+/// back by type ([`NodeFacts::get`]); the doctor shows each fact through the
+/// optional methods, in the order the facts were gathered.
+pub trait NodeFact: Any + Send + Sync + Debug {
+    /// The key and value of this fact in the doctor's JSON report (between
+    /// `attach` and `findings`), or `None` when the report does not show it.
+    fn report(&self) -> Option<(&'static str, &dyn erased_serde::Serialize)> {
+        None
+    }
+    /// Its part of the text report's second line (parts joined by `; `).
+    fn headline(&self) -> Option<String> {
+        None
+    }
+    /// A block of lines after the findings in the text report.
+    fn table(&self) -> Option<String> {
+        None
+    }
 }
 
-/// The sysfs files the settings come from, relative to the sysfs root.
-pub const SETTINGS_FILES: [&str; 4] = [
-    "devices/system/clocksource/clocksource0/current_clocksource",
-    "devices/system/clocksource/clocksource0/available_clocksource",
-    "kernel/mm/transparent_hugepage/enabled",
-    "kernel/mm/transparent_hugepage/defrag",
-];
+/// A fact shared between the worker, the scrapes and the doctor.
+pub type Fact = Arc<dyn NodeFact>;
 
-/// A settings file that could not be read: its path and the error.
+/// A settings file under `--path.sysfs` that could not be read: its path and
+/// the error.
 #[derive(Debug)]
 pub struct Unreadable {
     pub path: PathBuf,
     pub error: io::Error,
 }
 
-/// Read `path`, noting a failure in `unreadable`.
-fn read_noting(path: PathBuf, unreadable: &mut Vec<Unreadable>) -> Option<String> {
+/// How a signal reads its node settings on every scrape and report: under
+/// a sysfs root, pushing every file it could not read to the list (a
+/// missing file leaves a gap in the fact, not an error).
+pub type SettingsReader = fn(&Path, &mut Vec<Unreadable>) -> Fact;
+
+/// The node facts of one scrape or report, in the order they were gathered.
+#[derive(Debug, Default, Clone)]
+pub struct NodeFacts {
+    facts: Vec<Fact>,
+    /// Settings files that could not be read (a wrong `--path.sysfs`, a
+    /// container without the host's /sys, a kernel without THP): their
+    /// metrics are missing, and the scrape counts an error. Shared so that
+    /// facts can be cloned cheaply.
+    pub unreadable: Arc<Vec<Unreadable>>,
+}
+
+impl NodeFacts {
+    /// The settings of every reader, read from the sysfs tree at `sysfs`.
+    pub fn read_settings(sysfs: &Path, readers: impl IntoIterator<Item = SettingsReader>) -> Self {
+        let mut unreadable = Vec::new();
+        let facts = readers
+            .into_iter()
+            .map(|read| read(sysfs, &mut unreadable))
+            .collect();
+        Self {
+            facts,
+            unreadable: Arc::new(unreadable),
+        }
+    }
+
+    /// Add facts gathered elsewhere (the worker's checks, the doctor's
+    /// measurements), after those already held.
+    pub fn extend(&mut self, facts: impl IntoIterator<Item = Fact>) {
+        self.facts.extend(facts);
+    }
+
+    /// The first fact of type `T`, if gathered.
+    pub fn get<T: NodeFact>(&self) -> Option<&T> {
+        self.facts
+            .iter()
+            .find_map(|f| (f.as_ref() as &dyn Any).downcast_ref::<T>())
+    }
+
+    /// Every fact, in the order gathered.
+    pub fn iter(&self) -> impl Iterator<Item = &dyn NodeFact> {
+        self.facts.iter().map(|f| f.as_ref())
+    }
+}
+
+/// Read one settings file under `sysfs`, noting a failure in `unreadable`.
+pub fn read_setting(sysfs: &Path, file: &str, unreadable: &mut Vec<Unreadable>) -> Option<String> {
+    let path = sysfs.join(file);
     match fs::read_to_string(&path) {
         Ok(text) => Some(text),
         Err(error) => {
@@ -40,66 +104,8 @@ fn read_noting(path: PathBuf, unreadable: &mut Vec<Unreadable>) -> Option<String
     }
 }
 
-/// `<sysfs>/devices/system/clocksource/clocksource0/{current,available}_clocksource`.
-fn read_clocksources_noting(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> Clocksources {
-    let mut read = |i: usize| read_noting(sysfs.join(SETTINGS_FILES[i]), unreadable);
-    let current = read(0);
-    let available = read(1);
-    Clocksources {
-        current: current
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty()),
-        available: available
-            .map(|s| s.split_whitespace().map(str::to_string).collect())
-            .unwrap_or_default(),
-    }
-}
-
-/// THP policy: the bracketed choices of
-/// `<sysfs>/kernel/mm/transparent_hugepage/{enabled,defrag}`.
-#[derive(Debug, Default, PartialEq)]
-pub struct ThpSettings {
-    pub enabled: Option<String>,
-    pub defrag: Option<String>,
-}
-
-/// `<sysfs>/kernel/mm/transparent_hugepage/{enabled,defrag}`.
-fn read_thp_settings_noting(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> ThpSettings {
-    let mut read = |i: usize| {
-        read_noting(sysfs.join(SETTINGS_FILES[i]), unreadable).and_then(|s| selected_choice(&s))
-    };
-    let enabled = read(2);
-    let defrag = read(3);
-    ThpSettings { enabled, defrag }
-}
-
-/// The node settings the signals report, read once per scrape or report.
-#[derive(Debug, Default)]
-pub struct NodeSettings {
-    pub clocksources: Clocksources,
-    pub thp: ThpSettings,
-    /// Files of [`SETTINGS_FILES`] that could not be read (a wrong
-    /// `--path.sysfs`, a container without the host's /sys, a kernel without
-    /// THP): their metrics are missing, and the scrape counts an error.
-    pub unreadable: Vec<Unreadable>,
-}
-
-impl NodeSettings {
-    /// Read both from the sysfs tree at `sysfs` (missing files leave gaps,
-    /// listed in `unreadable`).
-    pub fn read(sysfs: &Path) -> Self {
-        let mut unreadable = Vec::new();
-        let clocksources = read_clocksources_noting(sysfs, &mut unreadable);
-        let thp = read_thp_settings_noting(sysfs, &mut unreadable);
-        Self {
-            clocksources,
-            thp,
-            unreadable,
-        }
-    }
-}
-
-/// `always [madvise] never` -> `madvise`.
+/// The bracketed choice of a sysfs policy file: `always [madvise] never` ->
+/// `madvise`.
 pub fn selected_choice(text: &str) -> Option<String> {
     let start = text.find('[')? + 1;
     let len = text[start..].find(']')?;
@@ -127,40 +133,35 @@ mod tests {
         assert_eq!(selected_choice("garbage"), None);
     }
 
+    #[derive(Debug, PartialEq)]
+    struct Answer(Option<String>);
+    impl NodeFact for Answer {}
+    #[derive(Debug)]
+    struct Other;
+    impl NodeFact for Other {}
+
+    fn read_answer(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> Fact {
+        Arc::new(Answer(read_setting(sysfs, "answer", unreadable)))
+    }
+
     #[test]
-    fn reads_a_sysfs_tree() {
-        let root = std::env::temp_dir().join(format!("slowpath-sysfs-{}", std::process::id()));
-        let cs = root.join("devices/system/clocksource/clocksource0");
-        let thp = root.join("kernel/mm/transparent_hugepage");
-        fs::create_dir_all(&cs).unwrap();
-        fs::create_dir_all(&thp).unwrap();
-        fs::write(cs.join("current_clocksource"), "xen\n").unwrap();
-        fs::write(cs.join("available_clocksource"), "xen tsc hpet acpi_pm \n").unwrap();
-        fs::write(thp.join("enabled"), "[always] madvise never\n").unwrap();
-        fs::write(
-            thp.join("defrag"),
-            "always defer [defer+madvise] madvise never\n",
-        )
-        .unwrap();
-        let node = NodeSettings::read(&root);
-        assert_eq!(
-            node.clocksources,
-            Clocksources {
-                current: Some("xen".into()),
-                available: vec!["xen".into(), "tsc".into(), "hpet".into(), "acpi_pm".into()],
-            }
-        );
-        assert_eq!(
-            node.thp,
-            ThpSettings {
-                enabled: Some("always".into()),
-                defrag: Some("defer+madvise".into()),
-            }
-        );
-        assert!(node.unreadable.is_empty());
-        let missing = NodeSettings::read(&root.join("missing"));
-        assert_eq!(missing.clocksources, Clocksources::default());
-        assert_eq!(missing.unreadable.len(), SETTINGS_FILES.len());
+    fn settings_are_read_and_found_by_type_and_gaps_are_listed() {
+        let root = std::env::temp_dir().join(format!("slowpath-node-{}", std::process::id()));
+        fs::create_dir_all(&root).unwrap();
+        fs::write(root.join("answer"), "42").unwrap();
+        let reader: SettingsReader = read_answer;
+        let mut facts = NodeFacts::read_settings(&root, [reader]);
+        assert_eq!(facts.get::<Answer>(), Some(&Answer(Some("42".into()))));
+        assert!(facts.get::<Other>().is_none());
+        assert!(facts.unreadable.is_empty());
+        facts.extend([Arc::new(Other) as Fact]);
+        assert!(facts.get::<Other>().is_some());
+        assert_eq!(facts.iter().count(), 2);
+
+        let missing = NodeFacts::read_settings(&root.join("missing"), [reader]);
+        assert_eq!(missing.get::<Answer>(), Some(&Answer(None)));
+        assert_eq!(missing.unreadable.len(), 1);
+        assert!(missing.unreadable[0].path.ends_with("missing/answer"));
         fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -6,8 +6,6 @@ use caps::{CapSet, Capability, CapsHashSet};
 use std::path::Path;
 use tracing::warn;
 
-use crate::node::NodeSettings;
-
 /// Effective capabilities of this thread (checked before any other thread
 /// starts).
 fn effective_caps() -> Result<CapsHashSet> {
@@ -100,13 +98,13 @@ pub fn check_capabilities() -> Result<()> {
     )
 }
 
-/// Warn, once per file at start, about the node settings files (clocksource,
-/// THP policy) that cannot be read under `sysfs` (`--path.sysfs`): their
+/// Warn, once per file at start, about the signals' node settings files
+/// (`NodeNeeds::settings`) that cannot be read under `sysfs` (`--path.sysfs`): their
 /// metrics will be missing, and each scrape counts
 /// `slowpath_scrape_errors_total{source="sysfs"}`. Not fatal: every per-process
 /// signal still works.
 pub fn warn_if_sysfs_unreadable(sysfs: &Path) {
-    for file in NodeSettings::read(sysfs).unreadable {
+    for file in crate::signals::read_node_settings(sysfs).unreadable.iter() {
         warn!(
             path = %file.path.display(),
             error = %file.error,

@@ -28,7 +28,7 @@ use libbpf_rs::{MapCore, MapFlags};
 use tracing::debug;
 
 use crate::bpf::types::{sp_counters, sp_proc, sp_proc_event, sp_proc_flag, sp_proc_key};
-use crate::cgroup::CgroupResolver;
+use crate::labels::cgroup::CgroupResolver;
 use crate::snapshot::{comm_to_string, Cgroup, SeriesKey};
 
 /// Keys of the `procs` map at or above this hold parked entries of exited

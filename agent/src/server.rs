@@ -18,7 +18,6 @@ use tracing::{error, info};
 
 use crate::bpf::ProbeStatus;
 use crate::callsites::harvest::SharedFolded;
-use crate::callsites::KIND_NAMES;
 use crate::webconfig::WebConfig;
 
 /// How long in-flight scrapes may finish after a shutdown signal.
@@ -228,26 +227,24 @@ async fn debug_callsites(
         )
             .into_response();
     };
+    let folded = folded.lock().unwrap_or_else(|e| e.into_inner());
     let kind = match query.kind.as_deref() {
         None => None,
-        Some(name) => match KIND_NAMES.iter().position(|&k| k == name) {
-            Some(i) => Some(i as u32),
+        Some(name) => match folded.kind_named(name) {
+            Some(i) => Some(i),
             None => {
                 return (
                     StatusCode::BAD_REQUEST,
                     format!(
                         "unknown kind {name:?}: use one of {}\n",
-                        KIND_NAMES.join(", ")
+                        folded.kind_names().join(", ")
                     ),
                 )
                     .into_response()
             }
         },
     };
-    let body = folded
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .render(kind);
+    let body = folded.render(kind);
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 

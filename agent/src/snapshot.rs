@@ -8,10 +8,11 @@
 
 use std::sync::Arc;
 
-use crate::bpf::types::{sp_clock, sp_counters, sp_lost_reason};
+use crate::bpf::types::{sp_counters, sp_lost_reason};
 use crate::bpf::ProbeStatus;
-use crate::identity::{self, CgroupIdentity};
-use crate::kubernetes::PodLabels;
+use crate::labels::identity::{self, CgroupIdentity};
+use crate::labels::PodLabels;
+use crate::node::Fact;
 
 /// Number of `enum sp_lost_reason` slots.
 pub const LOST_REASON_COUNT: usize = sp_lost_reason::SP_LOST_REASON_COUNT.0 as usize;
@@ -90,17 +91,6 @@ impl Series {
     }
 }
 
-/// The vDSO canary's last reading of one clock (see `canary`).
-#[derive(Clone, Debug)]
-pub struct CanaryReading {
-    pub clock: sp_clock,
-    /// Mean seconds per libc `clock_gettime` of this clock.
-    pub seconds_per_read: f64,
-    /// Whether the batch entered the kernel; `None` when the syscall probe
-    /// is not attached, so the kernel side could not tell.
-    pub fell_back: Option<bool>,
-}
-
 /// Everything the metrics need from the kernel side at one instant.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
@@ -117,8 +107,9 @@ pub struct Snapshot {
     /// Events each attached probe missed to the kernel's recursion guard
     /// (`bpf::recursion_misses`), in probe order.
     pub recursion_misses: Vec<(&'static str, u64)>,
-    /// Last vDSO canary results (empty until the first run).
-    pub canary: Vec<CanaryReading>,
+    /// The last result of each signal's node check (`NodeNeeds::check`, run
+    /// by the worker; empty until the first run).
+    pub checks: Vec<Fact>,
 }
 
 /// A kernel `comm` (NUL-padded `char[16]`) as a label value. Valid UTF-8

@@ -1,7 +1,8 @@
 //! The BPF worker thread: it owns the loaded skeleton (libbpf objects stay on
 //! one thread), answers snapshot requests from the scrape path, drains the
 //! ring buffers as they fill (`wakeup`) and on a short timer, folds entries
-//! the kernel flagged as exited, and runs the vDSO canary.
+//! the kernel flagged as exited, and runs the signals' node checks and
+//! upkeep (`NodeNeeds::check`, `KernelNeeds::upkeep`).
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -16,12 +17,13 @@ use anyhow::{anyhow, Context, Result};
 use libbpf_rs::{MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 use tracing::{debug, error, info, warn};
 
-use crate::bpf::types::{self, sp_clock};
-use crate::bpf::{self, slot, LoadOptions, ProbeStatus};
+use crate::bpf::types;
+use crate::bpf::{self, LoadOptions, ProbeStatus};
 use crate::callsites::tables::StackTables;
-use crate::canary;
-use crate::kubernetes::SharedPodIndex;
+use crate::labels::kubernetes::SharedPodIndex;
+use crate::node::Fact;
 use crate::procs::{Aggregator, PendingCgroups, PendingRecords, SeriesLimits};
+use crate::signals::{NodeCheck, SignalArgs, SIGNALS};
 use crate::snapshot::{Series, SeriesKey, Snapshot, LOST_REASON_COUNT, LOST_REASON_NAMES};
 use crate::wakeup::{Doorbell, Waiter};
 
@@ -39,8 +41,11 @@ pub struct WorkerOptions {
     pub pid_label: bool,
     /// Bounds of the per-process series.
     pub limits: SeriesLimits,
-    /// Period of the vDSO canary.
-    pub canary_interval: Duration,
+    /// The signals' flags (the periods of their node checks).
+    pub signals: SignalArgs,
+    /// Run every node check this often instead of the signal's period
+    /// (the doctor: once, at start).
+    pub check_every: Option<Duration>,
     /// Pod labels, when Kubernetes is enabled.
     pub pods: Option<PodLabelling>,
 }
@@ -150,129 +155,244 @@ fn run(
     ready: SyncSender<Result<Ready>>,
 ) {
     let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; bpf::MAX_ATTEMPTS];
-    let mut loaded = match bpf::load(&mut storage, &opts.load) {
-        Ok(loaded) => loaded,
+    let (loaded, rings) = match start(&mut storage, &opts, doorbell) {
+        Ok((loaded, rings, ready_msg)) => {
+            let _ = ready.send(Ok(ready_msg));
+            (loaded, rings)
+        }
         Err(err) => {
             let _ = ready.send(Err(err));
             return;
         }
     };
+    let mut state = Loop::new(&opts, &loaded);
+    state.serve(loaded, rings, &opts, &rx, doorbell);
+}
+
+/// The ring buffers and the queues their callbacks fill.
+struct Rings {
+    ring: RingBuffer<'static>,
+    waiter: Waiter,
+    pending: PendingRecords,
+    new_cgroups: PendingCgroups,
+}
+
+/// Load and attach, open the rings and, with `capture_stacks`, the stack
+/// tables: everything the caller of `Worker::start` waits for.
+fn start<'obj>(
+    storage: &'obj mut bpf::ObjectStorage,
+    opts: &WorkerOptions,
+    doorbell: &Doorbell,
+) -> Result<(bpf::Loaded<'obj>, Rings, Ready)> {
+    let loaded = bpf::load(storage, &opts.load)?;
     let pending: PendingRecords = Rc::new(RefCell::new(Vec::new()));
     let new_cgroups: PendingCgroups = Rc::new(RefCell::new(Vec::new()));
-    let (ring, waiter) = match open_rings(&loaded, &pending, &new_cgroups, doorbell) {
-        Ok(opened) => opened,
-        Err(err) => {
-            let _ = ready.send(Err(err));
-            return;
-        }
-    };
+    let (ring, waiter) = open_rings(&loaded, &pending, &new_cgroups, doorbell)?;
     let stack_tables = match opts.load.capture_stacks {
-        true => match StackTables::open(&loaded) {
-            Ok(tables) => Some(tables),
-            Err(err) => {
-                let _ = ready.send(Err(err));
-                return;
-            }
-        },
+        true => Some(StackTables::open(&loaded)?),
         false => None,
     };
-    let _ = ready.send(Ok(Ready {
+    let ready = Ready {
         probes: loaded.probes.clone(),
         stack_tables,
-    }));
+    };
+    let rings = Rings {
+        ring,
+        waiter,
+        pending,
+        new_cgroups,
+    };
+    Ok((loaded, rings, ready))
+}
 
-    let procs = &loaded.skel.maps.procs;
-    let sys_enter_attached = loaded
-        .probes
-        .iter()
-        .any(|p| p.probe == "sys_enter" && p.attached());
-    let mut agg = Aggregator::new(opts.pid_label, opts.limits.clone());
-    let mut canary_results = Vec::new();
-    let mut next_canary = Instant::now();
-    let mut next_sweep = Instant::now() + SWEEP_INTERVAL;
-    let own_tgid = std::process::id();
-    let mut lost_seen = [0u64; LOST_REASON_COUNT];
-    let mut flagged_seen = 0u64;
+/// A signal's periodic node check and when it is next due.
+struct DueCheck {
+    check: &'static NodeCheck,
+    every: Duration,
+    next: Instant,
+}
 
-    loop {
-        update_clock_offsets(loaded.skel.maps.bss_data.as_deref_mut());
+/// The worker's state between passes.
+struct Loop {
+    agg: Aggregator,
+    /// Each signal's node check, with its last result in `results`.
+    checks: Vec<DueCheck>,
+    results: Vec<Option<Fact>>,
+    next_sweep: Instant,
+    lost_seen: [u64; LOST_REASON_COUNT],
+    flagged_seen: u64,
+    /// Whether the syscall hook counts: the checks may read the agent's
+    /// own counters only then.
+    sys_enter_attached: bool,
+}
+
+impl Loop {
+    fn new(opts: &WorkerOptions, loaded: &bpf::Loaded<'_>) -> Self {
         let now = Instant::now();
-        if now >= next_canary {
-            canary_results = canary::run(|clock| {
-                sys_enter_attached.then(|| own_clock_syscalls(procs, own_tgid, clock))
-            });
-            next_canary = now + opts.canary_interval;
+        let checks: Vec<DueCheck> = SIGNALS
+            .iter()
+            .filter_map(|s| s.node.check.as_ref())
+            .map(|check| DueCheck {
+                check,
+                every: opts
+                    .check_every
+                    .unwrap_or_else(|| (check.every)(&opts.signals)),
+                next: now,
+            })
+            .collect();
+        Self {
+            agg: Aggregator::new(opts.pid_label, opts.limits.clone()),
+            results: vec![None; checks.len()],
+            checks,
+            next_sweep: now + SWEEP_INTERVAL,
+            lost_seen: [0; LOST_REASON_COUNT],
+            flagged_seen: 0,
+            sys_enter_attached: loaded
+                .probes
+                .iter()
+                .any(|p| p.probe == "sys_enter" && p.attached()),
         }
-        if now >= next_sweep {
-            match agg.sweep_dead(procs) {
-                Ok(0) => {}
-                Ok(n) => info!(
-                    entries = n,
-                    "folded entries of processes that left no exit record"
-                ),
-                Err(err) => warn!(error = %format!("{err:#}"), "sweeping the process table"),
+    }
+
+    /// Until stopped: on every pass keep the kernel side current, run the
+    /// node checks that are due, drain and fold, answer requests, then
+    /// sleep until a ring fills, a request comes or the next check is due.
+    fn serve(
+        &mut self,
+        mut loaded: bpf::Loaded<'_>,
+        rings: Rings,
+        opts: &WorkerOptions,
+        rx: &Receiver<Request>,
+        doorbell: &Doorbell,
+    ) {
+        loop {
+            upkeep(&mut loaded);
+            self.run_due_checks(&loaded);
+            self.sweep_if_due(&loaded);
+            self.drain(&loaded, &rings);
+            while let Ok(request) = rx.try_recv() {
+                match request {
+                    Request::Snapshot(reply) => {
+                        let _ = reply.send(self.snapshot(&loaded, &rings, opts));
+                    }
+                    Request::Stop(ack) => {
+                        debug!("detaching BPF programs");
+                        drop(rings);
+                        drop(loaded);
+                        let _ = ack.send(());
+                        return;
+                    }
+                }
             }
-            next_sweep = now + SWEEP_INTERVAL;
+            doorbell.clear();
+            if matches!(rx.try_recv(), Err(TryRecvError::Disconnected)) {
+                return;
+            }
+            let next_check = self.checks.iter().map(|c| c.next).min();
+            let until_check = next_check.map_or(DRAIN_INTERVAL, |next| {
+                next.saturating_duration_since(Instant::now())
+            });
+            rings.waiter.wait(DRAIN_INTERVAL.min(until_check));
         }
-        // Drain on every pass, whatever woke us: records never wait for a scrape.
-        if let Err(err) = ring.consume() {
+    }
+
+    /// Run every node check whose time has come.
+    fn run_due_checks(&mut self, loaded: &bpf::Loaded<'_>) {
+        let now = Instant::now();
+        let own = || {
+            self.sys_enter_attached
+                .then(|| own_counters(&loaded.skel.maps.procs, std::process::id()))
+        };
+        for (due, result) in self.checks.iter_mut().zip(&mut self.results) {
+            if now >= due.next {
+                *result = Some((due.check.run)(&own));
+                due.next = now + due.every;
+            }
+        }
+    }
+
+    /// Fold the entries of processes that left no exit record, now and then.
+    fn sweep_if_due(&mut self, loaded: &bpf::Loaded<'_>) {
+        let now = Instant::now();
+        if now < self.next_sweep {
+            return;
+        }
+        match self.agg.sweep_dead(&loaded.skel.maps.procs) {
+            Ok(0) => {}
+            Ok(n) => info!(
+                entries = n,
+                "folded entries of processes that left no exit record"
+            ),
+            Err(err) => warn!(error = %format!("{err:#}"), "sweeping the process table"),
+        }
+        self.next_sweep = now + SWEEP_INTERVAL;
+    }
+
+    /// Drain on every pass, whatever woke us: records never wait for a
+    /// scrape. Fold exit records, flagged entries and new cgroups; log new
+    /// losses.
+    fn drain(&mut self, loaded: &bpf::Loaded<'_>, rings: &Rings) {
+        if let Err(err) = rings.ring.consume() {
             warn!(error = %err, "draining the ring buffers");
         }
-        agg.learn_cgroups(&new_cgroups);
-        agg.fold_records(&pending);
+        self.agg.learn_cgroups(&rings.new_cgroups);
+        self.agg.fold_records(&rings.pending);
         let flagged = loaded
             .skel
             .maps
             .bss_data
             .as_deref()
             .map_or(0, |b| b.exited_flagged);
-        if flagged != flagged_seen {
+        if flagged != self.flagged_seen {
             // Exit records the ring buffer had no room for: their entries
             // wait in the table, flagged; fold them now, not at the next scrape.
-            flagged_seen = flagged;
-            if let Err(err) = agg.fold_flagged(procs) {
+            self.flagged_seen = flagged;
+            if let Err(err) = self.agg.fold_flagged(&loaded.skel.maps.procs) {
                 warn!(error = %format!("{err:#}"), "folding flagged entries");
             }
         }
-        log_new_losses(&read_lost(&loaded.skel.maps.lost), &mut lost_seen);
-        while let Ok(request) = rx.try_recv() {
-            match request {
-                Request::Snapshot(reply) => {
-                    if let Some(pods) = &opts.pods {
-                        drop_deleted_pods(&mut agg, pods);
-                    }
-                    let result = agg
-                        .refresh(procs, || ring.consume().map_err(Into::into), &pending)
-                        .map(|r| {
-                            Arc::new(Snapshot {
-                                series: export(r.series, opts.pods.as_ref()),
-                                tracked_processes: r.tracked_processes,
-                                folded: r.folded,
-                                lost: read_lost(&loaded.skel.maps.lost),
-                                recursion_misses: bpf::recursion_misses(&loaded.skel),
-                                probes: loaded.probes.clone(),
-                                canary: canary_results.clone(),
-                            })
-                        });
-                    if let Err(err) = &result {
-                        error!(error = %format!("{err:#}"), "reading the kernel tables");
-                    }
-                    let _ = reply.send(result);
-                }
-                Request::Stop(ack) => {
-                    debug!("detaching BPF programs");
-                    drop(ring);
-                    drop(loaded);
-                    let _ = ack.send(());
-                    return;
-                }
-            }
+        log_new_losses(&read_lost(&loaded.skel.maps.lost), &mut self.lost_seen);
+    }
+
+    /// Read the kernel tables now and build a snapshot.
+    fn snapshot(
+        &mut self,
+        loaded: &bpf::Loaded<'_>,
+        rings: &Rings,
+        opts: &WorkerOptions,
+    ) -> Result<Arc<Snapshot>> {
+        if let Some(pods) = &opts.pods {
+            drop_deleted_pods(&mut self.agg, pods);
         }
-        doorbell.clear();
-        if matches!(rx.try_recv(), Err(TryRecvError::Disconnected)) {
-            return;
+        let refreshed = self.agg.refresh(
+            &loaded.skel.maps.procs,
+            || rings.ring.consume().map_err(Into::into),
+            &rings.pending,
+        );
+        let result = refreshed.map(|r| {
+            Arc::new(Snapshot {
+                series: export(r.series, opts.pods.as_ref()),
+                tracked_processes: r.tracked_processes,
+                folded: r.folded,
+                lost: read_lost(&loaded.skel.maps.lost),
+                recursion_misses: bpf::recursion_misses(&loaded.skel),
+                probes: loaded.probes.clone(),
+                checks: self.results.iter().flatten().cloned().collect(),
+            })
+        });
+        if let Err(err) = &result {
+            error!(error = %format!("{err:#}"), "reading the kernel tables");
         }
-        waiter.wait(DRAIN_INTERVAL.min(next_canary.saturating_duration_since(Instant::now())));
+        result
+    }
+}
+
+/// Each signal's upkeep of the object's writable data (`KernelNeeds::upkeep`).
+fn upkeep(loaded: &mut bpf::Loaded<'_>) {
+    if let Some(bss) = loaded.skel.maps.bss_data.as_deref_mut() {
+        for upkeep in SIGNALS.iter().filter_map(|s| s.kernel.upkeep) {
+            upkeep(bss);
+        }
     }
 }
 
@@ -356,35 +476,16 @@ fn drop_deleted_pods(agg: &mut Aggregator, pods: &PodLabelling) {
         .prune(grace, now);
 }
 
-/// Tell the BPF side how far CLOCK_REALTIME and CLOCK_TAI are ahead of
-/// CLOCK_MONOTONIC, to turn absolute deadlines on them into lengths. Kept
-/// current every pass of the worker loop (at most `DRAIN_INTERVAL` apart),
-/// so a clock step is off for at most that long.
-fn update_clock_offsets(bss: Option<&mut types::bss>) {
-    let Some(bss) = bss else { return };
-    let now = |clock| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec through a valid pointer.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-    };
-    let mono = now(libc::CLOCK_MONOTONIC);
-    bss.realtime_offset_ns = now(libc::CLOCK_REALTIME) - mono;
-    bss.tai_offset_ns = now(libc::CLOCK_TAI) - mono;
-}
-
-/// The agent's own `clock_gettime` syscall count for `clock`.
-fn own_clock_syscalls(procs: &dyn MapCore, tgid: u32, clock: sp_clock) -> u64 {
+/// The agent's own counters in the kernel's process table (zero before its
+/// first counted event).
+fn own_counters(procs: &dyn MapCore, tgid: u32) -> types::sp_counters {
     let Ok(Some(bytes)) = procs.lookup(&tgid.to_ne_bytes(), MapFlags::ANY) else {
-        return 0; // no entry yet: no counted syscall yet
+        return types::sp_counters::default(); // no entry yet: nothing counted yet
     };
     let mut p = types::sp_proc::default();
     match plain::copy_from_bytes(&mut p, &bytes) {
-        Ok(()) => p.c.clock_gettime[slot!(clock)],
-        Err(_) => 0,
+        Ok(()) => p.c,
+        Err(_) => types::sp_counters::default(),
     }
 }
 

@@ -28,7 +28,7 @@ use prometheus::{IntCounter, IntGauge, Registry};
 
 use super::tables::StackTables;
 use super::unwind::Unwinding;
-use super::{folded_path, symbolize_site_with, unknown_site, EXITED, KIND_NAMES};
+use super::{folded_path, symbolize_site_with, unknown_site, EXITED};
 
 /// How often the kernel tables are read.
 pub const HARVEST_INTERVAL: Duration = Duration::from_secs(1);
@@ -47,12 +47,41 @@ const OVERFLOW_FRAME: &str = "[more stacks than slowpath keeps]";
 pub struct FoldedStacks {
     /// path -> (`enum sp_callsite_kind`, samples)
     lines: HashMap<String, (u32, u64)>,
+    /// Names of the call kinds, indexed by `enum sp_callsite_kind`.
+    kinds: Vec<&'static str>,
 }
 
 /// The folded stacks, behind a lock the harvester holds once per harvest.
 pub type SharedFolded = Arc<Mutex<FoldedStacks>>;
 
 impl FoldedStacks {
+    /// No stacks yet; `kinds` names the call kinds, indexed by
+    /// `enum sp_callsite_kind` (the signals' `call_sites`).
+    pub fn new(kinds: Vec<&'static str>) -> Self {
+        Self {
+            lines: HashMap::new(),
+            kinds,
+        }
+    }
+
+    /// The name of call kind `kind` ("?" when unknown).
+    pub fn kind_name(&self, kind: u32) -> &'static str {
+        self.kinds.get(kind as usize).copied().unwrap_or("?")
+    }
+
+    /// The call kind named `name`, if there is one.
+    pub fn kind_named(&self, name: &str) -> Option<u32> {
+        self.kinds
+            .iter()
+            .position(|&k| k == name)
+            .and_then(|i| u32::try_from(i).ok())
+    }
+
+    /// Every call kind's name, in kind order.
+    pub fn kind_names(&self) -> &[&'static str] {
+        &self.kinds
+    }
+
     /// Add `samples` to `path`, or to the overflow line once full.
     fn add(&mut self, path: &str, kind: u32, samples: u64) {
         if let Some(line) = self.lines.get_mut(path) {
@@ -62,8 +91,7 @@ impl FoldedStacks {
         let path = if self.lines.len() < MAX_FOLDED_STACKS {
             path.to_string()
         } else {
-            let kind_name = KIND_NAMES.get(kind as usize).unwrap_or(&"?");
-            format!("{OVERFLOW_FRAME};[{kind_name}]")
+            format!("{OVERFLOW_FRAME};[{}]", self.kind_name(kind))
         };
         self.lines.entry(path).or_insert((kind, 0)).1 += samples;
     }
@@ -153,11 +181,19 @@ pub struct Harvester {
     dropped_seen: u64,
     folded: SharedFolded,
     metrics: CallSiteMetrics,
+    /// The call kinds' names (as in `folded`), for the paths made here.
+    kinds: Vec<&'static str>,
 }
 
 impl Harvester {
     pub fn new(tables: StackTables, folded: SharedFolded, metrics: CallSiteMetrics) -> Self {
+        let kinds = folded
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .kind_names()
+            .to_vec();
         Self {
+            kinds,
             tables,
             symbolizer: Symbolizer::new(),
             unwinding: Unwinding::new(),
@@ -205,7 +241,11 @@ impl Harvester {
                         false => unknown_site(0, EXITED),
                     };
                     Known {
-                        path: folded_path(&site.comm, &symbolized, site.kind),
+                        path: folded_path(
+                            &site.comm,
+                            &symbolized,
+                            self.kinds.get(site.kind as usize).copied().unwrap_or("?"),
+                        ),
                         seen: 0,
                     }
                 });
@@ -315,7 +355,7 @@ mod tests {
 
     #[test]
     fn folded_stacks_are_bounded_and_sorted() {
-        let mut f = FoldedStacks::default();
+        let mut f = FoldedStacks::new(vec!["clock", "rt_sigprocmask", "sleep", "thp_fault"]);
         for i in 0..MAX_FOLDED_STACKS + 5 {
             f.add(&format!("app;f{i};[clock]"), 0, 1);
         }

@@ -41,7 +41,6 @@ use blazesym::symbolize::{Input, Reason, Symbolized, Symbolizer};
 use blazesym::{ErrorKind, Pid};
 use serde::Serialize;
 
-use crate::bpf::slot;
 use crate::bpf::types::sp_callsite_kind;
 use tables::RawCallSite;
 use unwind::{Unwinding, Unwound};
@@ -395,16 +394,12 @@ pub fn one_line(site: &CallSite) -> String {
     format!("{} samples: {}{cut}", site.samples, names.join(" <- "))
 }
 
-/// Name of a call kind (`enum sp_callsite_kind`) in folded stacks and in the
-/// `kind` query parameter of `/debug/callsites`.
-pub const KIND_NAMES: [&str; slot!(sp_callsite_kind::SP_CALLSITE_KIND_COUNT)] =
-    ["clock", "rt_sigprocmask", "sleep", "thp_fault"];
-
 /// One folded-stack path (the flame graph format of `stackcollapse`, without
 /// the count): `comm;outermost;...;innermost;[kind]`, with
 /// `[stack cut short]` after the comm when the walk did not reach the
-/// program's entry. Semicolons inside names become colons.
-pub fn folded_path(comm: &str, site: &CallSite, kind: u32) -> String {
+/// program's entry. Semicolons inside names become colons. `kind` is the
+/// call kind's name (the signals' `call_sites`).
+pub fn folded_path(comm: &str, site: &CallSite, kind: &str) -> String {
     let clean = |s: &str| s.replace([';', '\n'], ":");
     let mut parts = vec![clean(comm)];
     if site.truncated {
@@ -415,9 +410,6 @@ pub fn folded_path(comm: &str, site: &CallSite, kind: u32) -> String {
         "?" => format!("[{}]", clean(&f.module)),
         name => clean(name),
     }));
-    parts.push(format!(
-        "[{}]",
-        KIND_NAMES.get(kind as usize).unwrap_or(&"?")
-    ));
+    parts.push(format!("[{kind}]"));
     parts.join(";")
 }

@@ -1,6 +1,7 @@
 //! `slowpath doctor`: load the same BPF programs, observe for a while, and
-//! turn the per-process deltas, the canary, a clock benchmark and the node's
-//! settings into ranked findings, each with the processes involved, the
+//! turn the per-process deltas and the node's facts (each signal's settings,
+//! checks and measurements: the clocksource, the canary, a clock benchmark,
+//! ...) into ranked findings, each with the processes involved, the
 //! evidence, the likely cause, the fix and the expected gain where the cases
 //! behind slowpath give one.
 //!
@@ -31,19 +32,17 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::callsites;
 use crate::callsites::tables::{RawCallSite, StackTables};
-use crate::canary;
 use crate::cli::Format;
-use crate::finding::{rank, ClockCost, Delta, Finding, Observation};
-use crate::node::NodeSettings;
+use crate::finding::{rank, Delta, Finding};
+use crate::node::NodeFacts;
 use crate::procs::sub_counters;
-use crate::signals::clock::{clock_name, is_vdso_clock, BENCHMARK_CLOCKS};
-use crate::signals::SIGNALS;
+use crate::signals::{self, Observation, SignalArgs, SIGNALS};
 use crate::snapshot::{SeriesKey, Snapshot};
 use crate::worker::Worker;
 
 mod text;
 
-#[derive(Debug, Serialize)]
+#[derive(Serialize)]
 pub struct Report {
     pub schema_version: u32,
     pub node: String,
@@ -51,10 +50,26 @@ pub struct Report {
     pub duration_seconds: f64,
     /// probe -> attach type (or "not attached").
     pub attach: BTreeMap<String, String>,
-    pub clocksource: BTreeMap<String, String>,
-    pub thp: BTreeMap<String, String>,
-    pub clock_benchmark: Vec<ClockCost>,
+    /// Each node fact the report shows, under its own key (`clocksource`,
+    /// `thp`, `clock_benchmark`, ...), in the order gathered.
+    #[serde(flatten)]
+    pub node_facts: NodeSections,
     pub findings: Vec<Finding>,
+}
+
+/// The node facts of a report, serialized as one entry per fact that has a
+/// report section ([`NodeFact::report`](crate::node::NodeFact::report)).
+pub struct NodeSections(pub NodeFacts);
+
+impl Serialize for NodeSections {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.0.iter().filter_map(|f| f.report()) {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
 }
 
 /// Which processes the report is about (`--pid`, `--comm`, `--cgroup`);
@@ -96,8 +111,8 @@ pub struct DoctorOptions {
     pub duration: Duration,
     pub filter: Filter,
     pub format: Format,
-    /// Timer wakeups per second that make a timer loop.
-    pub timer_loop_per_sec: f64,
+    /// The signals' flags (thresholds).
+    pub args: SignalArgs,
 }
 
 /// Run the doctor: observe with `worker`, print the report, with the call
@@ -117,7 +132,7 @@ pub fn run(
     let observed = observe(opts.duration, &interrupted);
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, &opts.filter);
-    let mut report = build_report(&after, &deltas, observed, sysfs, opts.timer_loop_per_sec);
+    let mut report = build_report(&after, &deltas, observed, sysfs, &opts.args);
     attach_call_sites(
         &mut report,
         &stacks.map(StackTables::read).unwrap_or_default(),
@@ -202,7 +217,7 @@ fn build_report(
     deltas: &[Delta],
     window: Duration,
     sysfs: &Path,
-    timer_loop_per_sec: f64,
+    args: &SignalArgs,
 ) -> Report {
     let host = |file: &str| {
         std::fs::read_to_string(file)
@@ -210,163 +225,75 @@ fn build_report(
             .trim()
             .to_string()
     };
-    report_from(
-        snapshot,
+    let mut node = signals::read_node_settings(sysfs);
+    node.extend(snapshot.checks.iter().cloned());
+    for measure in SIGNALS.iter().filter_map(|s| s.node.measure) {
+        let fact = measure(&node);
+        node.extend([fact]);
+    }
+    let observation = Observation {
         deltas,
-        window.as_secs_f64(),
-        &NodeSettings::read(sysfs),
-        Measured {
-            bench: clock_benchmark(snapshot),
-            wakeup_cost_seconds: canary::wakeup_cost(),
-            timer_loop_per_sec,
-            live: true,
-        },
-        (
-            host("/proc/sys/kernel/hostname"),
-            host("/proc/sys/kernel/osrelease"),
-        ),
-    )
+        secs: window.as_secs_f64(),
+        node: &node,
+        args,
+    };
+    let names = (
+        host("/proc/sys/kernel/hostname"),
+        host("/proc/sys/kernel/osrelease"),
+    );
+    report_from(snapshot, &observation, true, names)
 }
 
-/// What the report's rules use beyond the counters: measurements on this
-/// node and the thresholds the user set.
-struct Measured {
-    bench: Vec<ClockCost>,
-    wakeup_cost_seconds: Option<f64>,
-    timer_loop_per_sec: f64,
-    /// The processes still run: signals may look at them (`Signal::enrich`).
-    live: bool,
-}
-
-/// The report for measured inputs and `(node, kernel)` names. Every
-/// signal's rules run, in [`SIGNALS`] order.
-fn report_from(
+/// The report of `obs` and `(node, kernel)` names. Every signal's rules
+/// run, in [`SIGNALS`] order; with `live` (the processes still run),
+/// signals may also look at them (`Signal::enrich`).
+pub(crate) fn report_from(
     snapshot: &Snapshot,
-    deltas: &[Delta],
-    secs: f64,
-    node: &NodeSettings,
-    measured: Measured,
+    obs: &Observation<'_>,
+    live: bool,
     (node_name, kernel): (String, String),
 ) -> Report {
-    let Measured {
-        bench,
-        wakeup_cost_seconds,
-        timer_loop_per_sec,
-        live,
-    } = measured;
-    let obs = Observation {
-        deltas,
-        secs,
-        node,
-        bench: &bench,
-        timer_loop_per_sec,
-        wakeup_cost_seconds,
-    };
     let mut findings = Vec::new();
     for signal in SIGNALS {
-        let mut found = (signal.diagnose)(&obs);
+        let mut found = (signal.diagnose)(obs);
         if let Some(enrich) = signal.enrich.filter(|_| live) {
             found.iter_mut().for_each(enrich);
         }
         findings.extend(found);
     }
     rank(&mut findings);
-    let (cs, thp) = (&node.clocksources, &node.thp);
     Report {
         schema_version: 1,
         node: node_name,
         kernel,
-        duration_seconds: secs,
-        attach: snapshot
-            .probes
-            .iter()
-            .map(|p| {
-                let how = if p.attached() {
-                    p.attach_type.to_string()
-                } else {
-                    "not attached".to_string()
-                };
-                (p.probe.to_string(), how)
-            })
-            .collect(),
-        clocksource: BTreeMap::from([
-            ("current".into(), cs.current.clone().unwrap_or_default()),
-            ("available".into(), cs.available.join(" ")),
-        ]),
-        thp: BTreeMap::from([
-            ("enabled".into(), thp.enabled.clone().unwrap_or_default()),
-            ("defrag".into(), thp.defrag.clone().unwrap_or_default()),
-        ]),
-        clock_benchmark: bench,
+        duration_seconds: obs.secs,
+        attach: attach_table(snapshot),
+        node_facts: NodeSections(obs.node.clone()),
         findings,
     }
 }
 
-/// ns per read through libc and through the raw syscall, per clock of
-/// [`BENCHMARK_CLOCKS`], with the canary's verdict where it has one.
-fn clock_benchmark(snapshot: &Snapshot) -> Vec<ClockCost> {
-    BENCHMARK_CLOCKS
+/// probe -> attach type, or "not attached".
+fn attach_table(snapshot: &Snapshot) -> BTreeMap<String, String> {
+    snapshot
+        .probes
         .iter()
-        .map(|&clock| {
-            clock_cost(
-                snapshot,
-                clock,
-                canary::time_reads(clock) * 1e9,
-                canary::time_raw_reads(clock) * 1e9,
-            )
+        .map(|p| {
+            let how = if p.attached() {
+                p.attach_type.to_string()
+            } else {
+                "not attached".to_string()
+            };
+            (p.probe.to_string(), how)
         })
         .collect()
 }
 
-fn clock_cost(
-    snapshot: &Snapshot,
-    clock: crate::bpf::types::sp_clock,
-    libc_ns: f64,
-    syscall_ns: f64,
-) -> ClockCost {
-    ClockCost {
-        clock: clock_name(clock),
-        libc_ns,
-        syscall_ns,
-        vdso_clock: is_vdso_clock(clock),
-        fell_back: snapshot
-            .canary
-            .iter()
-            .find(|c| c.clock == clock)
-            .and_then(|c| c.fell_back),
-        id: clock,
-    }
-}
-
-/// The report of an observation of `secs` seconds between two recorded
-/// snapshots, with a fixed clock benchmark (golden tests).
+/// Counter growth of every selected series of `after` since `before`
+/// (golden tests).
 #[cfg(test)]
-pub fn golden_report(
-    before: &Snapshot,
-    after: &Snapshot,
-    secs: f64,
-    sysfs: &Path,
-    filter: Filter,
-) -> Report {
-    let bench = BENCHMARK_CLOCKS
-        .iter()
-        .enumerate()
-        .map(|(i, &clock)| clock_cost(after, clock, 20.0 + i as f64, 150.0 + 10.0 * i as f64))
-        .collect();
-    let deltas = deltas(before, after, &filter);
-    report_from(
-        after,
-        &deltas,
-        secs,
-        &NodeSettings::read(sysfs),
-        Measured {
-            bench,
-            wakeup_cost_seconds: Some(8e-6),
-            timer_loop_per_sec: crate::signals::timer::DEFAULT_LOOP_PER_SEC,
-            live: false,
-        },
-        ("node-1".into(), "6.1.0-test".into()),
-    )
+pub(crate) fn deltas_between(before: &Snapshot, after: &Snapshot, filter: &Filter) -> Vec<Delta> {
+    deltas(before, after, filter)
 }
 
 #[cfg(test)]

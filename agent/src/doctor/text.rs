@@ -2,92 +2,105 @@
 
 use super::Report;
 use crate::callsites;
-use crate::finding::Severity;
+use crate::finding::{Finding, ProcessRate, Severity};
 use crate::sources::CauseBasis;
 
 /// The report for a terminal: colour only on a TTY.
 pub fn print(r: &Report, colour: bool) {
-    let paint = |s: &str, code: &str| {
-        if colour {
-            format!("\x1b[{code}m{s}\x1b[0m")
-        } else {
-            s.to_string()
-        }
-    };
+    let paint = Paint(colour);
     println!(
         "slowpath doctor: {} (kernel {}), observed {:.0} s",
         r.node, r.kernel, r.duration_seconds
     );
-    println!(
-        "clocksource {} (available: {}); THP enabled={} defrag={}",
-        r.clocksource["current"], r.clocksource["available"], r.thp["enabled"], r.thp["defrag"]
-    );
+    let headline: Vec<String> = r.node_facts.0.iter().filter_map(|f| f.headline()).collect();
+    println!("{}", headline.join("; "));
     println!();
     if r.findings.is_empty() {
         println!(
             "{}",
-            paint(
+            paint.on(
                 "No findings: nothing on this node falls off the fast paths slowpath watches.",
                 "32"
             )
         );
     }
     for (i, f) in r.findings.iter().enumerate() {
-        let sev = match f.severity {
-            Severity::Critical => paint("CRITICAL", "1;31"),
-            Severity::Warning => paint("WARNING", "33"),
-            Severity::Info => paint("INFO", "36"),
-        };
-        println!("{}. [{sev}] {}", i + 1, f.title);
-        if !f.processes.is_empty() {
-            println!(
-                "   {:>8}  {:<16} {:>12}  WHERE",
-                "PID", "COMM", "PER SECOND"
-            );
-            for p in f.processes.iter().take(10) {
-                let place = if p.pod.is_empty() {
-                    p.cgroup.clone()
-                } else {
-                    format!("{}/{} ({})", p.namespace, p.pod, p.container)
-                };
-                println!(
-                    "   {:>8}  {:<16} {:>12.1}  {}",
-                    p.pid, p.comm, p.per_second, place
-                );
-                for site in p.call_sites.iter().take(2) {
-                    println!("             at {}", callsites::one_line(site));
-                }
-                if let Some(m) = &p.known_source {
-                    println!(
-                        "             known source {}: frame #{} {} ({})",
-                        m.row, m.frame_index, m.frame, m.recovered_by
-                    );
-                }
-                if let Some(rt) = &p.runtime {
-                    println!(
-                        "             runtime {} ({}): {}",
-                        rt.name, rt.evidence, rt.fix
-                    );
-                }
-            }
-        }
-        for (k, v) in &f.evidence {
-            println!("   {k}: {v}");
-        }
-        println!("   cause: {}", f.cause);
-        println!("   basis: {}", basis(&f.cause_basis));
-        println!("   fix:   {}", f.fix);
-        if let Some(g) = &f.expected_gain {
-            println!("   gain:  {g}");
-        }
-        println!();
+        print_finding(i + 1, f, paint);
     }
-    println!("clock read cost on this node (ns per read):");
-    println!("   {:<18} {:>10} {:>12}", "CLOCK", "LIBC", "RAW SYSCALL");
-    for c in &r.clock_benchmark {
+    let tables: Vec<String> = r.node_facts.0.iter().filter_map(|f| f.table()).collect();
+    for table in tables {
+        println!("{table}");
+    }
+}
+
+/// ANSI colours, when printing to a terminal.
+#[derive(Clone, Copy)]
+struct Paint(bool);
+
+impl Paint {
+    fn on(self, s: &str, code: &str) -> String {
+        if self.0 {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    }
+}
+
+/// Finding number `n`: its title, processes, evidence, cause and fix.
+fn print_finding(n: usize, f: &Finding, paint: Paint) {
+    let sev = match f.severity {
+        Severity::Critical => paint.on("CRITICAL", "1;31"),
+        Severity::Warning => paint.on("WARNING", "33"),
+        Severity::Info => paint.on("INFO", "36"),
+    };
+    println!("{n}. [{sev}] {}", f.title);
+    if !f.processes.is_empty() {
         println!(
-            "   {:<18} {:>10.1} {:>12.1}",
-            c.clock, c.libc_ns, c.syscall_ns
+            "   {:>8}  {:<16} {:>12}  WHERE",
+            "PID", "COMM", "PER SECOND"
+        );
+        for p in f.processes.iter().take(10) {
+            print_process(p);
+        }
+    }
+    for (k, v) in &f.evidence {
+        println!("   {k}: {v}");
+    }
+    println!("   cause: {}", f.cause);
+    println!("   basis: {}", basis(&f.cause_basis));
+    println!("   fix:   {}", f.fix);
+    if let Some(g) = &f.expected_gain {
+        println!("   gain:  {g}");
+    }
+    println!();
+}
+
+/// One process of a finding, with its top call sites, known source and
+/// runtime.
+fn print_process(p: &ProcessRate) {
+    let place = if p.pod.is_empty() {
+        p.cgroup.clone()
+    } else {
+        format!("{}/{} ({})", p.namespace, p.pod, p.container)
+    };
+    println!(
+        "   {:>8}  {:<16} {:>12.1}  {}",
+        p.pid, p.comm, p.per_second, place
+    );
+    for site in p.call_sites.iter().take(2) {
+        println!("             at {}", callsites::one_line(site));
+    }
+    if let Some(m) = &p.known_source {
+        println!(
+            "             known source {}: frame #{} {} ({})",
+            m.row, m.frame_index, m.frame, m.recovered_by
+        );
+    }
+    if let Some(rt) = &p.runtime {
+        println!(
+            "             runtime {} ({}): {}",
+            rt.name, rt.evidence, rt.fix
         );
     }
 }

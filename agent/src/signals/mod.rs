@@ -1,16 +1,26 @@
-//! The slow paths slowpath watches, one module each. A signal owns its label
-//! values (the names of the BPF enums' slots), its metric families and its
-//! doctor rules with their thresholds and prose; the kernel side counts into
-//! `struct sp_counters` (`bpf/slowpath.h`).
+//! The slow paths slowpath watches, one module (or folder) each. A signal
+//! owns everything it knows: its label values (the names of the BPF enums'
+//! slots), its metric families, its doctor rules with their thresholds, flags
+//! and prose, its known sources, its call-site kinds, what it reads or
+//! measures about the node ([`NodeNeeds`]: sysfs settings, the agent's own
+//! checks, the doctor's measurements) and what it asks of the kernel side
+//! ([`KernelNeeds`]). The kernel side counts into `struct sp_counters`
+//! (`bpf/slowpath.h`).
 //!
-//! Adding a signal: its counters and hook in `bpf/`, one module here, one
-//! line in [`SIGNALS`], its tests and docs (see ARCHITECTURE.md).
+//! Everything outside this folder works on [`SIGNALS`] and the [`Signal`]
+//! interface and names no signal. Adding a signal: its counters and hook in
+//! `bpf/`, one module here, one line in [`SIGNALS`] (and in [`SignalArgs`]
+//! if it has flags), its tests and docs (see ARCHITECTURE.md).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
 
 use prometheus::proto::MetricFamily;
 
+use crate::bpf::types::{bss, sp_callsite_kind, sp_counters};
 use crate::exposition::{Family, Labels};
-use crate::finding::{Finding, Observation};
-use crate::node::NodeSettings;
+use crate::finding::{Delta, Finding, ProcessRate};
+use crate::node::{Fact, NodeFacts, SettingsReader};
 use crate::snapshot::{Series, Snapshot};
 
 pub mod clock;
@@ -22,14 +32,15 @@ pub mod timer;
 /// What the metrics of one scrape are made from.
 pub struct Scrape<'a> {
     pub snapshot: &'a Snapshot,
-    pub node: &'a NodeSettings,
+    /// The node's settings read for this scrape, then the worker's checks.
+    pub node: &'a NodeFacts,
     /// Label pairs of each series of `snapshot`, in the same order: made
     /// once per scrape, shared by every signal.
     labels: Vec<Labels>,
 }
 
 impl<'a> Scrape<'a> {
-    pub fn new(snapshot: &'a Snapshot, node: &'a NodeSettings) -> Self {
+    pub fn new(snapshot: &'a Snapshot, node: &'a NodeFacts) -> Self {
         let labels = snapshot.series.iter().map(Series::labels).collect();
         Self {
             snapshot,
@@ -44,7 +55,8 @@ impl<'a> Scrape<'a> {
     }
 }
 
-/// One signal: its families, how it exports them, how it diagnoses.
+/// One signal: its families, how it exports them, how it diagnoses, and
+/// what it needs from the node and the kernel.
 pub struct Signal {
     /// Short name, as in the README's signal table.
     pub name: &'static str,
@@ -58,6 +70,97 @@ pub struct Signal {
     /// processes it names (`/proc`); run by the doctor only, not in tests
     /// of recorded observations.
     pub enrich: Option<fn(&mut Finding)>,
+    /// The call kinds (`enum sp_callsite_kind`) under which the kernel side
+    /// samples user stacks at this signal's events, with their names in
+    /// folded stacks and in `/debug/callsites?kind=`.
+    pub call_sites: &'static [(sp_callsite_kind, &'static str)],
+    pub node: NodeNeeds,
+    pub kernel: KernelNeeds,
+}
+
+/// What a signal reads or measures about the node as a whole; each result
+/// is a [`Fact`] the signal finds again by type in [`NodeFacts`].
+pub struct NodeNeeds {
+    /// sysfs settings, read on every scrape and report.
+    pub settings: Option<SettingsReader>,
+    /// A check the agent runs on itself in the BPF worker, with its own
+    /// counters from the kernel's process table (`None` when the syscall
+    /// hook is not attached); its last result goes into every snapshot.
+    pub check: Option<NodeCheck>,
+    /// A measurement the doctor makes before its report, given the facts
+    /// gathered so far (settings, the checks).
+    pub measure: Option<fn(&NodeFacts) -> Fact>,
+}
+
+impl NodeNeeds {
+    /// A signal that needs nothing about the node.
+    pub const NONE: NodeNeeds = NodeNeeds {
+        settings: None,
+        check: None,
+        measure: None,
+    };
+}
+
+/// A periodic check of the node the agent runs on itself.
+pub struct NodeCheck {
+    /// How often, from the signal's flags.
+    pub every: fn(&SignalArgs) -> Duration,
+    /// Run it: given a reader of the agent's own counters.
+    pub run: fn(&dyn Fn() -> Option<sp_counters>) -> Fact,
+}
+
+/// What a signal asks of the kernel side beyond counting into
+/// `struct sp_counters`.
+pub struct KernelNeeds {
+    /// Keeps the object's writable data current, on every pass of the BPF
+    /// worker (at most 500 ms apart).
+    pub upkeep: Option<fn(&mut bss)>,
+}
+
+impl KernelNeeds {
+    /// A signal that needs nothing more of the kernel side.
+    pub const NONE: KernelNeeds = KernelNeeds { upkeep: None };
+}
+
+/// What every doctor rule sees.
+pub struct Observation<'a> {
+    /// The processes selected, with their counter growth.
+    pub deltas: &'a [Delta],
+    /// Length of the observation in seconds.
+    pub secs: f64,
+    /// What the signals read and measured about the node (each signal
+    /// finds its own facts by type).
+    pub node: &'a NodeFacts,
+    /// The signals' flags (thresholds).
+    pub args: &'a SignalArgs,
+}
+
+impl Observation<'_> {
+    /// The processes `rate` picks (rate per second and break-down), highest first.
+    pub fn ranked(
+        &self,
+        mut rate: impl FnMut(&Delta) -> Option<(f64, BTreeMap<String, f64>)>,
+    ) -> Vec<ProcessRate> {
+        let mut processes: Vec<ProcessRate> = self
+            .deltas
+            .iter()
+            .filter_map(|d| {
+                rate(d).map(|(per_second, detail)| ProcessRate::of(d, per_second, detail))
+            })
+            .collect();
+        processes.sort_by(|a, b| b.per_second.total_cmp(&a.per_second));
+        processes
+    }
+}
+
+/// The signals' flags, flattened into the agent's command line (each
+/// signal's own `Args` struct; every flag also has an environment variable).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct SignalArgs {
+    #[command(flatten)]
+    pub timer: timer::TimerArgs,
+    #[command(flatten)]
+    pub clock: clock::ClockArgs,
 }
 
 /// Every signal, in the order the doctor runs their rules.
@@ -74,10 +177,39 @@ pub fn families() -> impl Iterator<Item = &'static Family> {
     SIGNALS.into_iter().flat_map(|s| s.families.iter().copied())
 }
 
+/// The sysfs settings every signal reads, in [`SIGNALS`] order.
+pub fn settings_readers() -> impl Iterator<Item = SettingsReader> {
+    SIGNALS.into_iter().filter_map(|s| s.node.settings)
+}
+
+/// Every signal's node settings, read under the sysfs root `sysfs`.
+pub fn read_node_settings(sysfs: &std::path::Path) -> NodeFacts {
+    NodeFacts::read_settings(sysfs, settings_readers())
+}
+
+/// Names of the call kinds, indexed by `enum sp_callsite_kind` ("?" for a
+/// kind no signal names).
+pub fn callsite_kinds() -> Vec<&'static str> {
+    let count = crate::bpf::slot!(sp_callsite_kind::SP_CALLSITE_KIND_COUNT);
+    let mut names = vec!["?"; count];
+    for &(kind, name) in SIGNALS.iter().flat_map(|s| s.call_sites) {
+        names[crate::bpf::slot!(kind)] = name;
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::exposition::follows_conventions;
+
+    #[test]
+    fn every_call_kind_has_one_name() {
+        let kinds = callsite_kinds();
+        assert_eq!(kinds, ["clock", "rt_sigprocmask", "sleep", "thp_fault"]);
+        let declared: Vec<_> = SIGNALS.iter().flat_map(|s| s.call_sites).collect();
+        assert_eq!(declared.len(), kinds.len(), "a kind declared twice");
+    }
 
     #[test]
     fn every_family_follows_prometheus_conventions_and_is_unique() {
@@ -92,9 +224,10 @@ mod tests {
 /// Observations for the rules' unit tests.
 #[cfg(test)]
 pub(crate) mod test_support {
+    use super::Observation;
     use crate::bpf::types::sp_counters;
-    use crate::finding::{Delta, Observation};
-    use crate::node::NodeSettings;
+    use crate::finding::Delta;
+    use crate::node::NodeFacts;
     use crate::snapshot::{Cgroup, SeriesKey};
 
     /// Process `comm` (tgid 42) whose counters grew as `f` sets them.
@@ -123,21 +256,28 @@ pub(crate) mod test_support {
             }],
             ..Default::default()
         };
-        let node = NodeSettings::default();
+        let node = NodeFacts::default();
         (signal.export)(&super::Scrape::new(&snapshot, &node))
     }
 
     /// `rule` applied to a one-second observation of `deltas` on a node with
-    /// no settings read.
+    /// no settings read, with the default flags.
     pub fn observe<T>(deltas: &[Delta], rule: impl Fn(&Observation<'_>) -> T) -> T {
-        let node = NodeSettings::default();
+        observe_on(&NodeFacts::default(), deltas, rule)
+    }
+
+    /// `rule` applied to a one-second observation of `deltas` on a node
+    /// with the facts `node`, with the default flags.
+    pub fn observe_on<T>(
+        node: &NodeFacts,
+        deltas: &[Delta],
+        rule: impl Fn(&Observation<'_>) -> T,
+    ) -> T {
         rule(&Observation {
             deltas,
             secs: 1.0,
-            node: &node,
-            bench: &[],
-            timer_loop_per_sec: super::timer::DEFAULT_LOOP_PER_SEC,
-            wakeup_cost_seconds: None,
+            node,
+            args: &super::SignalArgs::default(),
         })
     }
 }

@@ -16,8 +16,8 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op};
 use crate::exposition::{family, push_nonzero, with, Family};
-use crate::finding::{Compose, Finding, Observation, Severity};
-use crate::signals::{Scrape, Signal};
+use crate::finding::{Compose, Finding, Severity};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 /// Number of `enum sp_sigmask_op` slots.
@@ -48,6 +48,9 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: None,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_SIGPROCMASK, "rt_sigprocmask")],
+    node: NodeNeeds::NONE,
+    kernel: KernelNeeds::NONE,
 };
 
 const RUBY_GAIN: &str =

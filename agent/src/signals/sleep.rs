@@ -10,11 +10,13 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::bpf::slot;
-use crate::bpf::types::{sp_counters, sp_sleep_bucket, sp_sleep_mode, sp_sleep_syscall, sp_wait};
+use crate::bpf::types::{
+    bss, sp_callsite_kind, sp_counters, sp_sleep_bucket, sp_sleep_mode, sp_sleep_syscall, sp_wait,
+};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
-use crate::finding::{Finding, Observation};
+use crate::finding::Finding;
 use crate::signals::clock::{CLOCK_COUNT, CLOCK_NAMES};
-use crate::signals::{Scrape, Signal};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 
 const SYSCALL_COUNT: usize = slot!(sp_sleep_syscall::SP_SLEEP_SYSCALL_COUNT);
 const MODE_COUNT: usize = slot!(sp_sleep_mode::SP_SLEEP_MODE_COUNT);
@@ -61,7 +63,32 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: None,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_SLEEP, "sleep")],
+    node: NodeNeeds::NONE,
+    kernel: KernelNeeds {
+        upkeep: Some(update_clock_offsets),
+    },
 };
+
+/// Tell the BPF side how far CLOCK_REALTIME and CLOCK_TAI are ahead of
+/// CLOCK_MONOTONIC, to turn absolute deadlines on them into lengths (the
+/// requested sleeps here, and the timer signal's requested timeouts). Kept
+/// current on every pass of the worker (at most 500 ms apart), so a clock
+/// step is off for at most that long.
+fn update_clock_offsets(bss: &mut bss) {
+    let now = |clock| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec through a valid pointer.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+    };
+    let mono = now(libc::CLOCK_MONOTONIC);
+    bss.realtime_offset_ns = now(libc::CLOCK_REALTIME) - mono;
+    bss.tai_offset_ns = now(libc::CLOCK_TAI) - mono;
+}
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut calls = Vec::new();

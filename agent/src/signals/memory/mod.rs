@@ -17,10 +17,13 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_compaction_trigger, sp_counters};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
-use crate::finding::{Compose, Finding, Observation, Severity};
-use crate::node::ThpSettings;
-use crate::signals::{Scrape, Signal};
+use crate::finding::{Compose, Finding, Severity};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
+
+pub mod settings;
+
+use settings::ThpSettings;
 
 const TRIGGER_COUNT: usize = slot!(sp_compaction_trigger::SP_COMPACTION_TRIGGER_COUNT);
 
@@ -78,6 +81,13 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: None,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_THP_FAULT, "thp_fault")],
+    node: NodeNeeds {
+        settings: Some(settings::read),
+        check: None,
+        measure: None,
+    },
+    kernel: KernelNeeds::NONE,
 };
 
 /// Whose code faults in huge pages, most specific first.
@@ -182,7 +192,8 @@ fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
             push_nonzero(&mut runs, labels, c.compaction_runs[i] as f64);
         }
     }
-    let thp = &scrape.node.thp;
+    let unread = ThpSettings::default();
+    let thp = scrape.node.get::<ThpSettings>().unwrap_or(&unread);
     let settings = match (&thp.enabled, &thp.defrag) {
         (None, None) => vec![],
         (enabled, defrag) => vec![gauge(
@@ -210,7 +221,8 @@ fn diagnose(obs: &Observation<'_>) -> Vec<Finding> {
 }
 
 fn compaction_finding(obs: &Observation<'_>) -> Option<Finding> {
-    let (secs, thp) = (obs.secs, &obs.node.thp);
+    let unread = ThpSettings::default();
+    let (secs, thp) = (obs.secs, obs.node.get::<ThpSettings>().unwrap_or(&unread));
     let processes = obs.ranked(|d| {
         let ratio = d.c.compaction_ns[DIRECT] as f64 / 1e9 / secs;
         let detail = BTreeMap::from([
@@ -261,7 +273,8 @@ fn compaction_finding(obs: &Observation<'_>) -> Option<Finding> {
 }
 
 fn thp_finding(obs: &Observation<'_>) -> Option<Finding> {
-    let (secs, thp) = (obs.secs, &obs.node.thp);
+    let unread = ThpSettings::default();
+    let (secs, thp) = (obs.secs, obs.node.get::<ThpSettings>().unwrap_or(&unread));
     let processes = obs.ranked(|d| {
         let (allocs, fallbacks) = (d.c.thp_fault_alloc as f64, d.c.thp_fault_fallback as f64);
         let rate = (allocs + fallbacks) / secs;

@@ -29,13 +29,17 @@ use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sleep_bucket, sp_wait};
+use crate::cli::BadFlag;
 use crate::exposition::{cumulative_buckets, family, histogram, push_nonzero, with, Family};
-use crate::finding::{Compose, Delta, Finding, Observation, Severity};
+use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::sleep::BUCKET_BOUNDS;
-use crate::signals::{Scrape, Signal};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 mod runtime;
+pub mod wakeup_cost;
+
+use wakeup_cost::WakeupCost;
 
 /// Number of `enum sp_wait` kinds.
 pub const WAIT_COUNT: usize = slot!(sp_wait::SP_WAIT_COUNT);
@@ -93,7 +97,45 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: Some(runtime::enrich),
+    call_sites: &[],
+    node: NodeNeeds {
+        settings: None,
+        check: None,
+        measure: Some(wakeup_cost::measure),
+    },
+    kernel: KernelNeeds::NONE,
 };
+
+/// The timer signal's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TimerArgs {
+    /// Timer wakeups per second of one process that make it a timer loop:
+    /// the doctor's timer_loop finding, and the level above which a process
+    /// gets its own slowpath_timer_requested_seconds histogram (reached in
+    /// any one second).
+    #[arg(long = "timer.loop-threshold", global = true, env = "SLOWPATH_TIMER_LOOP_THRESHOLD",
+          default_value_t = DEFAULT_LOOP_PER_SEC, value_name = "WAKEUPS_PER_SECOND",
+          value_parser = parse_loop_threshold)]
+    pub loop_threshold: f64,
+}
+
+impl Default for TimerArgs {
+    fn default() -> Self {
+        Self {
+            loop_threshold: DEFAULT_LOOP_PER_SEC,
+        }
+    }
+}
+
+/// `--timer.loop-threshold`: a positive, finite number of wakeups per second.
+fn parse_loop_threshold(s: &str) -> Result<f64, BadFlag> {
+    match s.parse::<f64>() {
+        Ok(n) if n.is_finite() && n > 0.0 && n <= 1e9 => Ok(n),
+        _ => Err(BadFlag(format!(
+            "bad --timer.loop-threshold {s:?}: expected a positive number of wakeups per second, e.g. 200"
+        ))),
+    }
+}
 
 const MOSN_GAIN: &str =
     "MOSN: removing the 1 ms ticker saved 0.7 % to 1.2 % CPU on every idle pod of the fleet";
@@ -305,8 +347,8 @@ fn wakeup_rates(d: &Delta, secs: f64) -> (f64, BTreeMap<String, f64>) {
 }
 
 fn timer_loop_finding(obs: &Observation<'_>) -> Option<Finding> {
-    let threshold = obs.timer_loop_per_sec;
-    let cost = obs.wakeup_cost_seconds;
+    let threshold = obs.args.timer.loop_threshold;
+    let cost = obs.node.get::<WakeupCost>().and_then(|c| c.0);
     let processes = obs.ranked(|d| {
         let (rate, mut detail) = wakeup_rates(d, obs.secs);
         let median = median_timeout(&d.c);

@@ -24,7 +24,7 @@ use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Config};
 use tracing::{debug, info, warn};
 
-use crate::identity::CgroupIdentity;
+use crate::labels::identity::CgroupIdentity;
 
 /// What the series of one pod's processes are labelled with.
 #[derive(Clone, Debug, PartialEq, Eq)]

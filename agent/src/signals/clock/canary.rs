@@ -4,11 +4,49 @@
 //! the node's reads of that clock fall off the vDSO (for example a `xen`,
 //! `hpet` or `acpi_pm` clocksource, which the vDSO cannot read).
 
+use std::sync::Arc;
 use std::time::Instant;
 
-use crate::bpf::types::sp_clock;
-use crate::signals::clock::{kernel_clockid, VDSO_CLOCKS};
-use crate::snapshot::CanaryReading;
+use super::{kernel_clockid, VDSO_CLOCKS};
+use crate::bpf::slot;
+use crate::bpf::types::{sp_clock, sp_counters};
+use crate::node::{Fact, NodeFact};
+
+/// The canary's last reading of one clock.
+#[derive(Clone, Debug)]
+pub struct CanaryReading {
+    pub clock: sp_clock,
+    /// Mean seconds per libc `clock_gettime` of this clock.
+    pub seconds_per_read: f64,
+    /// Whether the batch entered the kernel; `None` when the syscall probe
+    /// is not attached, so the kernel side could not tell.
+    pub fell_back: Option<bool>,
+}
+
+/// The last canary run: one reading per vDSO clock.
+#[derive(Clone, Debug, Default)]
+pub struct CanaryReadings(pub Vec<CanaryReading>);
+
+impl NodeFact for CanaryReadings {}
+
+impl CanaryReadings {
+    /// Whether the agent's reads of `clock` fell back, when the canary knows.
+    pub fn verdict(&self, clock: sp_clock) -> Option<bool> {
+        self.0
+            .iter()
+            .find(|c| c.clock == clock)
+            .and_then(|c| c.fell_back)
+    }
+}
+
+/// One canary run (the agent's worker, every `--canary.interval`):
+/// `own_counters` reads the agent's own counters from the kernel's process
+/// table (`None` when the syscall hook is not attached).
+pub fn check(own_counters: &dyn Fn() -> Option<sp_counters>) -> Fact {
+    Arc::new(CanaryReadings(run(|clock| {
+        own_counters().map(|c| c.clock_gettime[slot!(clock)])
+    })))
+}
 
 /// Reads per clock in one canary batch. Costs ~30 us per clock through the
 /// vDSO, a few ms when every read is a syscall.
@@ -46,43 +84,6 @@ pub fn time_raw_reads(clock: sp_clock) -> f64 {
     time_batch(|ts| unsafe {
         libc::syscall(libc::SYS_clock_gettime, id, ts);
     })
-}
-
-/// Sleeps in one wakeup-cost measurement, and how long each asks for.
-const WAKEUP_SAMPLES: u32 = 200;
-const WAKEUP_SLEEP: libc::timespec = libc::timespec {
-    tv_sec: 0,
-    tv_nsec: 200_000,
-};
-
-/// CPU seconds one timed wakeup costs the woken thread on this node: the
-/// thread CPU time (`CLOCK_THREAD_CPUTIME_ID`) of [`WAKEUP_SAMPLES`] short
-/// `clock_nanosleep` calls, each ended by its timer (syscall entry and exit,
-/// arming the timer, switching out and back in), divided by their number.
-/// `None` if the thread CPU clock cannot be read.
-pub fn wakeup_cost() -> Option<f64> {
-    let cpu = || {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec through a valid pointer.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        (rc == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9)
-    };
-    let start = cpu()?;
-    for _ in 0..WAKEUP_SAMPLES {
-        // SAFETY: a valid request pointer and a NULL remainder are allowed.
-        unsafe {
-            libc::clock_nanosleep(
-                libc::CLOCK_MONOTONIC,
-                0,
-                &WAKEUP_SLEEP,
-                std::ptr::null_mut(),
-            );
-        }
-    }
-    Some((cpu()? - start) / WAKEUP_SAMPLES as f64)
 }
 
 /// Run one batch per vDSO clock. `own_syscalls(clock)` returns the agent's

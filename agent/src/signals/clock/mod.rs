@@ -1,0 +1,324 @@
+//! Clock reads that enter the kernel: `clock_gettime`, `gettimeofday` and
+//! `time` system calls (hook `sys_enter`, or fentry on the syscall
+//! functions), by clock, and whether the vDSO could have served them; the
+//! node's clocksource and the vDSO canary's verdict.
+//!
+//! Doctor rules: a clocksource the vDSO cannot read (every process falls
+//! back), processes that bypass a working vDSO, heavy CPU-time clock use.
+//! Who reads the clock comes from the call site ([`SOURCES`]: the JVM, the
+//! Go runtime, a direct syscall, glibc callers); for a clocksource the vDSO
+//! cannot read, the clocksource fix stays first.
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use std::time::Duration;
+
+use crate::bpf::slot;
+use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
+use crate::cli::parse_duration;
+use crate::exposition::{family, gauge, push_nonzero, with, Family, Labels};
+use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs};
+use crate::snapshot::Series;
+
+pub mod benchmark;
+pub mod canary;
+mod rules;
+pub mod settings;
+mod sources;
+
+use canary::CanaryReadings;
+use settings::Clocksources;
+#[cfg(test)]
+pub use sources::SOURCES;
+
+/// Number of `enum sp_clock` classes.
+pub const CLOCK_COUNT: usize = slot!(sp_clock::SP_CLOCK_COUNT);
+
+/// `clock` label values, indexed by `enum sp_clock`.
+pub const CLOCK_NAMES: [&str; CLOCK_COUNT] = [
+    "realtime",
+    "monotonic",
+    "process_cputime",
+    "thread_cputime",
+    "monotonic_raw",
+    "realtime_coarse",
+    "monotonic_coarse",
+    "boottime",
+    "realtime_alarm",
+    "boottime_alarm",
+    "tai",
+    "cpu_clock",
+    "fd_clock",
+    "invalid",
+];
+
+// One counter per clock class in the kernel's table.
+const _: fn(&sp_counters) -> &[u64; CLOCK_COUNT] = |c| &c.clock_gettime;
+
+/// Clocks the vDSO serves (x86_64 and arm64, lib/vdso/gettimeofday.c): when a
+/// read of one of them reaches the kernel, the process fell off the vDSO.
+/// CPU-time clocks, alarm clocks and fd clocks always enter the kernel.
+/// `gettimeofday(2)` and `time(2)` read CLOCK_REALTIME.
+pub const VDSO_CLOCKS: [sp_clock; 7] = [
+    sp_clock::SP_CLOCK_REALTIME,
+    sp_clock::SP_CLOCK_MONOTONIC,
+    sp_clock::SP_CLOCK_MONOTONIC_RAW,
+    sp_clock::SP_CLOCK_REALTIME_COARSE,
+    sp_clock::SP_CLOCK_MONOTONIC_COARSE,
+    sp_clock::SP_CLOCK_BOOTTIME,
+    sp_clock::SP_CLOCK_TAI,
+];
+
+/// Whether a read of `clock` that enters the kernel is a vDSO fallback.
+pub fn is_vdso_clock(clock: sp_clock) -> bool {
+    VDSO_CLOCKS.contains(&clock)
+}
+
+/// The `clock` label of `clock`.
+pub fn clock_name(clock: sp_clock) -> &'static str {
+    CLOCK_NAMES.get(slot!(clock)).copied().unwrap_or("invalid")
+}
+
+/// The clock class of slot `i` of a per-clock counter array.
+fn clock_at(i: usize) -> sp_clock {
+    sp_clock(i as u32)
+}
+
+/// Kernel clockid of a clock class (they differ only for TAI, whose kernel
+/// id 11 follows the unused 10).
+pub fn kernel_clockid(clock: sp_clock) -> libc::clockid_t {
+    match clock {
+        sp_clock::SP_CLOCK_TAI => libc::CLOCK_TAI,
+        other => other.0 as libc::clockid_t,
+    }
+}
+
+const CLOCK_SYSCALLS: Family = Family {
+    name: "slowpath_clock_syscalls_total",
+    help: "clock_gettime/gettimeofday/time calls that entered the kernel (raw_syscalls:sys_enter, or fentry on the syscall functions), by clock; fallback=\"true\" when the vDSO could have served the clock",
+    kind: MetricType::COUNTER,
+};
+const CLOCKSOURCE_CURRENT: Family = Family {
+    name: "slowpath_clocksource_current_info",
+    help: "The node's current clocksource (sysfs current_clocksource), value 1",
+    kind: MetricType::GAUGE,
+};
+const CLOCKSOURCE_AVAILABLE: Family = Family {
+    name: "slowpath_clocksource_available_info",
+    help: "Clocksources the node offers (sysfs available_clocksource), value 1 each",
+    kind: MetricType::GAUGE,
+};
+const VDSO_FALLBACK: Family = Family {
+    name: "slowpath_vdso_fallback",
+    help: "1 when the agent's own libc reads of this clock entered the kernel (vDSO canary checked against its BPF counts), else 0",
+    kind: MetricType::GAUGE,
+};
+const CLOCK_READ: Family = Family {
+    name: "slowpath_clock_read_seconds",
+    help: "Measured mean cost in seconds of one libc clock_gettime of this clock on this node (canary batch of 1000 reads)",
+    kind: MetricType::GAUGE,
+};
+
+pub const SIGNAL: Signal = Signal {
+    name: "clock",
+    families: &[
+        &CLOCK_SYSCALLS,
+        &CLOCKSOURCE_CURRENT,
+        &CLOCKSOURCE_AVAILABLE,
+        &VDSO_FALLBACK,
+        &CLOCK_READ,
+    ],
+    export,
+    diagnose: rules::diagnose,
+    enrich: None,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_CLOCK, "clock")],
+    node: NodeNeeds {
+        settings: Some(settings::read),
+        check: Some(NodeCheck {
+            every: canary_every,
+            run: canary::check,
+        }),
+        measure: Some(benchmark::measure),
+    },
+    kernel: KernelNeeds::NONE,
+};
+
+/// The clock signal's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClockArgs {
+    /// Period of the vDSO canary (a timed batch of libc clock reads per vDSO clock).
+    #[arg(long = "canary.interval", env = "SLOWPATH_CANARY_INTERVAL", default_value = "15s", value_name = "DURATION",
+          value_parser = parse_duration)]
+    pub canary_interval: Duration,
+}
+
+impl Default for ClockArgs {
+    fn default() -> Self {
+        Self {
+            canary_interval: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The canary's period (`--canary.interval`).
+fn canary_every(args: &SignalArgs) -> Duration {
+    args.clock.canary_interval
+}
+
+fn fallback_label(clock: sp_clock) -> &'static str {
+    if is_vdso_clock(clock) {
+        "true"
+    } else {
+        "false"
+    }
+}
+
+fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
+    let mut syscalls = Vec::new();
+    for (key, series) in scrape.series() {
+        clock_series(&mut syscalls, key, series);
+    }
+    let unread = Clocksources::default();
+    let cs = scrape.node.get::<Clocksources>().unwrap_or(&unread);
+    let info = |name: &String| gauge(&[("clocksource", name.clone())], 1.0);
+    let canary = scrape
+        .node
+        .get::<CanaryReadings>()
+        .map_or(&[][..], |c| &c.0[..]);
+    let fallback = canary
+        .iter()
+        .filter_map(|c| {
+            let value = if c.fell_back? { 1.0 } else { 0.0 };
+            Some(gauge(&[("clock", clock_name(c.clock).to_string())], value))
+        })
+        .collect();
+    let cost = canary
+        .iter()
+        .map(|c| {
+            gauge(
+                &[("clock", clock_name(c.clock).to_string())],
+                c.seconds_per_read,
+            )
+        })
+        .collect();
+    vec![
+        family(&CLOCK_SYSCALLS, syscalls),
+        family(&CLOCKSOURCE_CURRENT, cs.current.iter().map(info).collect()),
+        family(
+            &CLOCKSOURCE_AVAILABLE,
+            cs.available.iter().map(info).collect(),
+        ),
+        family(&VDSO_FALLBACK, fallback),
+        family(&CLOCK_READ, cost),
+    ]
+}
+
+fn clock_series(out: &mut Vec<prometheus::proto::Metric>, key: &Labels, series: &Series) {
+    let c = &series.counters;
+    for (i, &n) in c.clock_gettime.iter().enumerate() {
+        let labels = [
+            ("syscall", "clock_gettime"),
+            ("clock", CLOCK_NAMES[i]),
+            ("fallback", fallback_label(clock_at(i))),
+        ];
+        push_nonzero(out, with(key, &labels), n as f64);
+    }
+    let realtime = sp_clock::SP_CLOCK_REALTIME;
+    for (syscall, n) in [("gettimeofday", c.gettimeofday), ("time", c.time)] {
+        let labels = [
+            ("syscall", syscall),
+            ("clock", clock_name(realtime)),
+            ("fallback", fallback_label(realtime)),
+        ];
+        push_nonzero(out, with(key, &labels), n as f64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Cgroup, SeriesKey};
+
+    #[test]
+    fn every_known_source_matches_its_example_first() {
+        crate::sources::tests::check_table(SOURCES);
+    }
+
+    #[test]
+    fn vdso_clocks_are_the_seven_the_vdso_serves() {
+        let names: Vec<&str> = VDSO_CLOCKS.iter().map(|&c| clock_name(c)).collect();
+        assert_eq!(
+            names,
+            [
+                "realtime",
+                "monotonic",
+                "monotonic_raw",
+                "realtime_coarse",
+                "monotonic_coarse",
+                "boottime",
+                "tai"
+            ]
+        );
+        for cpu in ["process_cputime", "thread_cputime", "cpu_clock", "fd_clock"] {
+            let idx = CLOCK_NAMES.iter().position(|&n| n == cpu).unwrap();
+            assert!(
+                !is_vdso_clock(clock_at(idx)),
+                "{cpu} always enters the kernel"
+            );
+        }
+    }
+
+    #[test]
+    fn kernel_clockids_match_libc() {
+        for (clock, id) in [
+            (sp_clock::SP_CLOCK_REALTIME, libc::CLOCK_REALTIME),
+            (sp_clock::SP_CLOCK_MONOTONIC, libc::CLOCK_MONOTONIC),
+            (sp_clock::SP_CLOCK_MONOTONIC_RAW, libc::CLOCK_MONOTONIC_RAW),
+            (sp_clock::SP_CLOCK_BOOTTIME, libc::CLOCK_BOOTTIME),
+            (sp_clock::SP_CLOCK_TAI, libc::CLOCK_TAI),
+        ] {
+            assert_eq!(kernel_clockid(clock), id, "{}", clock_name(clock));
+        }
+    }
+
+    #[test]
+    fn clock_series_carry_fallback_by_clock() {
+        let mut c = sp_counters::default();
+        c.clock_gettime[slot!(sp_clock::SP_CLOCK_MONOTONIC)] = 100_000;
+        c.clock_gettime[slot!(sp_clock::SP_CLOCK_PROCESS_CPUTIME)] = 3;
+        c.gettimeofday = 5;
+        let series = Series {
+            key: SeriesKey {
+                comm: "ticker".into(),
+                cgroup: Cgroup::new("/".into()),
+                pid: None,
+            },
+            pod: None,
+            counters: c,
+        };
+        let mut out = Vec::new();
+        clock_series(&mut out, &series.labels(), &series);
+        assert_eq!(out.len(), 3, "zero series are not emitted");
+        let label = |m: &prometheus::proto::Metric, name: &str| {
+            m.get_label()
+                .iter()
+                .find(|l| l.name() == name)
+                .map(|l| l.value().to_string())
+                .unwrap_or_default()
+        };
+        let by = |clock: &str, syscall: &str| {
+            out.iter()
+                .find(|m| label(m, "clock") == clock && label(m, "syscall") == syscall)
+                .unwrap()
+        };
+        let mono = by("monotonic", "clock_gettime");
+        assert_eq!(label(mono, "fallback"), "true");
+        assert_eq!(mono.get_counter().get_value(), 100_000.0);
+        assert_eq!(
+            label(by("process_cputime", "clock_gettime"), "fallback"),
+            "false"
+        );
+        assert_eq!(label(by("realtime", "gettimeofday"), "fallback"), "true");
+        assert_eq!(label(mono, "comm"), "ticker");
+    }
+}

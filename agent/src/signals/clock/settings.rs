@@ -1,0 +1,105 @@
+//! The node's clocksource (kernel/time/clocksource.c, drivers/clocksource):
+//! the current one and those available, read from sysfs on every scrape and
+//! report. With a clocksource the vDSO cannot read, every clock read of every
+//! process is a system call.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::node::{read_setting, Fact, NodeFact, Unreadable};
+
+/// The files, relative to the sysfs root.
+const FILES: [&str; 2] = [
+    "devices/system/clocksource/clocksource0/current_clocksource",
+    "devices/system/clocksource/clocksource0/available_clocksource",
+];
+
+/// Current and available clocksources, from
+/// `<sysfs>/devices/system/clocksource/clocksource0/{current,available}_clocksource`.
+#[derive(Debug, Default, PartialEq)]
+pub struct Clocksources {
+    pub current: Option<String>,
+    pub available: Vec<String>,
+    /// The doctor report's `clocksource` object: `{available, current}`.
+    report: ReportView,
+}
+
+/// `{"available": "tsc hpet", "current": "tsc"}` (keys sorted, as before).
+#[derive(Debug, Default, PartialEq, Serialize)]
+struct ReportView {
+    available: String,
+    current: String,
+}
+
+impl Clocksources {
+    pub fn new(current: Option<String>, available: Vec<String>) -> Self {
+        let report = ReportView {
+            available: available.join(" "),
+            current: current.clone().unwrap_or_default(),
+        };
+        Self {
+            current,
+            available,
+            report,
+        }
+    }
+}
+
+impl NodeFact for Clocksources {
+    fn report(&self) -> Option<(&'static str, &dyn erased_serde::Serialize)> {
+        Some(("clocksource", &self.report))
+    }
+    fn headline(&self) -> Option<String> {
+        Some(format!(
+            "clocksource {} (available: {})",
+            self.report.current, self.report.available
+        ))
+    }
+}
+
+/// Reads [`Clocksources`] under a sysfs root (a `node::SettingsReader`).
+pub fn read(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> Fact {
+    let current = read_setting(sysfs, FILES[0], unreadable);
+    let available = read_setting(sysfs, FILES[1], unreadable);
+    Arc::new(Clocksources::new(
+        current
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty()),
+        available
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::{NodeFacts, SettingsReader};
+
+    #[test]
+    fn reads_a_sysfs_tree() {
+        let root = std::env::temp_dir().join(format!("slowpath-cs-{}", std::process::id()));
+        let cs = root.join("devices/system/clocksource/clocksource0");
+        std::fs::create_dir_all(&cs).unwrap();
+        std::fs::write(cs.join("current_clocksource"), "xen\n").unwrap();
+        std::fs::write(cs.join("available_clocksource"), "xen tsc hpet acpi_pm \n").unwrap();
+        let node = NodeFacts::read_settings(&root, [read as SettingsReader]);
+        assert_eq!(
+            node.get::<Clocksources>(),
+            Some(&Clocksources::new(
+                Some("xen".into()),
+                vec!["xen".into(), "tsc".into(), "hpet".into(), "acpi_pm".into()],
+            ))
+        );
+        assert!(node.unreadable.is_empty());
+        let missing = NodeFacts::read_settings(&root.join("missing"), [read as SettingsReader]);
+        assert_eq!(
+            missing.get::<Clocksources>(),
+            Some(&Clocksources::default())
+        );
+        assert_eq!(missing.unreadable.len(), FILES.len());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
