@@ -167,3 +167,126 @@ pub fn rank(findings: &mut [Finding]) {
         })
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::test_support::delta;
+    use crate::sources::tests::site;
+    use crate::sources::Pattern;
+
+    fn finding(severity: Severity, rates: &[f64]) -> Finding {
+        Finding {
+            id: "test",
+            severity,
+            title: String::new(),
+            processes: rates
+                .iter()
+                .map(|&r| ProcessRate::of(&delta("p", |_| {}), r, BTreeMap::new()))
+                .collect(),
+            evidence: BTreeMap::new(),
+            cause: "the rule's cause.".into(),
+            fix: "the rule's fix.".into(),
+            expected_gain: None,
+            cause_basis: CauseBasis::Guess { from: "x".into() },
+            call_sites: None,
+            sources: None,
+        }
+    }
+
+    #[test]
+    fn findings_rank_by_severity_then_top_rate_keeping_ties_in_rule_order() {
+        let mut found = vec![
+            finding(Severity::Info, &[1e6]),
+            finding(Severity::Warning, &[10.0]),
+            finding(Severity::Critical, &[1.0]),
+            finding(Severity::Warning, &[20.0, 5.0]),
+            finding(Severity::Warning, &[]),
+        ];
+        found[4].id = "empty";
+        rank(&mut found);
+        let order: Vec<(Severity, f64)> = found
+            .iter()
+            .map(|f| {
+                (
+                    f.severity,
+                    f.processes.first().map_or(0.0, |p| p.per_second),
+                )
+            })
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (Severity::Critical, 1.0),
+                (Severity::Warning, 20.0),
+                (Severity::Warning, 10.0),
+                (Severity::Warning, 0.0),
+                (Severity::Info, 1e6),
+            ]
+        );
+    }
+
+    static ROWS: &[KnownSource] = &[KnownSource {
+        id: "ucontext",
+        frames: &[Pattern::Function("getcontext")],
+        cause: "{caller} switches contexts with getcontext.",
+        fix: "use something else",
+        expected_gain: Some("40 %"),
+        example: ("getcontext", "/usr/lib/libc.so.6"),
+    }];
+
+    fn with_sites(compose: Compose) -> Finding {
+        let mut f = finding(Severity::Warning, &[100.0, 50.0]);
+        f.processes[1].pid = 7;
+        f.processes[1].comm = "ruby".into();
+        f.processes[1].call_sites = vec![site(&[
+            ("getcontext", "/usr/lib/libc.so.6"),
+            ("rb_thread_switch", "/usr/bin/ruby"),
+        ])];
+        f.sources = Some((ROWS, compose));
+        f
+    }
+
+    #[test]
+    fn a_matched_call_site_replaces_the_rules_guess() {
+        let mut f = with_sites(Compose::Replace);
+        f.explain();
+        assert!(f.processes[0].known_source.is_none());
+        assert_eq!(
+            f.processes[1].known_source.as_ref().unwrap().row,
+            "ucontext"
+        );
+        assert_eq!(
+            f.cause,
+            "rb_thread_switch (ruby) switches contexts with getcontext."
+        );
+        assert_eq!(f.fix, "use something else");
+        assert_eq!(f.expected_gain.as_deref(), Some("40 %"));
+        assert!(matches!(
+            f.cause_basis,
+            CauseBasis::CallSite {
+                row: "ucontext",
+                pid: 7
+            }
+        ));
+    }
+
+    #[test]
+    fn a_node_wide_cause_stays_first_and_the_row_follows() {
+        let mut f = with_sites(Compose::AfterRule);
+        f.explain();
+        assert!(f
+            .cause
+            .starts_with("the rule's cause. In ruby (pid 7): rb_thread_switch"));
+        assert_eq!(f.fix, "the rule's fix. Then, in ruby: use something else");
+    }
+
+    #[test]
+    fn without_a_match_the_guess_stands() {
+        let mut f = with_sites(Compose::Replace);
+        f.processes[1].call_sites = vec![site(&[("read", "/usr/lib/libc.so.6")])];
+        f.explain();
+        assert_eq!(f.cause, "the rule's cause.");
+        assert!(matches!(f.cause_basis, CauseBasis::Guess { .. }));
+    }
+}

@@ -141,19 +141,7 @@ fn run(cli: Cli) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    // A bad Kubernetes configuration fails here, before anything is attached;
-    // an unreachable API server does not (the watch retries).
-    let kube = match cli.kubernetes {
-        true => {
-            let opts = labels::kubernetes::WatchOptions {
-                node_name: cli.node_name.clone().unwrap_or_else(host_name),
-                kubeconfig: cli.kubeconfig.clone(),
-            };
-            let client = runtime.block_on(labels::kubernetes::client(&opts))?;
-            Some((client, opts, labels::kubernetes::KubeState::default()))
-        }
-        false => None,
-    };
+    let kube = kubernetes_watch(&cli, &runtime)?;
     let mut worker = Worker::start(WorkerOptions {
         load: load_options(&cli, cli.debug_callsites),
         pid_label: cli.pid_label,
@@ -169,30 +157,11 @@ fn run(cli: Cli) -> Result<()> {
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
     log_attached(&probes);
-
-    let registry = Registry::new();
-    let collector = metrics::SlowpathCollector::new(
-        worker.clone(),
-        cli.sysfs.clone(),
-        kube.as_ref().map(|(_, _, k)| k.up.clone()),
-    )?;
-    registry.register(Box::new(collector))?;
-    registry.register(Box::new(
-        prometheus::process_collector::ProcessCollector::for_self(),
-    ))?;
-    let callsites = match stack_tables {
-        Some(tables) => {
-            preflight::warn_if_cannot_symbolize("--debug.callsites");
-            let folded = harvest::SharedFolded::new(std::sync::Mutex::new(
-                harvest::FoldedStacks::new(signals::callsite_kinds()),
-            ));
-            let metrics = harvest::CallSiteMetrics::register(&registry)?;
-            let thread = harvest::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
-            info!("call sites: sampling user stacks, folded at /debug/callsites");
-            Some((folded, thread))
-        }
-        None => None,
-    };
+    let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
+    let registry = registry(worker.clone(), &cli, kubernetes_up)?;
+    let callsites = stack_tables
+        .map(|tables| start_call_sites(tables, &registry))
+        .transpose()?;
 
     runtime.block_on(async {
         if let Some((client, opts, state)) = kube {
@@ -218,6 +187,64 @@ fn run(cli: Cli) -> Result<()> {
     // dropping the last handle detaches everything.
     drop(worker);
     Ok(())
+}
+
+/// The pod watch's client, options and state with `--kubernetes.enabled`.
+type KubeWatch = (
+    kube::Client,
+    labels::kubernetes::WatchOptions,
+    labels::kubernetes::KubeState,
+);
+
+/// Connect to the Kubernetes API when enabled. A bad Kubernetes
+/// configuration fails here, before anything is attached; an unreachable API
+/// server does not (the watch retries).
+fn kubernetes_watch(cli: &Cli, runtime: &tokio::runtime::Runtime) -> Result<Option<KubeWatch>> {
+    if !cli.kubernetes {
+        return Ok(None);
+    }
+    let opts = labels::kubernetes::WatchOptions {
+        node_name: cli.node_name.clone().unwrap_or_else(host_name),
+        kubeconfig: cli.kubeconfig.clone(),
+    };
+    let client = runtime.block_on(labels::kubernetes::client(&opts))?;
+    Ok(Some((
+        client,
+        opts,
+        labels::kubernetes::KubeState::default(),
+    )))
+}
+
+/// The registry the metrics page serves: every slowpath family (read from
+/// `worker` at scrape time) and the process collector's.
+fn registry(
+    worker: Arc<Worker>,
+    cli: &Cli,
+    kubernetes_up: Option<Arc<std::sync::atomic::AtomicBool>>,
+) -> Result<Registry> {
+    let registry = Registry::new();
+    let collector = metrics::SlowpathCollector::new(worker, cli.sysfs.clone(), kubernetes_up)?;
+    registry.register(Box::new(collector))?;
+    registry.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))?;
+    Ok(registry)
+}
+
+/// `--debug.callsites`: the harvester thread and the folded stacks it
+/// publishes for `/debug/callsites`, named by the signals' call kinds.
+fn start_call_sites(
+    tables: callsites::tables::StackTables,
+    registry: &Registry,
+) -> Result<(harvest::SharedFolded, harvest::HarvesterThread)> {
+    preflight::warn_if_cannot_symbolize("--debug.callsites");
+    let folded = harvest::SharedFolded::new(std::sync::Mutex::new(harvest::FoldedStacks::new(
+        signals::callsite_kinds(),
+    )));
+    let metrics = harvest::CallSiteMetrics::register(registry)?;
+    let thread = harvest::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
+    info!("call sites: sampling user stacks, folded at /debug/callsites");
+    Ok((folded, thread))
 }
 
 /// Connections the kernel may queue before the agent accepts them. The

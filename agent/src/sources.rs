@@ -161,7 +161,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn site(frames: &[(&str, &str)]) -> CallSite {
+    pub fn site(frames: &[(&str, &str)]) -> CallSite {
         CallSite {
             samples: 1,
             frames: frames.iter().map(|(f, m)| frame(f, m)).collect(),

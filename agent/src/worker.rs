@@ -518,3 +518,62 @@ fn read_lost(map: &dyn MapCore) -> [u64; LOST_REASON_COUNT] {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cgroup_record_gives_its_id_and_path() {
+        let mut record = 42u64.to_ne_bytes().to_vec();
+        record.extend_from_slice(b"/system.slice/app.service\0garbage");
+        assert_eq!(
+            cgroup_event(&record),
+            Some((42, "/system.slice/app.service".to_string()))
+        );
+        let mut empty = 7u64.to_ne_bytes().to_vec();
+        empty.push(0);
+        assert_eq!(cgroup_event(&empty), None, "an empty path names nothing");
+        let mut unterminated = 7u64.to_ne_bytes().to_vec();
+        unterminated.extend_from_slice(b"/a");
+        assert_eq!(cgroup_event(&unterminated), None);
+        assert_eq!(cgroup_event(&[1, 2, 3]), None, "shorter than the id");
+    }
+
+    #[test]
+    fn only_grown_losses_move_what_was_seen() {
+        let mut seen = [0u64; LOST_REASON_COUNT];
+        let mut now = [0u64; LOST_REASON_COUNT];
+        now[2] = 5;
+        log_new_losses(&now, &mut seen);
+        assert_eq!(seen, now);
+        // a per-CPU sum read lower (a CPU went offline) is not a new loss
+        let lower = [0u64; LOST_REASON_COUNT];
+        log_new_losses(&lower, &mut seen);
+        assert_eq!(seen[2], 5);
+    }
+
+    #[test]
+    fn series_carry_pod_labels_only_with_kubernetes() {
+        let key = SeriesKey {
+            comm: "app".into(),
+            cgroup: crate::snapshot::Cgroup::new("/kubepods/pod1234/abc".into()),
+            pid: None,
+        };
+        let plain = export(vec![(key.clone(), Default::default())], None);
+        assert!(plain[0].pod.is_none());
+        let pods = PodLabelling {
+            index: Default::default(),
+            deleted_pod_grace: Duration::from_secs(1),
+        };
+        let labelled = export(vec![(key, Default::default())], Some(&pods));
+        let pod = labelled[0]
+            .pod
+            .as_ref()
+            .expect("every series gets pod labels");
+        assert_eq!(
+            pod.pod, "",
+            "a pod the index does not know has empty labels"
+        );
+    }
+}

@@ -193,32 +193,17 @@ fn diagnose(obs: &Observation<'_>) -> Vec<Finding> {
     storm_finding(obs).into_iter().collect()
 }
 
-fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
-    let mut getcontext = false;
-    let processes = obs.ranked(|d| {
-        let total: u64 = d.c.sigprocmask.iter().sum();
-        let rate = total as f64 / obs.secs;
-        if rate < SIGPROCMASK_PER_SEC {
-            return None;
-        }
-        let (query, setmask) = (
-            d.c.sigprocmask[QUERY] as f64,
-            d.c.sigprocmask[SETMASK] as f64,
-        );
-        // getcontext() queries, setcontext() sets: equal halves
-        if query > 0.4 * total as f64 && (query - setmask).abs() <= 0.1 * query {
-            getcontext = true;
-        }
-        let detail = OP_NAMES
-            .iter()
-            .zip(d.c.sigprocmask)
-            .filter(|(_, n)| *n > 0)
-            .map(|(op, n)| (op.to_string(), n as f64 / obs.secs))
-            .collect();
-        Some((rate, detail))
-    });
-    let top = processes.first()?;
-    let (cause, fix) = if getcontext {
+/// Whether a process's op mix is getcontext()/setcontext()'s: queries and
+/// setmasks at the same rate, together most of its calls.
+fn getcontext_signature(counts: &[u64]) -> bool {
+    let total: u64 = counts.iter().sum();
+    let (query, setmask) = (counts[QUERY] as f64, counts[SETMASK] as f64);
+    query > 0.4 * total as f64 && (query - setmask).abs() <= 0.1 * query
+}
+
+/// The cause and fix the op mix suggests, before any call site is matched.
+fn guess_from_op_mix(getcontext: bool) -> (String, String) {
+    if getcontext {
         (
             "query and setmask at the same rate: the signature of glibc's \
              getcontext()/setcontext() (one rt_sigprocmask call each, as in Ruby 1.8.7 built \
@@ -238,7 +223,28 @@ fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
              (block once per thread, or take signals with signalfd)."
                 .to_string(),
         )
-    };
+    }
+}
+
+fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
+    let mut getcontext = false;
+    let processes = obs.ranked(|d| {
+        let total: u64 = d.c.sigprocmask.iter().sum();
+        let rate = total as f64 / obs.secs;
+        if rate < SIGPROCMASK_PER_SEC {
+            return None;
+        }
+        getcontext |= getcontext_signature(&d.c.sigprocmask);
+        let detail = OP_NAMES
+            .iter()
+            .zip(d.c.sigprocmask)
+            .filter(|(_, n)| *n > 0)
+            .map(|(op, n)| (op.to_string(), n as f64 / obs.secs))
+            .collect();
+        Some((rate, detail))
+    });
+    let top = processes.first()?;
+    let (cause, fix) = guess_from_op_mix(getcontext);
     Some(Finding {
         id: "rt_sigprocmask_storm",
         severity: Severity::Warning,

@@ -299,32 +299,7 @@ fn thp_finding(obs: &Observation<'_>) -> Option<Finding> {
     let total: f64 = processes.iter().map(|p| p.per_second).sum();
     let ratio = fallbacks / total;
     let enabled = thp.enabled.clone().unwrap_or_default();
-    let (severity, cause, fix) = if ratio >= THP_FALLBACK_RATIO {
-        (
-            Severity::Warning,
-            format!(
-                "{:.0} % of THP fault allocations fail: memory is fragmented, processes pay for the \
-                 attempts without getting huge pages.",
-                ratio * 100.0
-            ),
-            "Make compaction asynchronous (defrag defer+madvise) or reserve huge pages (hugetlbfs) \
-             for the programs that need them."
-                .to_string(),
-        )
-    } else {
-        (
-            Severity::Info,
-            format!("Processes fault in transparent huge pages (enabled={enabled})."),
-            if enabled == "always" {
-                "Fine for programs that use large heaps; if system time is high or latency spikes \
-                 under load, try enabled=madvise so only programs that ask get huge pages."
-                    .to_string()
-            } else {
-                "No action needed while fallbacks stay rare and direct compaction stays low."
-                    .to_string()
-            },
-        )
-    };
+    let (severity, cause, fix) = thp_verdict(ratio, &enabled);
     Some(Finding {
         id: "thp_faults",
         severity,
@@ -343,6 +318,37 @@ fn thp_finding(obs: &Observation<'_>) -> Option<Finding> {
         call_sites: Some(sp_callsite_kind::SP_CALLSITE_THP_FAULT),
         sources: Some((SOURCES, Compose::AfterRule)),
     })
+}
+
+/// Severity, cause and fix of THP faults at `ratio` falling back, under
+/// `enabled`.
+fn thp_verdict(ratio: f64, enabled: &str) -> (Severity, String, String) {
+    if ratio >= THP_FALLBACK_RATIO {
+        (
+        Severity::Warning,
+        format!(
+            "{:.0} % of THP fault allocations fail: memory is fragmented, processes pay for the \
+             attempts without getting huge pages.",
+            ratio * 100.0
+        ),
+        "Make compaction asynchronous (defrag defer+madvise) or reserve huge pages (hugetlbfs) \
+         for the programs that need them."
+            .to_string(),
+    )
+    } else {
+        (
+            Severity::Info,
+            format!("Processes fault in transparent huge pages (enabled={enabled})."),
+            if enabled == "always" {
+                "Fine for programs that use large heaps; if system time is high or latency spikes \
+             under load, try enabled=madvise so only programs that ask get huge pages."
+                    .to_string()
+            } else {
+                "No action needed while fallbacks stay rare and direct compaction stays low."
+                    .to_string()
+            },
+        )
+    }
 }
 
 fn thp_evidence(thp: &ThpSettings) -> BTreeMap<String, String> {
