@@ -23,7 +23,7 @@ use crate::callsites::tables::StackTables;
 use crate::labels::kubernetes::SharedPodIndex;
 use crate::node::Fact;
 use crate::procs::{Aggregator, PendingCgroups, PendingRecords, SeriesLimits};
-use crate::signals::{NodeCheck, SignalArgs, SIGNALS};
+use crate::signals::{KernelView, NodeCheck, SignalArgs, SIGNALS};
 use crate::snapshot::{Series, SeriesKey, Snapshot, LOST_REASON_COUNT, LOST_REASON_NAMES};
 use crate::wakeup::{Doorbell, Waiter};
 
@@ -299,13 +299,13 @@ impl Loop {
     /// Run every node check whose time has come.
     fn run_due_checks(&mut self, loaded: &bpf::Loaded<'_>) {
         let now = Instant::now();
-        let own = || {
-            self.sys_enter_attached
-                .then(|| own_counters(&loaded.skel.maps.procs, std::process::id()))
+        let view = View {
+            loaded,
+            sys_enter_attached: self.sys_enter_attached,
         };
         for (due, result) in self.checks.iter_mut().zip(&mut self.results) {
             if now >= due.next {
-                *result = Some((due.check.run)(&own));
+                *result = Some((due.check.run)(&view));
                 due.next = now + due.every;
             }
         }
@@ -384,6 +384,19 @@ impl Loop {
             error!(error = %format!("{err:#}"), "reading the kernel tables");
         }
         result
+    }
+}
+
+/// The node checks' view of the loaded object.
+struct View<'a, 'obj> {
+    loaded: &'a bpf::Loaded<'obj>,
+    sys_enter_attached: bool,
+}
+
+impl KernelView for View<'_, '_> {
+    fn own_counters(&self) -> Option<types::sp_counters> {
+        self.sys_enter_attached
+            .then(|| own_counters(&self.loaded.skel.maps.procs, std::process::id()))
     }
 }
 

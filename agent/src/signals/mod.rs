@@ -105,8 +105,17 @@ impl NodeNeeds {
 pub struct NodeCheck {
     /// How often, from the signal's flags.
     pub every: fn(&SignalArgs) -> Duration,
-    /// Run it: given a reader of the agent's own counters.
-    pub run: fn(&dyn Fn() -> Option<sp_counters>) -> Fact,
+    /// Run it, with a view of the loaded object's tables.
+    pub run: fn(&dyn KernelView) -> Fact,
+}
+
+/// What a node check may read of the kernel side (the BPF worker's view of
+/// the loaded object).
+pub trait KernelView {
+    /// The agent's own counters in the kernel's process table (zero before
+    /// its first counted event; `None` when the syscall hook is not
+    /// attached, so syscalls are not counted).
+    fn own_counters(&self) -> Option<sp_counters>;
 }
 
 /// What a signal asks of the kernel side beyond counting into

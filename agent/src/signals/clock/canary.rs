@@ -9,8 +9,9 @@ use std::time::Instant;
 
 use super::{kernel_clockid, VDSO_CLOCKS};
 use crate::bpf::slot;
-use crate::bpf::types::{sp_clock, sp_counters};
+use crate::bpf::types::sp_clock;
 use crate::node::{Fact, NodeFact};
+use crate::signals::KernelView;
 
 /// The canary's last reading of one clock.
 #[derive(Clone, Debug)]
@@ -39,12 +40,11 @@ impl CanaryReadings {
     }
 }
 
-/// One canary run (the agent's worker, every `--canary.interval`):
-/// `own_counters` reads the agent's own counters from the kernel's process
-/// table (`None` when the syscall hook is not attached).
-pub fn check(own_counters: &dyn Fn() -> Option<sp_counters>) -> Fact {
+/// One canary run (the agent's worker, every `--canary.interval`), with
+/// the agent's own clock syscall counts from the kernel's process table.
+pub fn check(kernel: &dyn KernelView) -> Fact {
     Arc::new(CanaryReadings(run(|clock| {
-        own_counters().map(|c| c.clock_gettime[slot!(clock)])
+        kernel.own_counters().map(|c| c.clock_gettime[slot!(clock)])
     })))
 }
 
