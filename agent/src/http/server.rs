@@ -16,10 +16,11 @@ use axum::Router;
 use prometheus::{Encoder, Histogram, HistogramOpts, Registry, TextEncoder};
 use tracing::{error, info};
 
+use super::connections::{self, Limits};
+use super::webconfig::{self, WebConfig};
 use crate::bpf::ProbeStatus;
 use crate::callsites::harvest::SharedFolded;
 use crate::callsites::KIND_NAMES;
-use crate::webconfig::WebConfig;
 
 /// How long in-flight scrapes may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
@@ -75,7 +76,7 @@ pub struct Endpoints {
     /// `--web.config.file`: TLS, basic auth, headers, rate limit.
     pub web_config: Option<Arc<WebConfig>>,
     /// Connection cap and timeouts.
-    pub limits: crate::connections::Limits,
+    pub limits: Limits,
 }
 
 /// Serve until `shutdown` resolves, then give in-flight requests
@@ -125,7 +126,7 @@ pub async fn serve(
             info!(web_config = %web.describe(), "web config");
             app.layer(axum::middleware::from_fn_with_state(
                 web.clone(),
-                crate::webconfig::guard,
+                webconfig::guard,
             ))
         }
         None => app,
@@ -137,7 +138,7 @@ pub async fn serve(
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        crate::connections::serve(listener, app, tls, limits, &registry, async {
+        connections::serve(listener, app, tls, limits, &registry, async {
             let _ = stop_rx.await;
         })
         .await

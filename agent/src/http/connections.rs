@@ -32,15 +32,10 @@ use tokio::sync::Notify;
 use tower::ServiceExt;
 use tracing::{debug, warn};
 
-use crate::webconfig::WebConfig;
+use super::webconfig::WebConfig;
 
 /// Warnings about a limit being hit are logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
-
-/// Descriptors kept free under the file limit for everything that is not an
-/// HTTP connection: the BPF objects (about 60 maps, programs and links), the
-/// ring buffers' epoll, /proc and /sys reads during a scrape, the log.
-pub const RESERVED_FDS: u64 = 256;
 
 /// Most bytes of a request head (request line and headers) a connection may
 /// buffer; a larger one gets 431. 64 KiB is far above any scrape's, and
@@ -57,44 +52,6 @@ pub struct Limits {
     pub read_header_timeout: Duration,
     /// A connection with no request in flight is closed after this time.
     pub idle_timeout: Duration,
-}
-
-/// The cap on open connections: `configured`, or the soft file limit less
-/// [`RESERVED_FDS`] when that is lower (at least 16).
-pub fn effective_max_connections(configured: usize) -> usize {
-    let soft = nofile_limit().0;
-    let by_fds = soft.saturating_sub(RESERVED_FDS).max(16);
-    configured.min(usize::try_from(by_fds).unwrap_or(usize::MAX))
-}
-
-/// Raise the soft file limit to the hard one (as Go programs do at start):
-/// the cap on connections then has room, and nothing else changes.
-/// Returns (soft, hard) after the attempt.
-pub fn raise_nofile_limit() -> (u64, u64) {
-    let (soft, hard) = nofile_limit();
-    if soft < hard {
-        let raised = libc::rlimit {
-            rlim_cur: hard,
-            rlim_max: hard,
-        };
-        // SAFETY: setrlimit reads the struct we pass; no memory is shared.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-            debug!(error = %io::Error::last_os_error(), "could not raise the soft file limit");
-        }
-    }
-    nofile_limit()
-}
-
-fn nofile_limit() -> (u64, u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return (1024, 1024);
-    }
-    (lim.rlim_cur, lim.rlim_max)
 }
 
 /// `Conn::partial_since_ms` when no bytes of a next request have arrived.
