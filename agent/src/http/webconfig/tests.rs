@@ -1,6 +1,18 @@
-use super::*;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Result;
+use axum::extract::Request;
+use axum::http::header;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+use super::basic_auth::basic_credentials;
+use super::client_certs::cert_sans;
+use super::rate_limit::TokenBucket;
+use super::tls::{cipher_suites, protocol_versions};
+use super::WebConfig;
 
 /// A directory with a CA, a server certificate and key signed by it, and a
 /// second key that does not match the certificate.
@@ -291,12 +303,12 @@ async fn passwords_are_checked_with_bcrypt_and_successes_remembered() {
         .load(&format!("basic_auth_users:\n  a: '{hash}'\n"))
         .unwrap();
     let users = web.current().users.clone();
-    assert!(!web.check_password(&users, "a", "wrong").await);
-    assert!(!web.check_password(&users, "b", "right").await);
-    assert!(web.auth_cache.lock().unwrap().is_empty());
-    assert!(web.check_password(&users, "a", "right").await);
-    assert_eq!(web.auth_cache.lock().unwrap().len(), 1);
-    assert!(web.check_password(&users, "a", "right").await);
+    assert!(!web.passwords.check(&users, "a", "wrong").await);
+    assert!(!web.passwords.check(&users, "b", "right").await);
+    assert_eq!(web.passwords.remembered_count(), 0);
+    assert!(web.passwords.check(&users, "a", "right").await);
+    assert_eq!(web.passwords.remembered_count(), 1);
+    assert!(web.passwords.check(&users, "a", "right").await);
 }
 
 #[test]
