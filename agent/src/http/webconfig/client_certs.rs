@@ -1,5 +1,5 @@
 //! Client certificates: `client_auth_type`, `client_ca`/`client_ca_file`
-//! and `client_allowed_sans`, as a rustls verifier.
+//! and `client_allowed_sans`, as one rustls verifier.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,11 +11,48 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
 use super::file::{pem_source, TlsSection};
 
-/// The client certificate policy of `client_auth_type`.
+/// What a `client_auth_type` asks of the client.
+struct Policy {
+    /// A certificate is asked for (every type but `NoClientCert`).
+    asked: bool,
+    /// A client without one is refused.
+    mandatory: bool,
+    /// It must chain to the client CA.
+    verified: bool,
+}
+
+impl Policy {
+    /// The policy named `auth`.
+    fn named(auth: &str) -> Result<Self> {
+        let (asked, mandatory, verified) = match auth {
+            "" | "NoClientCert" => (false, false, false),
+            "RequestClientCert" => (true, false, false),
+            "RequireAnyClientCert" | "RequireClientCert" => (true, true, false),
+            "VerifyClientCertIfGiven" => (true, false, true),
+            "RequireAndVerifyClientCert" => (true, true, true),
+            other => bail!(
+                "client_auth_type {other:?}: use NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert"
+            ),
+        };
+        Ok(Self {
+            asked,
+            mandatory,
+            verified,
+        })
+    }
+}
+
+/// The client certificate verifier of `section` (relative paths relative to
+/// `dir`), checking handshake signatures with `provider`'s algorithms.
+///
+/// Errors: an unknown `client_auth_type`, a client CA without a type that
+/// verifies against it (or a verifying type without one), an unreadable or
+/// empty CA, `client_allowed_sans` with a type where the certificate is
+/// optional.
 pub(super) fn verifier(
     section: &TlsSection,
     dir: &Path,
@@ -32,94 +69,105 @@ pub(super) fn verifier(
         .client_auth_type
         .as_deref()
         .unwrap_or("NoClientCert");
-    let roots = || -> Result<Arc<RootCertStore>> {
-        let pem = ca_pem.as_ref().ok_or_else(|| {
-            anyhow!("client_auth_type {auth} needs client_ca_file (or client_ca): the CA that signs the clients' certificates")
-        })?;
-        let mut store = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(pem) {
-            let cert = cert.context("client CA is not valid PEM")?;
-            store
-                .add(cert)
-                .map_err(|e| anyhow!("client CA certificate: {e}"))?;
-        }
-        if store.is_empty() {
-            bail!("the client CA holds no CERTIFICATE block");
-        }
-        Ok(Arc::new(store))
-    };
-    let webpki = |store, optional: bool| -> Result<Arc<dyn ClientCertVerifier>> {
-        let builder = WebPkiClientVerifier::builder_with_provider(store, provider.clone());
-        let builder = if optional {
-            builder.allow_unauthenticated()
-        } else {
-            builder
-        };
-        builder.build().map_err(|e| anyhow!("client CA: {e}"))
-    };
-    let any = |mandatory| -> Arc<dyn ClientCertVerifier> {
-        Arc::new(AnyClientCert {
-            mandatory,
-            algorithms: provider.signature_verification_algorithms,
-        })
-    };
-    let verifier: Arc<dyn ClientCertVerifier> = match auth {
-        "" | "NoClientCert" => {
-            if ca_pem.is_some() {
-                bail!("client CAs are set without a client_auth_type: use RequireAndVerifyClientCert");
-            }
-            WebPkiClientVerifier::no_client_auth()
-        }
-        "RequestClientCert" => any(false),
-        "RequireAnyClientCert" | "RequireClientCert" => any(true),
-        "VerifyClientCertIfGiven" => webpki(roots()?, true)?,
-        "RequireAndVerifyClientCert" => webpki(roots()?, false)?,
-        other => bail!(
-            "client_auth_type {other:?}: use NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven or RequireAndVerifyClientCert"
-        ),
-    };
-    match &section.client_allowed_sans {
-        None => Ok(verifier),
-        Some(sans) => {
-            if !matches!(
-                auth,
-                "RequireAnyClientCert" | "RequireClientCert" | "RequireAndVerifyClientCert"
-            ) {
-                bail!("client_allowed_sans needs client_auth_type RequireAnyClientCert or RequireAndVerifyClientCert");
-            }
-            Ok(Arc::new(AllowedSans {
-                inner: verifier,
-                sans: sans.clone(),
-            }))
-        }
+    let policy = Policy::named(auth)?;
+    if !policy.asked && ca_pem.is_some() {
+        bail!("client CAs are set without a client_auth_type: use RequireAndVerifyClientCert");
     }
+    let ca = match policy.verified {
+        true => Some(ca_verifier(ca_pem.as_deref(), auth, provider)?),
+        false => None,
+    };
+    if section.client_allowed_sans.is_some() && !policy.mandatory {
+        bail!("client_allowed_sans needs client_auth_type RequireAnyClientCert or RequireAndVerifyClientCert");
+    }
+    if !policy.asked {
+        return Ok(WebPkiClientVerifier::no_client_auth());
+    }
+    Ok(Arc::new(ClientCerts {
+        ca,
+        mandatory: policy.mandatory,
+        allowed_sans: section.client_allowed_sans.clone(),
+        algorithms: provider.signature_verification_algorithms,
+    }))
 }
 
-/// `RequestClientCert` and `RequireAnyClientCert`: a certificate is asked
-/// for (or required) but not checked against any CA; the handshake
-/// signature is still verified (the client holds the key).
+/// rustls's check of a certificate chain against the client CA in `pem`,
+/// which `client_auth_type` `auth` needs.
+fn ca_verifier(
+    pem: Option<&[u8]>,
+    auth: &str,
+    provider: &Arc<CryptoProvider>,
+) -> Result<Arc<dyn ClientCertVerifier>> {
+    let pem = pem.ok_or_else(|| {
+        anyhow!("client_auth_type {auth} needs client_ca_file (or client_ca): the CA that signs the clients' certificates")
+    })?;
+    let mut store = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.context("client CA is not valid PEM")?;
+        store
+            .add(cert)
+            .map_err(|e| anyhow!("client CA certificate: {e}"))?;
+    }
+    if store.is_empty() {
+        bail!("the client CA holds no CERTIFICATE block");
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider.clone())
+        .build()
+        .map_err(|e| anyhow!("client CA: {e}"))
+}
+
+/// The client certificate check of every `client_auth_type` that asks for
+/// one. The chain is checked against the client CA (`VerifyClientCertIfGiven`,
+/// `RequireAndVerifyClientCert`) or not at all (`RequestClientCert`,
+/// `RequireAnyClientCert`); then the certificate must carry one of
+/// `client_allowed_sans` when they are set. The handshake signature is
+/// always verified, so the client holds the certificate's key.
 #[derive(Debug)]
-struct AnyClientCert {
+struct ClientCerts {
+    /// The client CA's chain check; None: any certificate is taken.
+    ca: Option<Arc<dyn ClientCertVerifier>>,
+    /// A client without a certificate is refused.
     mandatory: bool,
+    /// Subject alternative names (DNS, e-mail, IP address or URI, compared
+    /// exactly, as the toolkit does) of which the certificate must carry one.
+    allowed_sans: Option<Vec<String>>,
+    /// The signature algorithms of the crypto provider.
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ClientCertVerifier for AnyClientCert {
+impl ClientCertVerifier for ClientCerts {
     fn client_auth_mandatory(&self) -> bool {
         self.mandatory
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
+        match &self.ca {
+            Some(ca) => ca.root_hint_subjects(),
+            None => &[],
+        }
     }
 
     fn verify_client_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
     ) -> std::result::Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
+        let verified = match &self.ca {
+            Some(ca) => ca.verify_client_cert(end_entity, intermediates, now)?,
+            None => ClientCertVerified::assertion(),
+        };
+        let Some(allowed) = &self.allowed_sans else {
+            return Ok(verified);
+        };
+        let found = cert_sans(end_entity);
+        if found.iter().any(|san| allowed.contains(san)) {
+            Ok(verified)
+        } else {
+            Err(rustls::Error::General(format!(
+                "client certificate has none of client_allowed_sans (it has {found:?})"
+            )))
+        }
     }
 
     fn verify_tls12_signature(
@@ -140,72 +188,8 @@ impl ClientCertVerifier for AnyClientCert {
         rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.algorithms.supported_schemes()
-    }
-}
-
-/// `client_allowed_sans`: after the policy's own checks, the client's
-/// certificate must carry one of these subject alternative names (DNS,
-/// e-mail, IP address or URI, compared exactly, as the toolkit does).
-#[derive(Debug)]
-struct AllowedSans {
-    inner: Arc<dyn ClientCertVerifier>,
-    sans: Vec<String>,
-}
-
-impl ClientCertVerifier for AllowedSans {
-    fn offer_client_auth(&self) -> bool {
-        self.inner.offer_client_auth()
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.inner.client_auth_mandatory()
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        self.inner.root_hint_subjects()
-    }
-
-    fn verify_client_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
-    ) -> std::result::Result<ClientCertVerified, rustls::Error> {
-        let verified = self
-            .inner
-            .verify_client_cert(end_entity, intermediates, now)?;
-        let found = cert_sans(end_entity);
-        if found.iter().any(|san| self.sans.contains(san)) {
-            Ok(verified)
-        } else {
-            Err(rustls::Error::General(format!(
-                "client certificate has none of client_allowed_sans (it has {found:?})"
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.inner.supported_verify_schemes()
     }
 }
 
