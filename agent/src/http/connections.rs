@@ -84,10 +84,51 @@ struct Table {
 }
 
 impl Table {
+    fn new() -> Self {
+        Self {
+            epoch: Instant::now(),
+            conns: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        }
+    }
+
+    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Enter a connection accepted now; returns its id and entry.
+    fn insert(&self) -> (u64, Arc<Conn>) {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn {
+            in_flight: AtomicUsize::new(0),
+            last_active_ms: AtomicU64::new(ms_since(self.epoch)),
+            partial_since_ms: AtomicU64::new(NO_PARTIAL),
+            evicted: AtomicBool::new(false),
+            close: Notify::new(),
+            changed: Notify::new(),
+        });
+        self.conns().insert(id, conn.clone());
+        (id, conn)
+    }
+
+    fn remove(&self, id: u64) {
+        self.conns().remove(&id);
+    }
+
+    fn len(&self) -> usize {
+        self.conns().len()
+    }
+
+    /// Whether any connection has a request in flight.
+    fn busy(&self) -> bool {
+        self.conns()
+            .values()
+            .any(|c| c.in_flight.load(Ordering::Acquire) > 0)
+    }
+
     /// The idle connection (nothing in flight) that has been idle longest.
     fn longest_idle(&self) -> Option<Arc<Conn>> {
-        let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
-        conns
+        self.conns()
             .values()
             .filter(|c| {
                 c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Acquire)
@@ -140,6 +181,11 @@ impl Metrics {
 struct RateLimitedLog(Mutex<Option<Instant>>);
 
 impl RateLimitedLog {
+    fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    /// Whether to log now (then not again for [`LOG_EVERY`]).
     fn due(&self) -> bool {
         let mut last = self.0.lock().unwrap_or_else(|p| p.into_inner());
         let due = last.is_none_or(|t| t.elapsed() >= LOG_EVERY);
@@ -150,9 +196,23 @@ impl RateLimitedLog {
     }
 }
 
-/// Accept and serve connections on `listener` with `app` until `stop`
-/// resolves; then stop accepting and let open requests finish on their own
-/// (the caller bounds how long it waits).
+/// What every connection's task shares.
+#[derive(Clone)]
+struct Shared {
+    table: Arc<Table>,
+    metrics: Metrics,
+    app: Router,
+    /// The web config when the endpoint speaks TLS.
+    tls: Option<Arc<WebConfig>>,
+    limits: Limits,
+}
+
+/// Accept and serve connections on `listener` with `app` (over TLS with
+/// `tls`'s settings when given) until `stop` resolves; then stop accepting
+/// and let open requests finish on their own (the caller bounds how long
+/// it waits).
+///
+/// Errors: the connection metrics cannot be registered in `registry`.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -161,18 +221,31 @@ pub async fn serve(
     registry: &Registry,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let metrics = Metrics::register(registry)?;
-    let table = Arc::new(Table {
-        epoch: Instant::now(),
-        conns: Mutex::new(HashMap::new()),
-        next_id: AtomicU64::new(0),
-    });
-    let at_cap_log = Arc::new(RateLimitedLog(Mutex::new(None)));
-    let accept_error_log = RateLimitedLog(Mutex::new(None));
+    let shared = Shared {
+        table: Arc::new(Table::new()),
+        metrics: Metrics::register(registry)?,
+        app,
+        tls,
+        limits,
+    };
+    accept_until(&listener, &shared, stop).await;
+    // Stopped accepting: wait for the requests in flight (not for idle
+    // keep-alive connections); the caller bounds the wait.
+    drop(listener);
+    while shared.table.busy() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// The accept loop: each connection admitted gets a task, until `stop`.
+async fn accept_until(listener: &TcpListener, shared: &Shared, stop: impl Future<Output = ()>) {
+    let at_cap_log = RateLimitedLog::new();
+    let accept_error_log = RateLimitedLog::new();
     tokio::pin!(stop);
     loop {
         let accepted = tokio::select! {
-            _ = &mut stop => break,
+            _ = &mut stop => return,
             accepted = listener.accept() => accepted,
         };
         let stream = match accepted {
@@ -187,64 +260,37 @@ pub async fn serve(
                 continue;
             }
         };
-        if !admit(&table, &metrics, limits.max_connections, &at_cap_log) {
+        let max = shared.limits.max_connections;
+        if !admit(&shared.table, &shared.metrics, max, &at_cap_log) {
             drop(stream);
             continue;
         }
-        let id = table.next_id.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn {
-            in_flight: AtomicUsize::new(0),
-            last_active_ms: AtomicU64::new(ms_since(table.epoch)),
-            partial_since_ms: AtomicU64::new(NO_PARTIAL),
-            evicted: AtomicBool::new(false),
-            close: Notify::new(),
-            changed: Notify::new(),
-        });
-        table
-            .conns
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, conn.clone());
-        metrics.open.inc();
-        let (table, metrics, app, tls) = (table.clone(), metrics.clone(), app.clone(), tls.clone());
-        tokio::spawn(async move {
-            match tls {
-                None => serve_connection(stream, app, conn, table.epoch, &metrics, limits).await,
-                Some(web) => {
-                    if let Some(tls_stream) = handshake(stream, &web, &conn, limits, &metrics).await
-                    {
-                        serve_connection(tls_stream, app, conn, table.epoch, &metrics, limits).await
-                    }
-                }
+        let (id, conn) = shared.table.insert();
+        shared.metrics.open.inc();
+        tokio::spawn(run_connection(stream, id, conn, shared.clone()));
+    }
+}
+
+/// One connection's task: the TLS handshake when the endpoint speaks TLS,
+/// then HTTP until the connection ends; its table entry goes with it.
+async fn run_connection(stream: TcpStream, id: u64, conn: Arc<Conn>, shared: Shared) {
+    match &shared.tls {
+        None => serve_connection(stream, conn, &shared).await,
+        Some(web) => {
+            let limits = shared.limits;
+            if let Some(tls_stream) = handshake(stream, web, &conn, limits, &shared.metrics).await {
+                serve_connection(tls_stream, conn, &shared).await
             }
-            table
-                .conns
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-            metrics.open.dec();
-        });
+        }
     }
-    // Stopped accepting: wait for the requests in flight (not for idle
-    // keep-alive connections); the caller bounds the wait.
-    drop(listener);
-    while table
-        .conns
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .values()
-        .any(|c| c.in_flight.load(Ordering::Acquire) > 0)
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    Ok(())
+    shared.table.remove(id);
+    shared.metrics.open.dec();
 }
 
 /// Make room for one more connection: true when there is room (after
 /// closing the longest-idle one if the table is full).
 fn admit(table: &Table, metrics: &Metrics, max: usize, log: &RateLimitedLog) -> bool {
-    let open = table.conns.lock().unwrap_or_else(|p| p.into_inner()).len();
-    if open < max {
+    if table.len() < max {
         return true;
     }
     match table.longest_idle() {
@@ -400,57 +446,25 @@ fn wait_deadline(conn: &Conn, limits: &Limits) -> Option<(u64, &'static str)> {
 
 /// Serve one connection until the client closes it, a timeout closes it,
 /// or it is evicted.
-async fn serve_connection<S>(
-    stream: S,
-    app: Router,
-    conn: Arc<Conn>,
-    epoch: Instant,
-    metrics: &Metrics,
-    limits: Limits,
-) where
+async fn serve_connection<S>(stream: S, conn: Arc<Conn>, shared: &Shared)
+where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let tracked = {
-        let conn = conn.clone();
-        tower::service_fn(move |req: Request<hyper::body::Incoming>| {
-            let (app, conn) = (app.clone(), conn.clone());
-            async move {
-                conn.in_flight.fetch_add(1, Ordering::AcqRel);
-                conn.partial_since_ms.store(NO_PARTIAL, Ordering::Release);
-                let response = app.oneshot(req.map(axum::body::Body::new)).await;
-                conn.last_active_ms
-                    .store(ms_since(epoch), Ordering::Relaxed);
-                conn.in_flight.fetch_sub(1, Ordering::AcqRel);
-                conn.changed.notify_one();
-                Ok::<_, Infallible>(response.unwrap_or_else(|never| match never {}))
-            }
-        })
+    let epoch = shared.table.epoch;
+    let service = {
+        let (app, conn) = (shared.app.clone(), conn.clone());
+        tower::service_fn(move |req| tracked(app.clone(), conn.clone(), epoch, req))
     };
     let io = Watched {
         stream,
         conn: conn.clone(),
         epoch,
     };
-    // hyper's own header read timeout would also run while a keep-alive
-    // connection waits for its next request; ours (wait_deadline) tells
-    // the two apart.
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(None)
-        .max_buf_size(MAX_REQUEST_HEAD_BYTES)
-        .keep_alive(true);
-    let connection = builder.serve_connection(TokioIo::new(io), TowerToHyperService::new(tracked));
+    let connection = http1().serve_connection(TokioIo::new(io), TowerToHyperService::new(service));
     tokio::pin!(connection);
     loop {
-        let now = ms_since(epoch);
-        let wait = match wait_deadline(&conn, &limits) {
-            Some((deadline, reason)) if now >= deadline => {
-                metrics.closed.with_label_values(&[reason]).inc();
-                return;
-            }
-            Some((deadline, _)) => Duration::from_millis(deadline - now),
-            None => Duration::from_secs(3600), // busy: the request's end wakes us
+        let Some(wait) = time_left(&conn, &shared.limits, epoch, &shared.metrics) else {
+            return;
         };
         tokio::select! {
             result = connection.as_mut() => {
@@ -463,5 +477,52 @@ async fn serve_connection<S>(
             _ = conn.changed.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }
+    }
+}
+
+/// hyper's HTTP/1.1 settings for every connection.
+fn http1() -> hyper::server::conn::http1::Builder {
+    // hyper's own header read timeout would also run while a keep-alive
+    // connection waits for its next request; ours (wait_deadline) tells
+    // the two apart.
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(None)
+        .max_buf_size(MAX_REQUEST_HEAD_BYTES)
+        .keep_alive(true);
+    builder
+}
+
+/// Serve one request with `app`, keeping `conn`'s bookkeeping: in flight
+/// while it is served (never evicted, no timeout), then active as of its end.
+async fn tracked(
+    app: Router,
+    conn: Arc<Conn>,
+    epoch: Instant,
+    req: Request<hyper::body::Incoming>,
+) -> Result<axum::response::Response, Infallible> {
+    conn.in_flight.fetch_add(1, Ordering::AcqRel);
+    conn.partial_since_ms.store(NO_PARTIAL, Ordering::Release);
+    let response = app.oneshot(req.map(axum::body::Body::new)).await;
+    conn.last_active_ms
+        .store(ms_since(epoch), Ordering::Relaxed);
+    conn.in_flight.fetch_sub(1, Ordering::AcqRel);
+    conn.changed.notify_one();
+    Ok(response.unwrap_or_else(|never| match never {}))
+}
+
+/// How long the connection may wait now before its deadline is checked
+/// again; None when the deadline has passed (the close is counted under
+/// its reason).
+fn time_left(conn: &Conn, limits: &Limits, epoch: Instant, metrics: &Metrics) -> Option<Duration> {
+    let now = ms_since(epoch);
+    match wait_deadline(conn, limits) {
+        Some((deadline, reason)) if now >= deadline => {
+            metrics.closed.with_label_values(&[reason]).inc();
+            None
+        }
+        Some((deadline, _)) => Some(Duration::from_millis(deadline - now)),
+        None => Some(Duration::from_secs(3600)), // busy: the request's end wakes us
     }
 }

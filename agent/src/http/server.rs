@@ -38,6 +38,36 @@ struct AppState {
 }
 
 impl AppState {
+    /// The state of the routes, with `slowpath_scrape_duration_seconds`
+    /// registered in `registry`.
+    ///
+    /// Errors: the registry already holds that histogram.
+    fn new(
+        telemetry_path: String,
+        registry: Registry,
+        probes: Vec<ProbeStatus>,
+        callsites: Option<SharedFolded>,
+    ) -> Result<Self> {
+        let scrape_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "slowpath_scrape_duration_seconds",
+                "Time to gather and encode one scrape, in seconds (reads the kernel tables)",
+            )
+            .buckets(vec![
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+            ]),
+        )?;
+        registry.register(Box::new(scrape_seconds.clone()))?;
+        Ok(Self {
+            registry,
+            scrape_seconds,
+            latest: tokio::sync::Mutex::new(None),
+            probes,
+            telemetry_path,
+            callsites,
+        })
+    }
+
     /// Gather and encode every family (blocking: reads the kernel tables).
     fn render(&self) -> Result<Vec<u8>> {
         let timer = self.scrape_seconds.start_timer();
@@ -81,6 +111,9 @@ pub struct Endpoints {
 
 /// Serve until `shutdown` resolves, then give in-flight requests
 /// [`SHUTDOWN_GRACE`] to finish.
+///
+/// Errors: metrics that cannot be registered (names already taken), a
+/// listener tokio cannot take, a failure of the connection loop.
 pub async fn serve(
     listener: std::net::TcpListener,
     endpoints: Endpoints,
@@ -94,43 +127,8 @@ pub async fn serve(
         web_config,
         limits,
     } = endpoints;
-    let scrape_seconds = Histogram::with_opts(
-        HistogramOpts::new(
-            "slowpath_scrape_duration_seconds",
-            "Time to gather and encode one scrape, in seconds (reads the kernel tables)",
-        )
-        .buckets(vec![
-            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
-        ]),
-    )?;
-    registry.register(Box::new(scrape_seconds.clone()))?;
-    let state = Arc::new(AppState {
-        registry: registry.clone(),
-        scrape_seconds,
-        latest: tokio::sync::Mutex::new(None),
-        probes,
-        telemetry_path: telemetry_path.clone(),
-        callsites,
-    });
-    let app = Router::new()
-        .route(&telemetry_path, get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/debug/callsites", get(debug_callsites))
-        .route("/", get(landing))
-        .with_state(state);
-    // Every route, /debug/callsites included, behind the web config's rules.
-    let app = match &web_config {
-        Some(web) => {
-            web.register_metrics(&registry)?;
-            info!(web_config = %web.describe(), "web config");
-            app.layer(axum::middleware::from_fn_with_state(
-                web.clone(),
-                webconfig::guard,
-            ))
-        }
-        None => app,
-    };
+    let state = AppState::new(telemetry_path.clone(), registry.clone(), probes, callsites)?;
+    let app = guarded(router(Arc::new(state)), web_config.as_ref(), &registry)?;
     let tls = web_config.filter(|w| w.serves_tls());
     let listener = tokio::net::TcpListener::from_std(listener).context("listener")?;
     info!(address = %listener.local_addr()?, path = %telemetry_path,
@@ -150,6 +148,35 @@ pub async fn serve(
         Ok(Ok(Err(err))) => Err(err).context("serving HTTP"),
         Ok(Err(join)) => Err(join).context("HTTP server task"),
     }
+}
+
+/// The routes.
+fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route(&state.telemetry_path, get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/debug/callsites", get(debug_callsites))
+        .route("/", get(landing))
+        .with_state(state)
+}
+
+/// `app` behind the web config's rules when there is one, with its metrics
+/// registered in `registry`: every route, /debug/callsites included.
+fn guarded(
+    app: Router,
+    web_config: Option<&Arc<WebConfig>>,
+    registry: &Registry,
+) -> Result<Router> {
+    let Some(web) = web_config else {
+        return Ok(app);
+    };
+    web.register_metrics(registry)?;
+    info!(web_config = %web.describe(), "web config");
+    Ok(app.layer(axum::middleware::from_fn_with_state(
+        web.clone(),
+        webconfig::guard,
+    )))
 }
 
 /// The metrics page. Concurrent scrapes cost one encoding: a scrape waits
