@@ -526,3 +526,209 @@ fn time_left(conn: &Conn, limits: &Limits, epoch: Instant, metrics: &Metrics) ->
         None => Some(Duration::from_secs(3600)), // busy: the request's end wakes us
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::net::SocketAddr;
+
+    use axum::routing::get;
+    use prometheus::{Encoder, TextEncoder};
+    use tokio::sync::oneshot;
+    use tokio::task::JoinHandle;
+
+    use crate::http::testing::{closed_by_server, read_response, send_get, write_all};
+
+    /// How long `/slow` takes to answer.
+    const SLOW: Duration = Duration::from_millis(800);
+
+    /// [`serve`] on a loopback port with `/` (answers "hi") and `/slow`.
+    struct TestServer {
+        addr: SocketAddr,
+        registry: Registry,
+        stop: oneshot::Sender<()>,
+        task: JoinHandle<anyhow::Result<()>>,
+    }
+
+    impl TestServer {
+        async fn start(max_connections: usize, read_header: Duration, idle: Duration) -> Self {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let app = Router::new().route("/", get(|| async { "hi\n" })).route(
+                "/slow",
+                get(|| async {
+                    tokio::time::sleep(SLOW).await;
+                    "slow\n"
+                }),
+            );
+            let limits = Limits {
+                max_connections,
+                read_header_timeout: read_header,
+                idle_timeout: idle,
+            };
+            let registry = Registry::new();
+            let serving = registry.clone();
+            let (stop, stopped) = oneshot::channel::<()>();
+            let task = tokio::spawn(async move {
+                let stop = async {
+                    let _ = stopped.await;
+                };
+                serve(listener, app, None, limits, &serving, stop).await
+            });
+            Self {
+                addr,
+                registry,
+                stop,
+                task,
+            }
+        }
+
+        async fn connect(&self) -> TcpStream {
+            TcpStream::connect(self.addr).await.unwrap()
+        }
+
+        /// The value of one series of the registry, as the metrics page
+        /// shows it (`name{labels}`); None when it is not there.
+        fn sample(&self, series: &str) -> Option<f64> {
+            let mut text = Vec::new();
+            TextEncoder::new()
+                .encode(&self.registry.gather(), &mut text)
+                .unwrap();
+            let text = String::from_utf8(text).unwrap();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{series} ")))?;
+            line[series.len() + 1..].parse().ok()
+        }
+
+        fn closed(&self, reason: &str) -> f64 {
+            let series = format!("slowpath_http_connections_closed_total{{reason=\"{reason}\"}}");
+            self.sample(&series).unwrap()
+        }
+
+        /// Stop, and check that serve() returns Ok in time.
+        async fn stop(self) {
+            let _ = self.stop.send(());
+            let ended = tokio::time::timeout(Duration::from_secs(5), self.task).await;
+            ended.expect("serve() returns after stop").unwrap().unwrap();
+        }
+    }
+
+    async fn get_ok(stream: &TcpStream, path: &str) -> String {
+        send_get(stream, path).await;
+        let (status, body) = read_response(stream).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        body
+    }
+
+    /// A connection with a `/slow` request in flight.
+    async fn in_flight(server: &TestServer) -> TcpStream {
+        let stream = server.connect().await;
+        send_get(&stream, "/slow").await;
+        // Time for the server to read the request and start the handler.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        stream
+    }
+
+    /// Check that the server closes `stream` not much before `due`, and
+    /// counts it under the first of `reasons`, never the second.
+    async fn assert_timed_out(
+        server: &TestServer,
+        stream: &TcpStream,
+        due: Instant,
+        reasons: (&str, &str),
+    ) {
+        assert!(closed_by_server(stream, Duration::from_secs(5)).await);
+        // The idle clock starts when the handler ends, a little before the
+        // client has read the response.
+        let early = due.saturating_duration_since(Instant::now());
+        assert!(early <= Duration::from_millis(50), "closed {early:?} early");
+        assert_eq!(server.closed(reasons.0), 1.0);
+        assert_eq!(server.closed(reasons.1), 0.0);
+    }
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    #[tokio::test]
+    async fn at_the_cap_a_new_connection_closes_the_longest_idle_one() {
+        let server = TestServer::start(2, LONG, LONG).await;
+        let first = server.connect().await;
+        assert_eq!(get_ok(&first, "/").await, "hi\n");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let second = server.connect().await;
+        assert_eq!(get_ok(&second, "/").await, "hi\n");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        // A request on the first makes the second the longest idle.
+        get_ok(&first, "/").await;
+        tokio::time::sleep(Duration::from_millis(30)).await;
+
+        let third = server.connect().await;
+        assert_eq!(get_ok(&third, "/").await, "hi\n");
+        assert!(closed_by_server(&second, Duration::from_secs(2)).await);
+        assert_eq!(get_ok(&first, "/").await, "hi\n", "still open");
+        assert_eq!(server.closed("evicted"), 1.0);
+        assert_eq!(server.closed("refused"), 0.0);
+        assert_eq!(server.sample("slowpath_http_connections"), Some(2.0));
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_with_every_connection_busy_a_new_one_is_refused() {
+        let server = TestServer::start(1, LONG, LONG).await;
+        let busy = in_flight(&server).await;
+
+        let refused = server.connect().await;
+        assert!(closed_by_server(&refused, Duration::from_millis(500)).await);
+        assert_eq!(read_response(&busy).await, (200, "slow\n".into()));
+        assert_eq!(server.closed("refused"), 1.0);
+        assert_eq!(server.closed("evicted"), 0.0);
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_header_not_sent_in_time_closes_the_connection() {
+        let timeout = Duration::from_millis(300);
+        let server = TestServer::start(8, timeout, LONG).await;
+        let slow = server.connect().await;
+        let start = Instant::now();
+        write_all(&slow, b"GET / HTTP/1.1\r\nHost: test\r\n")
+            .await
+            .unwrap();
+        let reasons = ("read_header_timeout", "idle_timeout");
+        assert_timed_out(&server, &slow, start + timeout, reasons).await;
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_waits_for_the_idle_timeout_not_the_header_timeout() {
+        let idle = Duration::from_millis(800);
+        let server = TestServer::start(8, Duration::from_millis(100), idle).await;
+        let client = server.connect().await;
+        get_ok(&client, "/").await;
+        // Waiting between requests is not a slow header.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        get_ok(&client, "/").await;
+        let answered = Instant::now();
+
+        let reasons = ("idle_timeout", "read_header_timeout");
+        assert_timed_out(&server, &client, answered + idle, reasons).await;
+        server.stop().await;
+    }
+
+    #[tokio::test]
+    async fn stop_lets_the_requests_in_flight_finish() {
+        let server = TestServer::start(8, LONG, LONG).await;
+        let client = in_flight(&server).await;
+
+        let addr = server.addr;
+        let start = Instant::now();
+        server.stop().await;
+        assert!(start.elapsed() >= SLOW / 2, "serve() waited for /slow");
+        assert_eq!(read_response(&client).await, (200, "slow\n".into()));
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "the listener is closed"
+        );
+    }
+}

@@ -23,6 +23,8 @@
 mod connections;
 mod listener;
 mod server;
+#[cfg(test)]
+mod testing;
 mod webconfig;
 
 pub use listener::{bind, connection_limits};

@@ -291,3 +291,169 @@ async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {
         }
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use prometheus::IntCounter;
+    use tower::ServiceExt;
+
+    use crate::bpf::AttachType;
+    use crate::http::testing::{read_response, send_get};
+
+    fn probe(name: &'static str, attached: bool) -> ProbeStatus {
+        ProbeStatus {
+            probe: name,
+            attach_type: AttachType::RawTp,
+            error: (!attached).then(|| "refused".to_string()),
+        }
+    }
+
+    /// The routes over `probes`, with call sites when `callsites`, the
+    /// metrics page at /custom/metrics and a test counter at 7.
+    fn app(probes: Vec<ProbeStatus>, callsites: bool) -> Router {
+        let registry = Registry::new();
+        let things = IntCounter::new("test_things_total", "Things counted by the test").unwrap();
+        things.inc_by(7);
+        registry.register(Box::new(things)).unwrap();
+        let folded = callsites.then(SharedFolded::default);
+        let state = AppState::new("/custom/metrics".into(), registry, probes, folded).unwrap();
+        router(Arc::new(state))
+    }
+
+    /// GET `uri`: (status, content type, body).
+    async fn get(app: &Router, uri: &str) -> (StatusCode, String, String) {
+        let request = Request::get(uri).body(Body::empty()).unwrap();
+        let response = app.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            content_type,
+            String::from_utf8(body.to_vec()).unwrap(),
+        )
+    }
+
+    #[tokio::test]
+    async fn healthz_answers_and_readyz_follows_the_probes() {
+        let all = app(vec![probe("clock", true), probe("sleep", true)], false);
+        assert_eq!(get(&all, "/healthz").await.2, "ok\n");
+        let (status, _, body) = get(&all, "/readyz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ready\n"));
+
+        let some = app(vec![probe("clock", true), probe("sleep", false)], false);
+        let (status, _, body) = get(&some, "/readyz").await;
+        assert_eq!(status, StatusCode::OK, "degraded still counts");
+        assert_eq!(body, "degraded: not attached: sleep (raw_tp)\n");
+
+        let none = app(vec![probe("clock", false), probe("sleep", false)], false);
+        let (status, _, body) = get(&none, "/readyz").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            "degraded: not attached: clock (raw_tp), sleep (raw_tp)\n"
+        );
+        let (status, _, body) = get(&none, "/healthz").await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, "ok\n"));
+    }
+
+    #[tokio::test]
+    async fn callsites_refuse_an_unknown_kind_and_answer_404_when_off() {
+        let on = app(vec![], true);
+        let (status, _, body) = get(&on, "/debug/callsites?kind=bogus").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            body.starts_with("unknown kind \"bogus\": use one of clock, rt_sigprocmask, sleep"),
+            "{body}"
+        );
+        let (status, content_type, body) = get(&on, "/debug/callsites?kind=clock").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(content_type, "text/plain; charset=utf-8");
+        assert_eq!(body, "", "nothing sampled yet");
+
+        let off = app(vec![], false);
+        let (status, _, body) = get(&off, "/debug/callsites").await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert!(body.starts_with("call-site capture is off"), "{body}");
+    }
+
+    #[tokio::test]
+    async fn the_telemetry_path_serves_the_registry_and_times_its_scrapes() {
+        let app = app(vec![], false);
+        let (status, content_type, first) = get(&app, "/custom/metrics").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(content_type, prometheus::TEXT_FORMAT);
+        assert!(first.contains("\ntest_things_total 7\n"), "{first}");
+        // A scrape is timed after it is encoded: the next one shows it.
+        assert!(first.contains("\nslowpath_scrape_duration_seconds_count 0\n"));
+        let (_, _, second) = get(&app, "/custom/metrics").await;
+        assert!(second.contains("\nslowpath_scrape_duration_seconds_count 1\n"));
+        assert_eq!(get(&app, "/metrics").await.0, StatusCode::NOT_FOUND);
+    }
+
+    #[tokio::test]
+    async fn the_landing_page_links_callsites_only_when_on() {
+        let (_, _, on) = get(&app(vec![], true), "/").await;
+        assert!(on.contains("<a href=\"/custom/metrics\">"), "{on}");
+        assert!(on.contains("/debug/callsites"), "{on}");
+        let (_, _, off) = get(&app(vec![], false), "/").await;
+        assert!(!off.contains("/debug/callsites"), "{off}");
+    }
+
+    #[tokio::test]
+    async fn serve_answers_on_its_listener_until_shutdown() {
+        let listener = crate::http::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let registry = Registry::new();
+        let endpoints = Endpoints {
+            telemetry_path: "/metrics".into(),
+            registry: registry.clone(),
+            probes: vec![probe("clock", true)],
+            callsites: None,
+            web_config: None,
+            limits: Limits {
+                max_connections: 4,
+                read_header_timeout: Duration::from_secs(10),
+                idle_timeout: Duration::from_secs(10),
+            },
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(serve(listener, endpoints, async {
+            let _ = stopped.await;
+        }));
+
+        let client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        send_get(&client, "/readyz").await;
+        assert_eq!(read_response(&client).await, (200, "ready\n".into()));
+
+        stop.send(()).unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(2), serving).await;
+        ended
+            .expect("serve() returns after shutdown")
+            .unwrap()
+            .unwrap();
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+        let names: Vec<String> = registry
+            .gather()
+            .iter()
+            .map(|f| f.name().to_owned())
+            .collect();
+        for name in [
+            "slowpath_scrape_duration_seconds",
+            "slowpath_http_connections",
+            "slowpath_http_connections_closed_total",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} in {names:?}");
+        }
+    }
+}
