@@ -92,6 +92,8 @@ impl Table {
         }
     }
 
+    /// The entries, locked (a panic elsewhere while holding the lock
+    /// leaves them usable: each entry is updated atomically).
     fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
         self.conns.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -146,6 +148,10 @@ struct Metrics {
 }
 
 impl Metrics {
+    /// Create and register `slowpath_http_connections` and
+    /// `slowpath_http_connections_closed_total` (every reason at 0).
+    ///
+    /// Errors: the registry already holds them.
     fn register(registry: &Registry) -> prometheus::Result<Self> {
         let open = IntGauge::new(
             "slowpath_http_connections",
@@ -417,6 +423,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
     }
 }
 
+/// Milliseconds from `epoch` to now: the connections' clock, kept in
+/// atomics as integers.
 fn ms_since(epoch: Instant) -> u64 {
     u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
 }

@@ -97,7 +97,10 @@ fn release_free_memory() {
 
 /// What to serve.
 pub struct Endpoints {
+    /// Where the metrics page is (`--web.telemetry-path`).
     pub telemetry_path: String,
+    /// What the metrics page shows; the HTTP side registers its own
+    /// families (scrape duration, connections, web config) in it too.
     pub registry: Registry,
     /// Attach results, for `/readyz`.
     pub probes: Vec<ProbeStatus>,
@@ -207,6 +210,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     }
 }
 
+/// A metrics page answer in the Prometheus text format.
 fn text_response(body: Bytes) -> Response {
     ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], body).into_response()
 }

@@ -82,6 +82,7 @@ impl Passwords {
         ok && known
     }
 
+    /// Whether a check with this key succeeded before.
     fn remembered(&self, key: &[u8; 32]) -> bool {
         self.cache
             .lock()

@@ -26,7 +26,8 @@ struct FileFormat {
     rate_limit: Option<RateLimitSection>,
 }
 
-/// `tls_server_config`.
+/// `tls_server_config`; the fields are the toolkit's keys, with its
+/// meaning (see the module documentation for where slowpath differs).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct TlsSection {
