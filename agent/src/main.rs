@@ -9,30 +9,28 @@
 mod bpf;
 mod callsites;
 mod cli;
-mod connections;
 mod doctor;
 mod exposition;
 mod finding;
 #[cfg(test)]
 mod golden;
+mod http;
 mod labels;
 mod metrics;
 mod node;
 mod preflight;
 mod procs;
-mod server;
 mod signals;
 mod snapshot;
 mod sources;
 mod wakeup;
-mod webconfig;
 mod worker;
 
-use std::io::{ErrorKind, IsTerminal};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use clap::Parser;
 use libbpf_rs::PrintLevel;
 use prometheus::Registry;
@@ -41,28 +39,6 @@ use tracing::{debug, info, trace, warn};
 use crate::callsites::harvest;
 use crate::cli::{Cli, Command, DoctorArgs};
 use crate::worker::{Worker, WorkerOptions};
-
-/// The HTTP limits from the flags, the connection cap fitted under the file
-/// limit (raised to its hard value first).
-fn connection_limits(
-    max: u16,
-    read_header_timeout: std::time::Duration,
-    idle_timeout: std::time::Duration,
-) -> connections::Limits {
-    let (soft, hard) = connections::raise_nofile_limit();
-    let max_connections = connections::effective_max_connections(usize::from(max));
-    info!(
-        max_connections,
-        nofile_soft = soft,
-        nofile_hard = hard,
-        "HTTP connection limit"
-    );
-    connections::Limits {
-        max_connections,
-        read_header_timeout,
-        idle_timeout,
-    }
-}
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -117,20 +93,9 @@ fn libbpf_log(level: PrintLevel, msg: String) {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let addr = cli.listen_address;
-    let listener = bind_listener(addr).map_err(|err| match err.kind() {
-        ErrorKind::AddrInUse => anyhow!(
-            "cannot listen on {addr}: address already in use: stop the process using it \
-             or pass another --web.listen-address"
-        ),
-        ErrorKind::PermissionDenied => {
-            anyhow!("cannot listen on {addr}: permission denied: use a port above 1023")
-        }
-        _ => anyhow!("cannot listen on {addr}: {err}"),
-    })?;
-    listener.set_nonblocking(true).context("listener")?;
+    let listener = http::bind(cli.listen_address)?;
     let web_config = match &cli.web_config_file {
-        Some(path) => Some(Arc::new(webconfig::WebConfig::load(path)?)),
+        Some(path) => Some(Arc::new(http::WebConfig::load(path)?)),
         None => None,
     };
     preflight::check_capabilities()?;
@@ -167,19 +132,19 @@ fn run(cli: Cli) -> Result<()> {
         if let Some((client, opts, state)) = kube {
             tokio::spawn(labels::kubernetes::watch_pods(client, opts, state));
         }
-        let endpoints = server::Endpoints {
+        let endpoints = http::Endpoints {
             telemetry_path: cli.telemetry_path,
             registry,
             probes,
             callsites: callsites.as_ref().map(|(folded, _)| folded.clone()),
             web_config,
-            limits: connection_limits(
+            limits: http::connection_limits(
                 cli.max_connections,
                 cli.read_header_timeout,
                 cli.idle_timeout,
             ),
         };
-        server::serve(listener, endpoints, shutdown_signal()).await
+        http::serve(listener, endpoints, shutdown_signal()).await
     })?;
     drop(callsites); // stops the harvester, which holds the tables' fds
     info!("shutting down: detaching BPF programs");
@@ -245,23 +210,6 @@ fn start_call_sites(
     let thread = harvest::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
     info!("call sites: sampling user stacks, folded at /debug/callsites");
     Ok((folded, thread))
-}
-
-/// Connections the kernel may queue before the agent accepts them. The
-/// standard library's 128 overflows when a burst of clients (or a storm of
-/// evicted idle ones reconnecting) arrives at once; the kernel caps it at
-/// net.core.somaxconn (4096 by default since 5.4).
-const LISTEN_BACKLOG: i32 = 4096;
-
-/// Bind `addr` as `TcpListener::bind` does (SO_REUSEADDR on, so a restart
-/// does not wait for TIME_WAIT), with a [`LISTEN_BACKLOG`] queue.
-fn bind_listener(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(LISTEN_BACKLOG)?;
-    Ok(socket.into())
 }
 
 /// One info line naming every attached probe and its attach type.

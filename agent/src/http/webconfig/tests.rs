@@ -1,6 +1,19 @@
-use super::*;
+use std::fs;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Result;
+use axum::extract::Request;
+use axum::http::header;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+use super::basic_auth::basic_credentials;
+use super::client_certs::{cert_sans, verifier};
+use super::file::TlsSection;
+use super::rate_limit::TokenBucket;
+use super::tls::{cipher_suites, protocol_versions};
+use super::WebConfig;
 
 /// A directory with a CA, a server certificate and key signed by it, and a
 /// second key that does not match the certificate.
@@ -291,12 +304,12 @@ async fn passwords_are_checked_with_bcrypt_and_successes_remembered() {
         .load(&format!("basic_auth_users:\n  a: '{hash}'\n"))
         .unwrap();
     let users = web.current().users.clone();
-    assert!(!web.check_password(&users, "a", "wrong").await);
-    assert!(!web.check_password(&users, "b", "right").await);
-    assert!(web.auth_cache.lock().unwrap().is_empty());
-    assert!(web.check_password(&users, "a", "right").await);
-    assert_eq!(web.auth_cache.lock().unwrap().len(), 1);
-    assert!(web.check_password(&users, "a", "right").await);
+    assert!(!web.passwords.check(&users, "a", "wrong").await);
+    assert!(!web.passwords.check(&users, "b", "right").await);
+    assert_eq!(web.passwords.remembered_count(), 0);
+    assert!(web.passwords.check(&users, "a", "right").await);
+    assert_eq!(web.passwords.remembered_count(), 1);
+    assert!(web.passwords.check(&users, "a", "right").await);
 }
 
 #[test]
@@ -315,4 +328,82 @@ fn sans_of_a_certificate_are_read() {
         .self_signed(&key)
         .unwrap();
     assert_eq!(cert_sans(cert.der()), ["prometheus.example", "10.0.0.1"]);
+}
+
+#[test]
+fn one_verifier_serves_every_client_auth_type() {
+    use rustls::pki_types::{CertificateDer, UnixTime};
+    use rustls::server::danger::ClientCertVerifier;
+
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let signed = |san: &str| {
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(vec![san.to_string()]).unwrap();
+        params.signed_by(&key, &issuer).unwrap().der().clone()
+    };
+    let trusted = signed("prometheus.example");
+    let other_san = signed("grafana.example");
+    let key = KeyPair::generate().unwrap();
+    let self_signed = CertificateParams::new(vec!["prometheus.example".to_string()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap()
+        .der()
+        .clone();
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let build = |auth: &str, sans: &[&str]| {
+        let section = TlsSection {
+            client_auth_type: Some(auth.to_string()),
+            // a client CA is an error with NoClientCert and ignored without Verify
+            client_ca: (auth != "NoClientCert").then(|| ca_pem.clone()),
+            client_allowed_sans: (!sans.is_empty())
+                .then(|| sans.iter().map(|s| s.to_string()).collect()),
+            ..TlsSection::default()
+        };
+        verifier(&section, std::path::Path::new("."), &provider).unwrap()
+    };
+    let check = |v: &Arc<dyn ClientCertVerifier>, cert: &CertificateDer<'static>| {
+        v.verify_client_cert(cert, &[], UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+
+    assert!(!build("NoClientCert", &[]).offer_client_auth());
+
+    let request = build("RequestClientCert", &[]);
+    assert!(request.offer_client_auth() && !request.client_auth_mandatory());
+    assert!(request.root_hint_subjects().is_empty());
+    assert_eq!(check(&request, &self_signed), Ok(()));
+
+    let any = build("RequireAnyClientCert", &["prometheus.example"]);
+    assert!(any.client_auth_mandatory());
+    assert_eq!(check(&any, &self_signed), Ok(()));
+    let refused = check(&any, &other_san).unwrap_err();
+    assert!(
+        refused.contains("client certificate has none of client_allowed_sans"),
+        "{refused}"
+    );
+    assert!(refused.contains("grafana.example"), "{refused}");
+
+    let if_given = build("VerifyClientCertIfGiven", &[]);
+    assert!(if_given.offer_client_auth() && !if_given.client_auth_mandatory());
+    assert_eq!(if_given.root_hint_subjects().len(), 1);
+    assert_eq!(check(&if_given, &trusted), Ok(()));
+    assert!(check(&if_given, &self_signed).is_err());
+
+    let verified = build("RequireAndVerifyClientCert", &["prometheus.example"]);
+    assert!(verified.client_auth_mandatory());
+    assert_eq!(check(&verified, &trusted), Ok(()));
+    assert!(check(&verified, &other_san).is_err(), "SAN not allowed");
+    assert!(check(&verified, &self_signed).is_err(), "not from the CA");
+    assert_eq!(
+        verified.supported_verify_schemes(),
+        any.supported_verify_schemes()
+    );
+    assert!(!any.supported_verify_schemes().is_empty());
 }
