@@ -157,8 +157,11 @@ fn run(cli: Cli) -> Result<()> {
         }
         false => None,
     };
+    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
     let mut worker = Worker::start(WorkerOptions {
         load: load_options(&cli, cli.debug_callsites),
+        kernel: kernel_setup(&cli, &btf),
+        btf,
         pid_label: cli.pid_label,
         limits: series_limits(&cli),
         canary_interval: cli.canary_interval,
@@ -264,20 +267,72 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         max_compactions: cli.max_compactions,
         ringbuf_bytes: cli.ringbuf_bytes,
         force_attach: cli.attach_type,
-        btf_path: cli.btf_path.clone(),
         capture_stacks,
         break_probe: cli.break_probe.clone(),
         refuse_page_alloc: cli.refuse_probe.is_some(),
-        timer_hot_wakeups: bpf::hot_window_wakeups(cli.timer_loop_threshold),
     }
 }
+
+/// What the signals ask of the kernel side. Interim: today's hooks, fentry
+/// syscalls and timer settings listed here, until the signals declare them.
+fn kernel_setup(cli: &Cli, btf: &bpf::KernelBtf) -> bpf::KernelSetup {
+    let memory = ["mm_page_alloc", "mm_compaction_begin", "mm_compaction_end"];
+    let mut hooks = signals::timer::kernel::hooks().to_vec();
+    hooks.extend(memory.map(bpf::Hook::new));
+    bpf::KernelSetup {
+        hooks,
+        fentry_syscalls: FENTRY_SYSCALLS.to_vec(),
+        rodata: vec![signals::timer::kernel::rodata(
+            cli.timer_loop_threshold,
+            btf,
+        )],
+    }
+}
+
+/// The counted syscalls with an fentry program (`sys_enter_fentry_<name>`).
+#[cfg(target_arch = "x86_64")]
+const FENTRY_SYSCALLS: [&str; 15] = [
+    "clock_gettime",
+    "gettimeofday",
+    "time",
+    "rt_sigprocmask",
+    "nanosleep",
+    "clock_nanosleep",
+    "futex",
+    "futex_waitv",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+];
+/// arm64 has no time, epoll_wait, poll or select syscall.
+#[cfg(target_arch = "aarch64")]
+const FENTRY_SYSCALLS: [&str; 11] = [
+    "clock_gettime",
+    "gettimeofday",
+    "rt_sigprocmask",
+    "nanosleep",
+    "clock_nanosleep",
+    "futex",
+    "futex_waitv",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "ppoll",
+    "pselect6",
+];
 
 /// `slowpath doctor`: the same programs, observed for a while, then a report.
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
+    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
     let mut worker = Worker::start(WorkerOptions {
         load: load_options(cli, true),
+        kernel: kernel_setup(cli, &btf),
+        btf,
         pid_label: true,
         // every process of the observation, none dropped or folded
         limits: procs::SeriesLimits {

@@ -4,7 +4,6 @@
 //! the kernel flagged as exited, and runs the vDSO canary.
 
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -33,9 +32,12 @@ const DRAIN_INTERVAL: Duration = Duration::from_millis(500);
 const SWEEP_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Worker settings.
-#[derive(Clone)]
 pub struct WorkerOptions {
     pub load: LoadOptions,
+    /// What the signals ask of the kernel side (hooks, fentry syscalls, rodata).
+    pub kernel: bpf::KernelSetup,
+    /// The kernel's BTF, parsed once per start; dropped once loaded.
+    pub btf: bpf::KernelBtf,
     pub pid_label: bool,
     /// Bounds of the per-process series.
     pub limits: SeriesLimits,
@@ -149,8 +151,10 @@ fn run(
     doorbell: &Doorbell,
     ready: SyncSender<Result<Ready>>,
 ) {
-    let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; bpf::MAX_ATTEMPTS];
-    let mut loaded = match bpf::load(&mut storage, &opts.load) {
+    let mut storage = bpf::ObjectStorage::new();
+    let loaded = bpf::load(&mut storage, &opts.load, &opts.kernel, &opts.btf);
+    drop(opts.btf); // megabytes, needed only to plan the load
+    let mut loaded = match loaded {
         Ok(loaded) => loaded,
         Err(err) => {
             let _ = ready.send(Err(err));
@@ -249,7 +253,7 @@ fn run(
                                 tracked_processes: r.tracked_processes,
                                 folded: r.folded,
                                 lost: read_lost(&loaded.skel.maps.lost),
-                                recursion_misses: bpf::recursion_misses(&loaded.skel),
+                                recursion_misses: bpf::recursion_misses(&loaded),
                                 probes: loaded.probes.clone(),
                                 canary: canary_results.clone(),
                             })

@@ -1,18 +1,19 @@
-//! Attaching the loaded programs.
+//! Attaching the loaded programs, one status per hook.
 
 use anyhow::{bail, Result};
 use libbpf_rs::skel::Skel;
-use libbpf_rs::Link;
+use libbpf_rs::{Link, ProgramMut};
 use tracing::{info, warn};
 
-use super::hooks::{classify_program, next_attach_type, probe_index, AttachType, PROBES};
+use super::hooks::{AttachType, HookTable};
 use super::load::{LoadOptions, Loaded};
-use super::plan::{Plan, Refused};
+use super::plan::Search;
 use super::skel::SlowpathSkel;
 
 /// Result of attaching one probe.
 #[derive(Clone, Debug)]
 pub struct ProbeStatus {
+    /// The hook's tracepoint name (`slowpath_probe_attached{probe}`).
     pub probe: &'static str,
     pub attach_type: AttachType,
     /// `None` when attached; else the kernel's or libbpf's reason.
@@ -20,57 +21,61 @@ pub struct ProbeStatus {
 }
 
 impl ProbeStatus {
+    /// Whether every program of the hook attached.
     pub fn attached(&self) -> bool {
         self.error.is_none()
     }
 }
 
 /// Tracepoint name used by `break_probe`.
-pub(super) const MISSING_TRACEPOINT: &str = "slowpath_no_such_tracepoint";
+const MISSING_TRACEPOINT: &str = "slowpath_no_such_tracepoint";
 
 /// What attaching a loaded object gave.
 pub(super) enum Attached<'obj> {
     /// Every hook that could attach did; the others are in `probes`.
     All(Box<Loaded<'obj>>),
-    /// `probe` failed to attach as `from` and has a next attach type `to`:
-    /// reload with it (everything attached so far is detached on drop).
+    /// Hook `idx` failed to attach as `from` and has a next attach type
+    /// `to`: reload with it (everything attached so far is detached on drop).
     StepDown {
-        probe: &'static str,
+        idx: usize,
         from: AttachType,
         to: AttachType,
     },
 }
 
+/// Attach the programs of the loaded `skel`; the hooks `search` left out
+/// are reported with their reason. Errors when nothing attached.
 pub(super) fn attach<'obj>(
     skel: SlowpathSkel<'obj>,
     opts: &LoadOptions,
-    plan: &Plan,
-    refused: &Refused,
+    search: &Search<'_>,
 ) -> Result<Attached<'obj>> {
-    let (links, mut probes) = attach_all(&skel, opts);
+    let table = search.table();
+    let (links, mut probes) = attach_all(&skel, opts, table);
     let failed_with_next = probes
         .iter()
         .filter(|p| !p.attached() && opts.break_probe.as_deref() != Some(p.probe))
         .find_map(|p| {
+            let idx = table.index(p.probe)?;
             Some((
-                p.probe,
+                idx,
                 p.attach_type,
-                next_attach_type(p.probe, p.attach_type)?,
+                table.next_attach_type(idx, p.attach_type)?,
             ))
         });
-    if let Some((probe, from, to)) = failed_with_next {
-        return Ok(Attached::StepDown { probe, from, to });
+    if let Some((idx, from, to)) = failed_with_next {
+        return Ok(Attached::StepDown { idx, from, to });
     }
-    for (idx, reason) in refused.iter().enumerate() {
+    for (idx, reason) in search.refused().iter().enumerate() {
         if let Some(reason) = reason {
             probes.push(ProbeStatus {
-                probe: PROBES[idx],
-                attach_type: plan[idx],
+                probe: table.name(idx),
+                attach_type: search.plan()[idx],
                 error: Some(reason.clone()),
             });
         }
     }
-    probes.sort_by_key(|p| probe_index(p.probe));
+    probes.sort_by_key(|p| table.index(p.probe));
     if links.is_empty() {
         let reasons: Vec<String> = probes
             .iter()
@@ -81,15 +86,17 @@ pub(super) fn attach<'obj>(
     Ok(Attached::All(Box::new(Loaded {
         skel,
         probes,
+        table: table.clone(),
         _links: links,
     })))
 }
 
-/// Attach every loaded program; one status per probe (a probe attached with
-/// fentry is attached when all of its programs are).
-pub(super) fn attach_all(
+/// Attach every loaded program; one status per probe, in table order (a
+/// probe attached with fentry is attached when all of its programs are).
+fn attach_all(
     skel: &SlowpathSkel<'_>,
     opts: &LoadOptions,
+    table: &HookTable,
 ) -> (Vec<Link>, Vec<ProbeStatus>) {
     let mut links = Vec::new();
     let mut probes: Vec<ProbeStatus> = Vec::new();
@@ -97,18 +104,14 @@ pub(super) fn attach_all(
         if !prog.autoload() {
             continue;
         }
-        let Ok((probe, attach_type)) = classify_program(prog.name()) else {
+        let Ok((idx, attach_type)) = table.classify(prog.name()) else {
             continue;
         };
+        let probe = table.name(idx);
         if probes.iter().any(|p| p.probe == probe && p.error.is_some()) {
             continue; // one failed program of a hook is enough to report it
         }
-        let attached = if opts.break_probe.as_deref() == Some(probe) {
-            prog.attach_raw_tracepoint(MISSING_TRACEPOINT)
-        } else {
-            prog.attach()
-        };
-        let error = match attached {
+        let error = match attach_program(&prog, probe, opts) {
             Ok(link) => {
                 links.push(link);
                 None
@@ -131,6 +134,18 @@ pub(super) fn attach_all(
     for p in probes.iter().filter(|p| p.attached()) {
         info!(probe = p.probe, attach_type = %p.attach_type, "attached");
     }
-    probes.sort_by_key(|p| PROBES.iter().position(|&n| n == p.probe));
+    probes.sort_by_key(|p| table.index(p.probe));
     (links, probes)
+}
+
+/// Attach one program of hook `probe` where its section says.
+fn attach_program(
+    prog: &ProgramMut<'_>,
+    probe: &str,
+    opts: &LoadOptions,
+) -> libbpf_rs::Result<Link> {
+    if opts.break_probe.as_deref() == Some(probe) {
+        return prog.attach_raw_tracepoint(MISSING_TRACEPOINT);
+    }
+    prog.attach()
 }

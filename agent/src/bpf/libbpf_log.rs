@@ -1,8 +1,10 @@
-//! libbpf's messages.
+//! libbpf's messages during a load attempt: captured rather than printed,
+//! and read for the program the kernel refused and the verifier's reason.
 
 use std::ffi::OsStr;
+use std::sync::Mutex;
 
-use super::hooks::{classify_program, AttachType};
+use super::hooks::{AttachType, HookTable};
 
 /// Run `f` with libbpf's messages captured (not printed), and return them:
 /// a refused plan or program is expected on many kernels, and its verifier
@@ -22,29 +24,31 @@ pub(super) fn with_libbpf_log<T>(f: impl FnOnce() -> T) -> (T, String) {
     (out, log)
 }
 
-pub(super) static LIBBPF_LOG: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+/// What `with_libbpf_log` captured so far: libbpf's print callback is a
+/// plain function, so the messages go through a static.
+static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
 
 /// The tracepoint program the kernel refused, from libbpf's log ("prog
 /// 'mm_page_alloc_raw': BPF program load failed: ..." and the verifier's
 /// log after it), with the verifier's last message. `None` for fentry
 /// programs (a refused fentry program moves the whole plan on) and for
-/// failures that name no program.
-pub(super) fn refused_program(log: &str) -> Option<(&'static str, AttachType, String)> {
+/// failures that name no program. The hook is an index into `table`.
+pub(super) fn refused_program(log: &str, table: &HookTable) -> Option<(usize, AttachType, String)> {
     let name = log.lines().find_map(|line| {
         let rest = &line[line.find("prog '")? + "prog '".len()..];
         let (name, after) = rest.split_once('\'')?;
         (after.contains("load failed") || after.contains("failed to load")).then_some(name)
     })?;
-    let (probe, attach_type) = classify_program(OsStr::new(name)).ok()?;
+    let (idx, attach_type) = table.classify(OsStr::new(name)).ok()?;
     if attach_type == AttachType::Fentry {
         return None;
     }
-    Some((probe, attach_type, verifier_reason(log)))
+    Some((idx, attach_type, verifier_reason(log)))
 }
 
 /// The verifier's message: the last line of the program's load log that is
 /// not its statistics, or libbpf's own line when there is no log.
-pub(super) fn verifier_reason(log: &str) -> String {
+fn verifier_reason(log: &str) -> String {
     let body = log
         .split("-- BEGIN PROG LOAD LOG --")
         .nth(1)
@@ -90,6 +94,7 @@ pub(super) fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bpf::hooks::tests::setup;
 
     #[test]
     fn the_refused_program_and_the_verifiers_reason_come_from_libbpfs_log() {
@@ -100,8 +105,10 @@ mod tests {
                    processed 3 insns (limit 1000000) max_states_per_insn 0\n\
                    -- END PROG LOAD LOG --\n\
                    libbpf: prog 'mm_page_alloc_raw': failed to load: -22\n";
-        let (probe, attach_type, reason) = refused_program(log).unwrap();
-        assert_eq!((probe, attach_type), ("mm_page_alloc", AttachType::RawTp));
+        let table = HookTable::new(&setup());
+        let refused_program = |log| refused_program(log, &table);
+        let (idx, attach_type, reason) = refused_program(log).unwrap();
+        assert_eq!((idx, attach_type), (3, AttachType::RawTp));
         assert_eq!(reason, "invalid func unknown#158");
         // fentry refusals and logs that name no program move the whole plan
         assert!(refused_program("libbpf: prog 'sys_enter_fentry_time': BPF program load failed: Operation not permitted").is_none());

@@ -12,12 +12,20 @@
 //! hook to the next plan. Neither needs tracefs. A hook the kernel refuses,
 //! or that loads but does not attach, is reported
 //! (`slowpath_probe_attached` 0, the log) and the others keep working.
+//!
+//! Which hooks there are is an input ([`KernelSetup`]): the signals declare
+//! theirs, this module adds the core hooks that serve them all and knows no
+//! signal. One concern per file: `hooks` (the hook table and program
+//! names), `btf` (the kernel's BTF), `plan` (attach plans, pure), `load`
+//! (shaping and loading the object), `attach`, `libbpf_log` (reading
+//! libbpf's messages), `stats` (what the kernel counts about the programs).
 
 use std::path::Path;
 
 use anyhow::{bail, Result};
 
 mod attach;
+mod btf;
 mod hooks;
 mod libbpf_log;
 mod load;
@@ -49,8 +57,9 @@ macro_rules! slot {
 pub(crate) use slot;
 
 pub use attach::ProbeStatus;
-pub use hooks::AttachType;
-pub use load::{hot_window_wakeups, load, LoadOptions, Loaded, ObjectStorage, MAX_ATTEMPTS};
+pub use btf::KernelBtf;
+pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch};
+pub use load::{load, LoadOptions, Loaded, ObjectStorage};
 pub use stats::recursion_misses;
 
 /// Where the kernel exposes its own BTF.

@@ -35,6 +35,7 @@ use crate::signals::sleep::BUCKET_BOUNDS;
 use crate::signals::{Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
+pub mod kernel;
 mod runtime;
 
 /// Number of `enum sp_wait` kinds.
