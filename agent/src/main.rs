@@ -376,3 +376,43 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    /// The interim setup of the default flags on the running kernel.
+    fn setup() -> bpf::KernelSetup {
+        let cli = Cli::try_parse_from(["slowpath"]).unwrap();
+        let btf = bpf::KernelBtf::open(Path::new(bpf::KERNEL_BTF)).unwrap();
+        kernel_setup(&cli, &btf)
+    }
+
+    #[test]
+    fn the_embedded_object_has_the_programs_of_the_interim_setup() {
+        assert_eq!(bpf::check_object(&setup()), Ok(()));
+    }
+
+    #[test]
+    fn a_setup_with_a_hook_or_syscall_too_many_or_too_few_fails_the_check() {
+        let problems = |change: fn(&mut bpf::KernelSetup)| {
+            let mut setup = setup();
+            change(&mut setup);
+            bpf::check_object(&setup).unwrap_err()
+        };
+        let no_compaction_end = problems(|s| s.hooks.retain(|h| h.name != "mm_compaction_end"));
+        assert_eq!(no_compaction_end.len(), 2, "{no_compaction_end:?}");
+        assert!(no_compaction_end[0].starts_with("program mm_compaction_end_btf"));
+        let extra_hook = problems(|s| s.hooks.push(bpf::Hook::new("no_such_hook")));
+        assert_eq!(extra_hook.len(), 2, "{extra_hook:?}");
+        assert!(extra_hook[0].starts_with("hook no_such_hook has no program no_such_hook_btf"));
+        let no_futex = problems(|s| s.fentry_syscalls.retain(|&n| n != "futex"));
+        assert_eq!(no_futex.len(), 1, "{no_futex:?}");
+        assert!(no_futex[0].starts_with("program sys_enter_fentry_futex (fentry/"));
+        assert!(no_futex[0].ends_with("is accounted for by no hook and no fentry syscall"));
+        let extra_syscall = problems(|s| s.fentry_syscalls.push("no_such_syscall"));
+        assert_eq!(extra_syscall.len(), 1, "{extra_syscall:?}");
+    }
+}

@@ -90,7 +90,8 @@ pub enum AttachType {
 }
 
 impl AttachType {
-    fn suffix(self) -> &'static str {
+    /// The program name's suffix (`sys_enter_btf`).
+    pub(super) fn suffix(self) -> &'static str {
         match self {
             AttachType::Fentry => "_fentry",
             AttachType::TpBtf => "_btf",
@@ -146,6 +147,12 @@ impl HookTable {
 
     pub(super) fn len(&self) -> usize {
         self.hooks.len()
+    }
+
+    /// The hooks, in table order (for the object check).
+    #[cfg(test)]
+    pub(super) fn hooks(&self) -> &[Hook] {
+        &self.hooks
     }
 
     /// The name of hook `idx`.

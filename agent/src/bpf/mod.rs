@@ -18,7 +18,8 @@
 //! signal. One concern per file: `hooks` (the hook table and program
 //! names), `btf` (the kernel's BTF), `plan` (attach plans, pure), `load`
 //! (shaping and loading the object), `attach`, `libbpf_log` (reading
-//! libbpf's messages), `stats` (what the kernel counts about the programs).
+//! libbpf's messages), `stats` (what the kernel counts about the programs),
+//! `check` (the object against a setup, in the unit tests).
 
 use std::path::Path;
 
@@ -26,6 +27,8 @@ use anyhow::{bail, Result};
 
 mod attach;
 mod btf;
+#[cfg(test)]
+mod check;
 mod hooks;
 mod libbpf_log;
 mod load;
@@ -58,6 +61,8 @@ pub(crate) use slot;
 
 pub use attach::ProbeStatus;
 pub use btf::KernelBtf;
+#[cfg(test)]
+pub use check::check_object;
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch};
 pub use load::{load, LoadOptions, Loaded, ObjectStorage};
 pub use stats::recursion_misses;
