@@ -268,7 +268,9 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         ringbuf_bytes: cli.ringbuf_bytes,
         force_attach: cli.attach_type,
         capture_stacks,
+        #[cfg(feature = "fault-injection")]
         break_probe: cli.break_probe.clone(),
+        #[cfg(feature = "fault-injection")]
         refuse_page_alloc: cli.refuse_probe.is_some(),
     }
 }

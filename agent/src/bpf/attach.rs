@@ -2,9 +2,11 @@
 
 use anyhow::{bail, Result};
 use libbpf_rs::skel::Skel;
-use libbpf_rs::{Link, ProgramMut};
+use libbpf_rs::Link;
 use tracing::{info, warn};
 
+#[cfg(feature = "fault-injection")]
+use super::fault::{attach_program, broken_on_purpose};
 use super::hooks::{AttachType, HookTable};
 use super::load::{LoadOptions, Loaded};
 use super::plan::Search;
@@ -26,9 +28,6 @@ impl ProbeStatus {
         self.error.is_none()
     }
 }
-
-/// Tracepoint name used by `break_probe`.
-const MISSING_TRACEPOINT: &str = "slowpath_no_such_tracepoint";
 
 /// What attaching a loaded object gave.
 pub(super) enum Attached<'obj> {
@@ -54,7 +53,7 @@ pub(super) fn attach<'obj>(
     let (links, mut probes) = attach_all(&skel, opts, table);
     let failed_with_next = probes
         .iter()
-        .filter(|p| !p.attached() && opts.break_probe.as_deref() != Some(p.probe))
+        .filter(|p| !p.attached() && !broken_on_purpose(opts, p.probe))
         .find_map(|p| {
             let idx = table.index(p.probe)?;
             Some((
@@ -138,14 +137,18 @@ fn attach_all(
     (links, probes)
 }
 
+/// Whether hook `probe` is broken on purpose: never without fault injection.
+#[cfg(not(feature = "fault-injection"))]
+fn broken_on_purpose(_opts: &LoadOptions, _probe: &str) -> bool {
+    false
+}
+
 /// Attach one program of hook `probe` where its section says.
+#[cfg(not(feature = "fault-injection"))]
 fn attach_program(
-    prog: &ProgramMut<'_>,
-    probe: &str,
-    opts: &LoadOptions,
+    prog: &libbpf_rs::ProgramMut<'_>,
+    _probe: &str,
+    _opts: &LoadOptions,
 ) -> libbpf_rs::Result<Link> {
-    if opts.break_probe.as_deref() == Some(probe) {
-        return prog.attach_raw_tracepoint(MISSING_TRACEPOINT);
-    }
     prog.attach()
 }

@@ -17,23 +17,29 @@ use super::skel::SlowpathSkelBuilder;
 /// or syscall accounts for, one in the wrong section, a hook or syscall
 /// without its programs, a hook named twice, a `needs` naming no hook.
 pub fn check_object(setup: &KernelSetup) -> Result<(), Vec<String>> {
-    let mut storage = MaybeUninit::<OpenObject>::uninit();
-    let open = SlowpathSkelBuilder::default()
-        .open(&mut storage)
-        .map_err(|err| vec![format!("opening the embedded BPF object: {err}")])?;
-    let programs: Vec<(String, String)> = open
-        .open_object()
-        .progs()
-        .map(|p| {
+    let programs = with_embedded_object(|object| {
+        let programs = object.progs().map(|p| {
             let name = p.name().to_string_lossy().into_owned();
             (name, p.section().to_string_lossy().into_owned())
-        })
-        .collect();
+        });
+        programs.collect::<Vec<_>>()
+    })
+    .map_err(|err| vec![err])?;
     let problems = check_programs(setup, &programs);
     match problems.is_empty() {
         true => Ok(()),
         false => Err(problems),
     }
+}
+
+/// `f` of the object built into this binary, opened (not loaded); errors
+/// when libbpf cannot open it.
+fn with_embedded_object<T>(f: impl FnOnce(&OpenObject) -> T) -> Result<T, String> {
+    let mut storage = MaybeUninit::<OpenObject>::uninit();
+    let open = SlowpathSkelBuilder::default()
+        .open(&mut storage)
+        .map_err(|err| format!("opening the embedded BPF object: {err}"))?;
+    Ok(f(open.open_object()))
 }
 
 /// The problems of `programs` (name, section) against `setup`.
@@ -104,6 +110,9 @@ fn wanted_programs(table: &HookTable, setup: &KernelSetup) -> BTreeMap<String, (
 
 #[cfg(test)]
 mod tests {
+    use libbpf_rs::btf::types::Var;
+    use libbpf_rs::{AsRawLibbpf, Btf};
+
     use super::*;
     use crate::bpf::hooks::tests::setup;
     use crate::bpf::hooks::SYSCALL_FN_PREFIX;
@@ -153,6 +162,33 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// Whether the embedded object's BTF has a variable named `name`.
+    fn object_has_variable(name: &str) -> bool {
+        with_embedded_object(|object| {
+            // SAFETY: the pointer is the open object's, valid while `object`
+            // is borrowed (for this closure), and only read through.
+            let raw = unsafe { object.as_libbpf_object().as_ref() };
+            let btf = Btf::from_bpf_object(raw)
+                .unwrap()
+                .expect("the object has BTF");
+            btf.type_by_name::<Var<'_>>(name).is_some()
+        })
+        .unwrap()
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    #[test]
+    fn the_product_has_no_fault_injection_code() {
+        assert!(object_has_variable("capture_stacks")); // the lookup works
+        assert!(!object_has_variable("test_refuse_page_alloc"));
+    }
+
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn the_fault_injection_build_has_its_bpf_code() {
+        assert!(object_has_variable("test_refuse_page_alloc"));
     }
 
     #[test]

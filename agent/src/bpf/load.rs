@@ -13,7 +13,7 @@ use super::attach::{attach, Attached, ProbeStatus};
 use super::btf::KernelBtf;
 use super::hooks::{AttachType, HookTable, KernelSetup};
 use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libbpf_log};
-use super::plan::{plans, Plan, Search};
+use super::plan::{plans, Search};
 use super::skel::{OpenSlowpathSkel, SlowpathSkel, SlowpathSkelBuilder};
 
 /// Settings that shape the BPF object before load.
@@ -31,9 +31,11 @@ pub struct LoadOptions {
     pub capture_stacks: bool,
     /// Fault injection for tests: attach this probe as raw_tp to a
     /// tracepoint that does not exist, so the kernel refuses it for real.
+    #[cfg(feature = "fault-injection")]
     pub break_probe: Option<String>,
     /// Fault injection for tests: the verifier refuses both mm_page_alloc
     /// programs (`test_refuse_page_alloc` in the object).
+    #[cfg(feature = "fault-injection")]
     pub refuse_page_alloc: bool,
 }
 
@@ -73,7 +75,8 @@ pub fn load<'obj>(
 ) -> Result<Loaded<'obj>> {
     let table = HookTable::new(setup);
     let plans = plans(&table, opts.force_attach, btf.path(), btf)?;
-    let plans = break_plans(plans, &table, opts)?;
+    #[cfg(feature = "fault-injection")]
+    let plans = super::fault::break_plans(plans, &table, opts)?;
     let mut search = Search::new(&table, plans)?;
     storage.clear();
     storage.resize_with(max_attempts(table.len()), MaybeUninit::uninit);
@@ -115,22 +118,6 @@ fn next_plan(search: &mut Search<'_>, err: anyhow::Error, log: &str) -> Result<(
     info!(plan = %tried, error = %format!("{err:#}"),
           "kernel refused this attach plan; trying the next");
     Ok(())
-}
-
-/// Fault injection for tests: `break_probe` is raw_tp in every plan (it is
-/// then attached to a tracepoint that does not exist).
-fn break_plans(mut plans: Vec<Plan>, table: &HookTable, opts: &LoadOptions) -> Result<Vec<Plan>> {
-    if let Some(broken) = &opts.break_probe {
-        let names = table.names();
-        let idx = table
-            .index(broken)
-            .with_context(|| format!("--bpf.test-break-probe {broken}: not one of {names:?}"))?;
-        for plan in &mut plans {
-            plan[idx] = AttachType::RawTp;
-        }
-        plans.dedup();
-    }
-    Ok(plans)
 }
 
 /// One load attempt: open a fresh copy of the object in `slot`, shape it
@@ -183,7 +170,8 @@ fn size_maps(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions) -> Result<()> 
 fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &KernelSetup) {
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.capture_stacks = opts.capture_stacks;
-        rodata.test_refuse_page_alloc = opts.refuse_page_alloc;
+        #[cfg(feature = "fault-injection")]
+        super::fault::write_rodata(rodata, opts);
         for patch in &setup.rodata {
             patch(rodata);
         }

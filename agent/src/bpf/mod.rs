@@ -29,6 +29,8 @@ mod attach;
 mod btf;
 #[cfg(test)]
 mod check;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod hooks;
 mod libbpf_log;
 mod load;
