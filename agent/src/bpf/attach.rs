@@ -17,6 +17,7 @@ use super::skel::SlowpathSkel;
 pub struct ProbeStatus {
     /// The hook's tracepoint name (`slowpath_probe_attached{probe}`).
     pub probe: &'static str,
+    /// How its programs were attached, or were to be when refused.
     pub attach_type: AttachType,
     /// `None` when attached; else the kernel's or libbpf's reason.
     pub error: Option<String>,

@@ -41,11 +41,13 @@ pub struct LoadOptions {
 
 /// The loaded object and its links. Dropping it detaches every program.
 pub struct Loaded<'obj> {
+    /// The loaded object: its maps are what the worker reads.
     pub skel: SlowpathSkel<'obj>,
     /// One status per hook of the table, in its order.
     pub probes: Vec<ProbeStatus>,
     /// The hook table it was loaded with.
     pub(super) table: HookTable,
+    /// Held for their drop: a program stays attached while its link lives.
     pub(super) _links: Vec<Link>,
 }
 

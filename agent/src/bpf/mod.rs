@@ -19,7 +19,8 @@
 //! names), `btf` (the kernel's BTF), `plan` (attach plans, pure), `load`
 //! (shaping and loading the object), `attach`, `libbpf_log` (reading
 //! libbpf's messages), `stats` (what the kernel counts about the programs),
-//! `check` (the object against a setup, in the unit tests).
+//! `check` (the object against a setup, in the unit tests), `fault`
+//! (test-only fault injection, with the cargo feature `fault-injection`).
 
 use std::path::Path;
 
