@@ -22,15 +22,21 @@ fn main() {
              `bpftool btf dump file /sys/kernel/btf/vmlinux format c`"
         ),
     };
+    let mut clang_args = vec![
+        format!("-I{BPF_DIR}"),
+        format!("-I{BPF_DIR}/vmlinux/{vmlinux_arch}"),
+        "-Wall".to_string(),
+        "-Werror".to_string(),
+    ];
+    // The test-only BPF code (`#ifdef SP_FAULT_INJECTION`) is in the object
+    // only with the cargo feature fault-injection: the product has none.
+    if env::var_os("CARGO_FEATURE_FAULT_INJECTION").is_some() {
+        clang_args.push("-DSP_FAULT_INJECTION".to_string());
+    }
     SkeletonBuilder::new()
         .source(SOURCE)
         // clang_args replaces earlier arguments: pass every extra flag here.
-        .clang_args([
-            format!("-I{BPF_DIR}"),
-            format!("-I{BPF_DIR}/vmlinux/{vmlinux_arch}"),
-            "-Wall".to_string(),
-            "-Werror".to_string(),
-        ])
+        .clang_args(clang_args)
         .build_and_generate(out_dir.join("slowpath.skel.rs"))
         .expect("building bpf/slowpath.bpf.c (is clang installed? run scripts/setup.sh)");
     println!("cargo:rerun-if-changed={BPF_DIR}/slowpath.bpf.c");

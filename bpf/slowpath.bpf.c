@@ -1106,12 +1106,15 @@ static __always_inline bool in_madv_collapse(struct task_struct *task, const boo
 	return false;
 }
 
-/* Tests only (--bpf.test-refuse-probe mm_page_alloc): call a helper no
- * kernel has, so the verifier refuses both programs of this hook for real,
- * as 5.10 refuses bpf_get_current_task_btf(). False, the verifier prunes
- * the call as dead code. */
+#ifdef SP_FAULT_INJECTION
+/* Tests only (--bpf.test-refuse-probe mm_page_alloc, in the agent built
+ * with the cargo feature fault-injection, which defines SP_FAULT_INJECTION):
+ * call a helper no kernel has, so the verifier refuses both programs of
+ * this hook for real, as 5.10 refuses bpf_get_current_task_btf(). False,
+ * the verifier prunes the call as dead code. */
 const volatile bool test_refuse_page_alloc = false;
 static long (*const sp_no_such_helper)(void) = (void *)0x7fff;
+#endif
 
 /* `btf`: the tp_btf program, which may use the BTF-pointer helpers
  * (bpf_get_current_task_btf() 5.11+, bpf_task_pt_regs() 5.15+); the raw_tp
@@ -1122,8 +1125,10 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 	struct task_struct *task;
 	struct sp_proc *p;
 
+#ifdef SP_FAULT_INJECTION
 	if (test_refuse_page_alloc)
 		sp_no_such_helper();
+#endif
 	if (order != SP_HPAGE_PMD_ORDER)
 		return 0; /* every 4 KiB allocation leaves here */
 	if ((gfp & SP_GFP_THP_FAULT_BITS) != SP_GFP_THP_FAULT_BITS)

@@ -10,9 +10,11 @@ source "$HOME/.cargo/env" 2>/dev/null || true
 echo "== style: cargo fmt, clippy"
 cargo fmt --all -- --check
 cargo clippy --locked --all-targets -- -D warnings
+cargo clippy --locked --all-targets --features fault-injection -- -D warnings
 
 echo "== unit tests: Rust"
 cargo test --locked
+cargo test --locked --features fault-injection bpf::
 
 echo "== unit tests: BPF classifiers (bpf/classify.h) on the host"
 mkdir -p target/host-tests
@@ -20,6 +22,11 @@ gcc -O2 -Wall -Werror -I bpf tests/unit/classify_test.c -o target/host-tests/cla
 target/host-tests/classify_test
 
 echo "== end-to-end tests against the real kernel"
+# The degradation tests need the test-only fault injection, which the product
+# does not have: built in the dev profile and copied aside.
+cargo build --locked -p slowpath --features fault-injection
+mkdir -p target/fault-injection
+cp target/debug/slowpath target/fault-injection/slowpath
 cargo build --release --locked -p slowpath
 
 echo "== the agent cross-built for arm64 (booted in an arm64 guest by test_guest.py)"
@@ -28,6 +35,7 @@ mkdir -p tests/workloads/bin
 gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
 # forbid_skips (tests/e2e/forbid_skips.py): on the machine set up above a
 # skipped test is a failure.
-SLOWPATH_BIN="$PWD/target/release/slowpath" SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
+SLOWPATH_BIN="$PWD/target/release/slowpath" SLOWPATH_FAULTS_BIN="$PWD/target/fault-injection/slowpath" \
+SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
 PYTHONPATH="$PWD/tests/e2e" \
   /usr/bin/python3 -m pytest -p no:cacheprovider -p forbid_skips -ra tests/e2e "$@"

@@ -190,14 +190,17 @@ pub struct Cli {
     #[arg(long = "debug.callsites", env = "SLOWPATH_DEBUG_CALLSITES")]
     pub debug_callsites: bool,
 
-    /// Testing only: make the kernel refuse this probe (attached as raw_tp to
-    /// a tracepoint that does not exist) to exercise degraded operation.
+    /// Testing only (cargo feature fault-injection): make the kernel refuse
+    /// this probe (attached as raw_tp to a tracepoint that does not exist)
+    /// to exercise degraded operation.
+    #[cfg(feature = "fault-injection")]
     #[arg(long = "bpf.test-break-probe", hide = true, value_name = "PROBE")]
     pub break_probe: Option<String>,
 
-    /// Testing only: make the verifier refuse both programs of the
-    /// mm_page_alloc hook (a call to a helper no kernel has), to exercise
-    /// per-hook degradation at load.
+    /// Testing only (cargo feature fault-injection): make the verifier
+    /// refuse both programs of the mm_page_alloc hook (a call to a helper no
+    /// kernel has), to exercise per-hook degradation at load.
+    #[cfg(feature = "fault-injection")]
     #[arg(long = "bpf.test-refuse-probe", hide = true, value_name = "PROBE",
           value_parser = ["mm_page_alloc"])]
     pub refuse_probe: Option<String>,

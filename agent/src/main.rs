@@ -107,17 +107,23 @@ fn run(cli: Cli) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let kube = kubernetes_watch(&cli, &runtime)?;
-    let mut worker = Worker::start(WorkerOptions {
-        load: load_options(&cli, cli.debug_callsites),
-        pid_label: cli.pid_label,
-        limits: series_limits(&cli),
-        signals: cli.signals.clone(),
-        check_every: None,
-        pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
-            index: k.index.clone(),
-            deleted_pod_grace: cli.deleted_pod_grace,
-        }),
-    })?;
+    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
+    let kernel = signals::kernel_setup(&cli.signals, &btf);
+    let mut worker = Worker::start(
+        WorkerOptions {
+            load: load_options(&cli, cli.debug_callsites),
+            pid_label: cli.pid_label,
+            limits: series_limits(&cli),
+            signals: cli.signals.clone(),
+            check_every: None,
+            pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
+                index: k.index.clone(),
+                deleted_pod_grace: cli.deleted_pod_grace,
+            }),
+        },
+        kernel,
+        btf,
+    )?;
     let stack_tables = worker.take_stack_tables();
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
@@ -239,11 +245,11 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         max_compactions: cli.max_compactions,
         ringbuf_bytes: cli.ringbuf_bytes,
         force_attach: cli.attach_type,
-        btf_path: cli.btf_path.clone(),
         capture_stacks,
+        #[cfg(feature = "fault-injection")]
         break_probe: cli.break_probe.clone(),
+        #[cfg(feature = "fault-injection")]
         refuse_page_alloc: cli.refuse_probe.is_some(),
-        timer_hot_wakeups: bpf::hot_window_wakeups(cli.signals.timer.loop_threshold),
     }
 }
 
@@ -251,7 +257,9 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
-    let mut worker = Worker::start(WorkerOptions {
+    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
+    let kernel = signals::kernel_setup(&cli.signals, &btf);
+    let options = WorkerOptions {
         load: load_options(cli, true),
         pid_label: true,
         // every process of the observation, none dropped or folded
@@ -264,7 +272,8 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         // the node checks run once at start; the doctor measures the node itself
         check_every: Some(std::time::Duration::from_secs(3600)),
         pods: None,
-    })?;
+    };
+    let mut worker = Worker::start(options, kernel, btf)?;
     log_attached(worker.probes());
     preflight::warn_if_cannot_symbolize("doctor");
     let stacks = worker.take_stack_tables();

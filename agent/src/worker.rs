@@ -5,7 +5,6 @@
 //! upkeep (`NodeNeeds::check`, `KernelNeeds::upkeep`).
 
 use std::cell::RefCell;
-use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
@@ -80,14 +79,21 @@ struct Ready {
 
 impl Worker {
     /// Start the thread and wait until the programs are loaded and attached.
-    pub fn start(opts: WorkerOptions) -> Result<Self> {
+    /// `kernel` is what the signals ask of the kernel side; `btf`, the
+    /// kernel's BTF, parsed once, is dropped once loaded (megabytes, needed
+    /// only to plan the load).
+    pub fn start(
+        opts: WorkerOptions,
+        kernel: bpf::KernelSetup,
+        btf: bpf::KernelBtf,
+    ) -> Result<Self> {
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let doorbell = Arc::new(Doorbell::new().context("creating the worker's eventfd")?);
         let bell = doorbell.clone();
         let thread = std::thread::Builder::new()
             .name("slowpath-bpf".into())
-            .spawn(move || run(opts, rx, &bell, ready_tx))
+            .spawn(move || run(opts, (kernel, btf), rx, &bell, ready_tx))
             .context("starting the BPF worker thread")?;
         match ready_rx.recv() {
             Ok(Ok(ready)) => Ok(Self {
@@ -150,12 +156,13 @@ impl Drop for Worker {
 
 fn run(
     opts: WorkerOptions,
+    kernel: (bpf::KernelSetup, bpf::KernelBtf),
     rx: Receiver<Request>,
     doorbell: &Doorbell,
     ready: SyncSender<Result<Ready>>,
 ) {
-    let mut storage: bpf::ObjectStorage = [const { MaybeUninit::uninit() }; bpf::MAX_ATTEMPTS];
-    let (loaded, rings) = match start(&mut storage, &opts, doorbell) {
+    let mut storage = bpf::ObjectStorage::new();
+    let (loaded, rings) = match start(&mut storage, &opts, kernel, doorbell) {
         Ok((loaded, rings, ready_msg)) => {
             let _ = ready.send(Ok(ready_msg));
             (loaded, rings)
@@ -182,9 +189,12 @@ struct Rings {
 fn start<'obj>(
     storage: &'obj mut bpf::ObjectStorage,
     opts: &WorkerOptions,
+    (kernel, btf): (bpf::KernelSetup, bpf::KernelBtf),
     doorbell: &Doorbell,
 ) -> Result<(bpf::Loaded<'obj>, Rings, Ready)> {
-    let loaded = bpf::load(storage, &opts.load)?;
+    let loaded = bpf::load(storage, &opts.load, &kernel, &btf);
+    drop(btf); // megabytes, needed only to plan the load
+    let loaded = loaded?;
     let pending: PendingRecords = Rc::new(RefCell::new(Vec::new()));
     let new_cgroups: PendingCgroups = Rc::new(RefCell::new(Vec::new()));
     let (ring, waiter) = open_rings(&loaded, &pending, &new_cgroups, doorbell)?;
@@ -375,7 +385,7 @@ impl Loop {
                 tracked_processes: r.tracked_processes,
                 folded: r.folded,
                 lost: read_lost(&loaded.skel.maps.lost),
-                recursion_misses: bpf::recursion_misses(&loaded.skel),
+                recursion_misses: bpf::recursion_misses(loaded),
                 probes: loaded.probes.clone(),
                 checks: self.results.iter().flatten().cloned().collect(),
             })

@@ -7,6 +7,8 @@ into the running kernel), run the C workloads of tests/workloads, scrape
 
 Environment:
   SLOWPATH_BIN   agent binary (default: target/release/slowpath)
+  SLOWPATH_FAULTS_BIN  the agent built with the cargo feature fault-injection, for the
+                 degradation tests (default: target/fault-injection/slowpath)
   SP_WORKLOAD    workload binary (default: built here into tests/workloads/bin)
 """
 
@@ -42,6 +44,16 @@ def pytest_collection_modifyitems(config, items):
 def agent_bin():
     path = Path(os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"))
     assert path.exists(), f"{path} missing: build it with cargo build --release"
+    return path
+
+
+@pytest.fixture(scope="session")
+def faults_bin():
+    """The agent with test-only fault injection (scripts/test.sh builds it):
+    only this build has --bpf.test-break-probe and --bpf.test-refuse-probe."""
+    path = Path(os.environ.get("SLOWPATH_FAULTS_BIN", REPO / "target" / "fault-injection" / "slowpath"))
+    assert path.exists(), (f"{path} missing: cargo build -p slowpath --features fault-injection, "
+                           "then copy target/debug/slowpath there")
     return path
 
 

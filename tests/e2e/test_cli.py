@@ -136,8 +136,8 @@ def test_btf_path_that_does_not_exist(agent_bin):
     assert "BTF file /nonexistent/vmlinux does not exist" in error_line(result)
 
 
-def test_refused_probe_degrades_and_the_rest_keep_counting(agent_bin, workload_bin, tmp_path):
-    agent = Agent(agent_bin, ["--metrics.pid-label", "--bpf.test-break-probe=mm_compaction_end"],
+def test_refused_probe_degrades_and_the_rest_keep_counting(faults_bin, workload_bin, tmp_path):
+    agent = Agent(faults_bin, ["--metrics.pid-label", "--bpf.test-break-probe=mm_compaction_end"],
                   tmp_path / "agent.log")
     try:
         status, body = agent.get("/readyz")
@@ -153,13 +153,13 @@ def test_refused_probe_degrades_and_the_rest_keep_counting(agent_bin, workload_b
         assert agent.stop() == 0
 
 
-def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(agent_bin, workload_bin, tmp_path):
+def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(faults_bin, workload_bin, tmp_path):
     """The verifier refuses both mm_page_alloc programs (a helper call no
     kernel has, as 5.10 refuses bpf_get_current_task_btf()): that hook steps
     down to raw_tp, is then left out with the verifier's reason, and every
     other hook loads as planned and counts."""
-    agent = Agent(agent_bin, ["--metrics.pid-label", "--bpf.attach-type=tp-btf",
-                              "--bpf.test-refuse-probe=mm_page_alloc"], tmp_path / "agent.log")
+    agent = Agent(faults_bin, ["--metrics.pid-label", "--bpf.attach-type=tp-btf",
+                               "--bpf.test-refuse-probe=mm_page_alloc"], tmp_path / "agent.log")
     try:
         status, body = agent.get("/readyz")
         assert status == 200 and "not attached: mm_page_alloc (raw_tp)" in body
@@ -174,6 +174,22 @@ def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(agent_bin, wo
         assert "kernel refused every program of this hook" in log and "invalid func unknown#32767" in log
     finally:
         assert agent.stop() == 0
+
+
+@pytest.mark.parametrize("flag", ["--bpf.test-break-probe", "--bpf.test-refuse-probe"])
+def test_the_product_has_no_fault_injection_flags(agent_bin, flag):
+    """The test-only flags exist only in the build with the cargo feature
+    fault-injection (faults_bin)."""
+    result = run_agent(agent_bin, f"{flag}=mm_page_alloc")
+    assert result.returncode == 2
+    assert f"unexpected argument '{flag}'" in result.stderr
+
+
+def test_the_product_embeds_no_fault_injection_bpf_code(agent_bin, faults_bin):
+    """The switch of the test-only BPF code (`test_refuse_page_alloc`, under
+    SP_FAULT_INJECTION) is not in the product's embedded object."""
+    assert b"test_refuse_page_alloc" in faults_bin.read_bytes()  # the search can find it
+    assert b"test_refuse_page_alloc" not in agent_bin.read_bytes()
 
 
 def test_sigterm_detaches_and_exits_zero_within_a_second(agent_bin, tmp_path):

@@ -18,6 +18,7 @@ use std::time::Duration;
 use prometheus::proto::MetricFamily;
 
 use crate::bpf::types::{bss, sp_callsite_kind, sp_counters};
+use crate::bpf::{Hook, KernelBtf, KernelSetup, RodataPatch};
 use crate::exposition::{Family, Labels};
 use crate::finding::{Delta, Finding, ProcessRate};
 use crate::node::{Fact, NodeFacts, SettingsReader};
@@ -119,16 +120,34 @@ pub trait KernelView {
 }
 
 /// What a signal asks of the kernel side beyond counting into
-/// `struct sp_counters`.
+/// `struct sp_counters`. `bpf/` adds the core hooks every signal shares
+/// (`sys_enter`, process exit and exec, cgroup creation).
 pub struct KernelNeeds {
+    /// Tracepoint hooks only this signal counts at, in report order.
+    pub hooks: &'static [Hook],
+    /// Syscalls it counts at the `sys_enter` hook on this architecture;
+    /// each has an fentry program `sys_enter_fentry_<name>` in the object.
+    pub syscalls: &'static [&'static str],
+    /// Its settings in the object's read-only data, made once per start
+    /// from its flags and the kernel's BTF.
+    pub rodata: Option<fn(&SignalArgs, &KernelBtf) -> RodataPatch>,
     /// Keeps the object's writable data current, on every pass of the BPF
     /// worker (at most 500 ms apart).
     pub upkeep: Option<fn(&mut bss)>,
 }
 
-impl KernelNeeds {
-    /// A signal that needs nothing more of the kernel side.
-    pub const NONE: KernelNeeds = KernelNeeds { upkeep: None };
+/// What every signal asks of the kernel side, for `bpf::load` (and for the
+/// check of the embedded object against it).
+pub fn kernel_setup(args: &SignalArgs, btf: &KernelBtf) -> KernelSetup {
+    let needs = || SIGNALS.iter().map(|s| &s.kernel);
+    KernelSetup {
+        hooks: needs().flat_map(|k| k.hooks.iter().copied()).collect(),
+        fentry_syscalls: needs().flat_map(|k| k.syscalls.iter().copied()).collect(),
+        rodata: needs()
+            .filter_map(|k| k.rodata)
+            .map(|patch| patch(args, btf))
+            .collect(),
+    }
 }
 
 /// What every doctor rule sees.
@@ -211,6 +230,38 @@ pub fn callsite_kinds() -> Vec<&'static str> {
 mod tests {
     use super::*;
     use crate::exposition::follows_conventions;
+
+    /// The setup of the default flags on the running kernel.
+    fn setup() -> KernelSetup {
+        let btf = KernelBtf::open(std::path::Path::new(crate::bpf::KERNEL_BTF)).unwrap();
+        kernel_setup(&SignalArgs::default(), &btf)
+    }
+
+    #[test]
+    fn the_embedded_object_has_the_programs_the_signals_declare() {
+        assert_eq!(crate::bpf::check_object(&setup()), Ok(()));
+    }
+
+    #[test]
+    fn a_setup_with_a_hook_or_syscall_too_many_or_too_few_fails_the_check() {
+        let problems = |change: fn(&mut KernelSetup)| {
+            let mut setup = setup();
+            change(&mut setup);
+            crate::bpf::check_object(&setup).unwrap_err()
+        };
+        let no_compaction_end = problems(|s| s.hooks.retain(|h| h.name != "mm_compaction_end"));
+        assert_eq!(no_compaction_end.len(), 2, "{no_compaction_end:?}");
+        assert!(no_compaction_end[0].starts_with("program mm_compaction_end_btf"));
+        let extra_hook = problems(|s| s.hooks.push(Hook::new("no_such_hook")));
+        assert_eq!(extra_hook.len(), 2, "{extra_hook:?}");
+        assert!(extra_hook[0].starts_with("hook no_such_hook has no program no_such_hook_btf"));
+        let no_futex = problems(|s| s.fentry_syscalls.retain(|&n| n != "futex"));
+        assert_eq!(no_futex.len(), 1, "{no_futex:?}");
+        assert!(no_futex[0].starts_with("program sys_enter_fentry_futex (fentry/"));
+        assert!(no_futex[0].ends_with("is accounted for by no hook and no fentry syscall"));
+        let extra_syscall = problems(|s| s.fentry_syscalls.push("no_such_syscall"));
+        assert_eq!(extra_syscall.len(), 1, "{extra_syscall:?}");
+    }
 
     #[test]
     fn every_call_kind_has_one_name() {

@@ -50,7 +50,12 @@ pub const SIGNAL: Signal = Signal {
     enrich: None,
     call_sites: &[(sp_callsite_kind::SP_CALLSITE_SIGPROCMASK, "rt_sigprocmask")],
     node: NodeNeeds::NONE,
-    kernel: KernelNeeds::NONE,
+    kernel: KernelNeeds {
+        hooks: &[],
+        syscalls: &["rt_sigprocmask"],
+        rodata: None,
+        upkeep: None,
+    },
 };
 
 const RUBY_GAIN: &str =

@@ -66,6 +66,9 @@ pub const SIGNAL: Signal = Signal {
     call_sites: &[(sp_callsite_kind::SP_CALLSITE_SLEEP, "sleep")],
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {
+        hooks: &[],
+        syscalls: &["nanosleep", "clock_nanosleep"],
+        rodata: None,
         upkeep: Some(update_clock_offsets),
     },
 };

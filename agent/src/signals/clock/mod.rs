@@ -140,8 +140,19 @@ pub const SIGNAL: Signal = Signal {
         }),
         measure: Some(benchmark::measure),
     },
-    kernel: KernelNeeds::NONE,
+    kernel: KernelNeeds {
+        hooks: &[],
+        syscalls: CLOCK_SYSCALLS_NAMES,
+        rodata: None,
+        upkeep: None,
+    },
 };
+
+/// The clock syscalls it counts (arm64 has no time syscall).
+#[cfg(target_arch = "x86_64")]
+const CLOCK_SYSCALLS_NAMES: &[&str] = &["clock_gettime", "gettimeofday", "time"];
+#[cfg(target_arch = "aarch64")]
+const CLOCK_SYSCALLS_NAMES: &[&str] = &["clock_gettime", "gettimeofday"];
 
 /// The clock signal's flags.
 #[derive(clap::Args, Debug, Clone)]

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 
 use prometheus::proto::{MetricFamily, MetricType};
 
-use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_compaction_trigger, sp_counters};
+use crate::bpf::{slot, Hook};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
@@ -87,7 +87,16 @@ pub const SIGNAL: Signal = Signal {
         check: None,
         measure: None,
     },
-    kernel: KernelNeeds::NONE,
+    kernel: KernelNeeds {
+        hooks: &[
+            Hook::new("mm_page_alloc"),
+            Hook::new("mm_compaction_begin"),
+            Hook::new("mm_compaction_end"),
+        ],
+        syscalls: &[],
+        rodata: None,
+        upkeep: None,
+    },
 };
 
 /// Whose code faults in huge pages, most specific first.

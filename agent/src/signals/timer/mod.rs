@@ -36,6 +36,7 @@ use crate::signals::sleep::BUCKET_BOUNDS;
 use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
+pub mod kernel;
 mod runtime;
 pub mod wakeup_cost;
 
@@ -103,8 +104,37 @@ pub const SIGNAL: Signal = Signal {
         check: None,
         measure: Some(wakeup_cost::measure),
     },
-    kernel: KernelNeeds::NONE,
+    kernel: KernelNeeds {
+        hooks: &kernel::HOOKS,
+        syscalls: TIMED_WAITS,
+        rodata: Some(kernel::rodata),
+        upkeep: None,
+    },
 };
+
+/// The timed waits whose timeouts the kernel side reads at `sys_enter`
+/// (arm64 has no epoll_wait, poll or select syscall).
+#[cfg(target_arch = "x86_64")]
+const TIMED_WAITS: &[&str] = &[
+    "futex",
+    "futex_waitv",
+    "epoll_wait",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+];
+#[cfg(target_arch = "aarch64")]
+const TIMED_WAITS: &[&str] = &[
+    "futex",
+    "futex_waitv",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "ppoll",
+    "pselect6",
+];
 
 /// The timer signal's flags.
 #[derive(clap::Args, Debug, Clone)]

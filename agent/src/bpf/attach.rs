@@ -1,0 +1,155 @@
+//! Attaching the loaded programs, one status per hook.
+
+use anyhow::{bail, Result};
+use libbpf_rs::skel::Skel;
+use libbpf_rs::Link;
+use tracing::{info, warn};
+
+#[cfg(feature = "fault-injection")]
+use super::fault::{attach_program, broken_on_purpose};
+use super::hooks::{AttachType, HookTable};
+use super::load::{LoadOptions, Loaded};
+use super::plan::Search;
+use super::skel::SlowpathSkel;
+
+/// Result of attaching one probe.
+#[derive(Clone, Debug)]
+pub struct ProbeStatus {
+    /// The hook's tracepoint name (`slowpath_probe_attached{probe}`).
+    pub probe: &'static str,
+    /// How its programs were attached, or were to be when refused.
+    pub attach_type: AttachType,
+    /// `None` when attached; else the kernel's or libbpf's reason.
+    pub error: Option<String>,
+}
+
+impl ProbeStatus {
+    /// Whether every program of the hook attached.
+    pub fn attached(&self) -> bool {
+        self.error.is_none()
+    }
+}
+
+/// What attaching a loaded object gave.
+pub(super) enum Attached<'obj> {
+    /// Every hook that could attach did; the others are in `probes`.
+    All(Box<Loaded<'obj>>),
+    /// Hook `idx` failed to attach as `from` and has a next attach type
+    /// `to`: reload with it (everything attached so far is detached on drop).
+    StepDown {
+        idx: usize,
+        from: AttachType,
+        to: AttachType,
+    },
+}
+
+/// Attach the programs of the loaded `skel`; the hooks `search` left out
+/// are reported with their reason. Errors when nothing attached.
+pub(super) fn attach<'obj>(
+    skel: SlowpathSkel<'obj>,
+    opts: &LoadOptions,
+    search: &Search<'_>,
+) -> Result<Attached<'obj>> {
+    let table = search.table();
+    let (links, mut probes) = attach_all(&skel, opts, table);
+    let failed_with_next = probes
+        .iter()
+        .filter(|p| !p.attached() && !broken_on_purpose(opts, p.probe))
+        .find_map(|p| {
+            let idx = table.index(p.probe)?;
+            Some((
+                idx,
+                p.attach_type,
+                table.next_attach_type(idx, p.attach_type)?,
+            ))
+        });
+    if let Some((idx, from, to)) = failed_with_next {
+        return Ok(Attached::StepDown { idx, from, to });
+    }
+    for (idx, reason) in search.refused().iter().enumerate() {
+        if let Some(reason) = reason {
+            probes.push(ProbeStatus {
+                probe: table.name(idx),
+                attach_type: search.plan()[idx],
+                error: Some(reason.clone()),
+            });
+        }
+    }
+    probes.sort_by_key(|p| table.index(p.probe));
+    if links.is_empty() {
+        let reasons: Vec<String> = probes
+            .iter()
+            .map(|p| format!("{}: {}", p.probe, p.error.as_deref().unwrap_or("?")))
+            .collect();
+        bail!("no BPF program could be attached ({})", reasons.join("; "));
+    }
+    Ok(Attached::All(Box::new(Loaded {
+        skel,
+        probes,
+        table: table.clone(),
+        _links: links,
+    })))
+}
+
+/// Attach every loaded program; one status per probe, in table order (a
+/// probe attached with fentry is attached when all of its programs are).
+fn attach_all(
+    skel: &SlowpathSkel<'_>,
+    opts: &LoadOptions,
+    table: &HookTable,
+) -> (Vec<Link>, Vec<ProbeStatus>) {
+    let mut links = Vec::new();
+    let mut probes: Vec<ProbeStatus> = Vec::new();
+    for prog in skel.object().progs_mut() {
+        if !prog.autoload() {
+            continue;
+        }
+        let Ok((idx, attach_type)) = table.classify(prog.name()) else {
+            continue;
+        };
+        let probe = table.name(idx);
+        if probes.iter().any(|p| p.probe == probe && p.error.is_some()) {
+            continue; // one failed program of a hook is enough to report it
+        }
+        let error = match attach_program(&prog, probe, opts) {
+            Ok(link) => {
+                links.push(link);
+                None
+            }
+            Err(err) => {
+                warn!(probe, program = %prog.name().to_string_lossy(), %attach_type, error = %err,
+                      "probe not attached; the others keep working");
+                Some(err.to_string())
+            }
+        };
+        match probes.iter_mut().find(|p| p.probe == probe) {
+            Some(status) => status.error = status.error.take().or(error),
+            None => probes.push(ProbeStatus {
+                probe,
+                attach_type,
+                error,
+            }),
+        }
+    }
+    for p in probes.iter().filter(|p| p.attached()) {
+        info!(probe = p.probe, attach_type = %p.attach_type, "attached");
+    }
+    probes.sort_by_key(|p| table.index(p.probe));
+    (links, probes)
+}
+
+/// Whether hook `probe` is broken on purpose: never without fault injection.
+#[cfg(not(feature = "fault-injection"))]
+fn broken_on_purpose(_opts: &LoadOptions, _probe: &str) -> bool {
+    false
+}
+
+/// Attach one program of hook `probe` where its section says.
+#[cfg(not(feature = "fault-injection"))]
+fn attach_program(
+    prog: &libbpf_rs::ProgramMut<'_>,
+    _probe: &str,
+    _opts: &LoadOptions,
+) -> libbpf_rs::Result<Link> {
+    prog.attach()
+}

@@ -1,0 +1,303 @@
+//! The hook table: which kernel tracepoints the object's programs hook, how
+//! those programs are named, and which attach types each hook has.
+//!
+//! The table is an input, not a constant: the signals declare the hooks
+//! they need ([`KernelSetup`]) and this module only adds the core hooks that
+//! serve every signal (the syscall hook, process exit and exec, cgroup
+//! creation) around them. Nothing here knows a signal.
+
+use std::ffi::OsStr;
+use std::fmt;
+
+use anyhow::{bail, Result};
+
+use super::types;
+
+/// A tracepoint hook: programs `<name>_btf` (`SEC("tp_btf/<name>")`) and
+/// `<name>_raw` (`SEC("raw_tp/<name>")`) in the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hook {
+    /// The tracepoint's name, as in `slowpath_probe_attached{probe}`.
+    pub name: &'static str,
+    /// The hook this one only serves (its programs count nothing without
+    /// that one's): left out when the kernel refuses that one.
+    pub needs: Option<&'static str>,
+}
+
+impl Hook {
+    /// A hook that needs no other.
+    pub const fn new(name: &'static str) -> Self {
+        Self { name, needs: None }
+    }
+}
+
+/// Writes settings into the object's read-only data (the `const volatile`
+/// globals of `bpf/slowpath.bpf.c`) before each load attempt; it may run
+/// several times, once per attempt, always on a fresh copy.
+pub type RodataPatch = Box<dyn Fn(&mut types::rodata) + Send + Sync>;
+
+/// What the signals ask of the kernel side.
+#[derive(Default)]
+pub struct KernelSetup {
+    /// Hooks beyond the core ones, in report order (the order of
+    /// `slowpath_probe_attached` and of the log).
+    pub hooks: Vec<Hook>,
+    /// Syscall names (`"clock_gettime"`, ...) of this architecture whose
+    /// kernel functions have an fentry twin of the `sys_enter` hook:
+    /// programs `sys_enter_fentry_<name>`, `SEC("fentry/__x64_sys_<name>")`
+    /// on x86_64, `__arm64_sys_<name>` on arm64.
+    pub fentry_syscalls: Vec<&'static str>,
+    /// Settings of the object's read-only data, applied in this order.
+    pub rodata: Vec<RodataPatch>,
+}
+
+/// The core hook of the counted syscalls; the only one with fentry twins.
+pub(super) const SYS_ENTER: &str = "sys_enter";
+
+/// Core hooks reported before the signals' hooks.
+const CORE_FIRST: [Hook; 3] = [
+    Hook::new(SYS_ENTER),
+    Hook::new("sched_process_exit"),
+    Hook::new("sched_process_exec"),
+];
+
+/// Core hooks reported after the signals' hooks.
+const CORE_LAST: [Hook; 1] = [Hook::new("cgroup_mkdir")];
+
+/// Prefix of the kernel's syscall functions, the fentry targets
+/// (`SP_SYSCALL_FN_PREFIX` in `bpf/slowpath.bpf.c`).
+#[cfg(target_arch = "x86_64")]
+pub(super) const SYSCALL_FN_PREFIX: &str = "__x64_sys_";
+/// Prefix of the kernel's syscall functions, the fentry targets
+/// (`SP_SYSCALL_FN_PREFIX` in `bpf/slowpath.bpf.c`).
+#[cfg(target_arch = "aarch64")]
+pub(super) const SYSCALL_FN_PREFIX: &str = "__arm64_sys_";
+
+/// Prefix of the fentry programs' names; the syscall follows it.
+pub(super) const FENTRY_PROGRAM_PREFIX: &str = "sys_enter_fentry_";
+
+/// How a program is attached (the `attach_type` label).
+/// Ordered cheapest first: a larger value is a fallback of a smaller one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum AttachType {
+    /// fentry on the kernel function itself (`SEC("fentry/...")`), kernel
+    /// 5.5+ where allowed; only the syscall hook has fentry programs.
+    Fentry,
+    /// BTF-enabled raw tracepoint (`SEC("tp_btf/...")`), kernel 5.5+.
+    TpBtf,
+    /// Raw tracepoint (`SEC("raw_tp/...")`), kernel 4.17+.
+    RawTp,
+}
+
+impl AttachType {
+    /// The program name's suffix (`sys_enter_btf`).
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            AttachType::Fentry => "_fentry",
+            AttachType::TpBtf => "_btf",
+            AttachType::RawTp => "_raw",
+        }
+    }
+
+    /// The label value; also libbpf's section prefix (`tp_btf/<hook>`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttachType::Fentry => "fentry",
+            AttachType::TpBtf => "tp_btf",
+            AttachType::RawTp => "raw_tp",
+        }
+    }
+}
+
+impl fmt::Display for AttachType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The kernel function of syscall `name` on this architecture
+/// (`clock_gettime` -> `__x64_sys_clock_gettime`).
+pub(super) fn fentry_target(syscall: &str) -> String {
+    format!("{SYSCALL_FN_PREFIX}{syscall}")
+}
+
+/// The full hook table: the core hooks, the signals' hooks, the last core
+/// hooks. Plans and refusals are indexed like it.
+#[derive(Clone, Debug)]
+pub(super) struct HookTable {
+    hooks: Vec<Hook>,
+    /// Kernel functions of the fentry programs, from the setup's syscalls.
+    fentry_targets: Vec<String>,
+}
+
+impl HookTable {
+    pub(super) fn new(setup: &KernelSetup) -> Self {
+        let hooks = CORE_FIRST
+            .iter()
+            .chain(&setup.hooks)
+            .chain(&CORE_LAST)
+            .copied()
+            .collect();
+        let fentry_targets = setup.fentry_syscalls.iter().map(|s| fentry_target(s));
+        Self {
+            hooks,
+            fentry_targets: fentry_targets.collect(),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.hooks.len()
+    }
+
+    /// The hooks, in table order (for the object check).
+    #[cfg(test)]
+    pub(super) fn hooks(&self) -> &[Hook] {
+        &self.hooks
+    }
+
+    /// The name of hook `idx`.
+    pub(super) fn name(&self, idx: usize) -> &'static str {
+        self.hooks[idx].name
+    }
+
+    /// Every hook's name, in table order.
+    pub(super) fn names(&self) -> Vec<&'static str> {
+        self.hooks.iter().map(|h| h.name).collect()
+    }
+
+    /// Index of the hook named `name`.
+    pub(super) fn index(&self, name: &str) -> Option<usize> {
+        self.hooks.iter().position(|h| h.name == name)
+    }
+
+    /// Kernel functions the fentry programs attach to.
+    pub(super) fn fentry_targets(&self) -> &[String] {
+        &self.fentry_targets
+    }
+
+    /// Attach types hook `idx` has programs for, cheapest first: fentry for
+    /// the syscall hook when the setup names syscalls, then the tracepoints.
+    pub(super) fn attach_types(&self, idx: usize) -> &'static [AttachType] {
+        if self.name(idx) == SYS_ENTER && !self.fentry_targets.is_empty() {
+            &[AttachType::Fentry, AttachType::TpBtf, AttachType::RawTp]
+        } else {
+            &[AttachType::TpBtf, AttachType::RawTp]
+        }
+    }
+
+    /// The attach type after `current` for hook `idx`, if it has one.
+    pub(super) fn next_attach_type(&self, idx: usize, current: AttachType) -> Option<AttachType> {
+        self.attach_types(idx)
+            .iter()
+            .skip_while(|&&t| t != current)
+            .nth(1)
+            .copied()
+    }
+
+    /// Indexes of the hooks that only serve hook `idx`.
+    pub(super) fn dependents(&self, idx: usize) -> impl Iterator<Item = usize> + '_ {
+        let name = self.name(idx);
+        (0..self.len()).filter(move |&i| self.hooks[i].needs == Some(name))
+    }
+
+    /// `sys_enter_btf` -> (index of `sys_enter`, TpBtf);
+    /// `sys_enter_fentry_time` -> (index of `sys_enter`, Fentry). Errors for
+    /// a name that is none of these or names a hook not in the table.
+    pub(super) fn classify(&self, program: &OsStr) -> Result<(usize, AttachType)> {
+        let name = program.to_string_lossy();
+        let found = if name.starts_with(FENTRY_PROGRAM_PREFIX) {
+            self.index(SYS_ENTER).map(|idx| (idx, AttachType::Fentry))
+        } else {
+            [AttachType::TpBtf, AttachType::RawTp]
+                .into_iter()
+                .find_map(|t| Some((self.index(name.strip_suffix(t.suffix())?)?, t)))
+        };
+        match found {
+            Some(found) => Ok(found),
+            None => bail!(
+                "BPF program {name} is not named <probe>_btf, <probe>_raw or \
+                 sys_enter_fentry_<syscall>"
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// A setup as the signals might declare it: two hooks, the second only
+    /// serving the first, and two fentry syscalls.
+    pub(in crate::bpf) fn setup() -> KernelSetup {
+        KernelSetup {
+            hooks: vec![
+                Hook::new("mm_page_alloc"),
+                Hook {
+                    name: "mm_compaction_end",
+                    needs: Some("mm_page_alloc"),
+                },
+            ],
+            fentry_syscalls: vec!["clock_gettime", "futex"],
+            rodata: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_table_is_the_core_hooks_around_the_signals_hooks() {
+        let table = HookTable::new(&setup());
+        assert_eq!(
+            table.names(),
+            [
+                "sys_enter",
+                "sched_process_exit",
+                "sched_process_exec",
+                "mm_page_alloc",
+                "mm_compaction_end",
+                "cgroup_mkdir"
+            ]
+        );
+        assert_eq!(
+            table.fentry_targets(),
+            [
+                format!("{SYSCALL_FN_PREFIX}clock_gettime"),
+                format!("{SYSCALL_FN_PREFIX}futex")
+            ]
+        );
+        assert_eq!(table.dependents(3).collect::<Vec<_>>(), [4]);
+        assert_eq!(table.dependents(4).count(), 0);
+    }
+
+    #[test]
+    fn program_names_split_into_probe_and_attach_type() {
+        let table = HookTable::new(&setup());
+        let classify = |n: &str| table.classify(OsStr::new(n));
+        assert_eq!(classify("sys_enter_btf").unwrap(), (0, AttachType::TpBtf));
+        assert_eq!(
+            classify("sys_enter_fentry_clock_gettime").unwrap(),
+            (0, AttachType::Fentry)
+        );
+        assert_eq!(
+            classify("mm_compaction_end_raw").unwrap(),
+            (4, AttachType::RawTp)
+        );
+        assert!(classify("handler").is_err());
+        assert!(classify("unknown_btf").is_err());
+        assert!(classify("sched_waking_btf").is_err()); // not in this table
+    }
+
+    #[test]
+    fn only_the_syscall_hook_has_fentry_and_only_with_syscalls() {
+        let table = HookTable::new(&setup());
+        assert_eq!(
+            table.next_attach_type(0, AttachType::Fentry),
+            Some(AttachType::TpBtf)
+        );
+        assert_eq!(
+            table.attach_types(3),
+            [AttachType::TpBtf, AttachType::RawTp]
+        );
+        assert_eq!(table.next_attach_type(3, AttachType::RawTp), None);
+        let none = HookTable::new(&KernelSetup::default());
+        assert_eq!(none.attach_types(0), [AttachType::TpBtf, AttachType::RawTp]);
+    }
+}

@@ -1,0 +1,223 @@
+//! Opening, shaping (map sizes, read-only data, which programs) and loading
+//! the object, one attempt after the other until the kernel takes a plan.
+
+use std::mem::MaybeUninit;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, OpenObject};
+use tracing::{info, warn};
+
+use super::attach::{attach, Attached, ProbeStatus};
+use super::btf::KernelBtf;
+use super::hooks::{AttachType, HookTable, KernelSetup};
+use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libbpf_log};
+use super::plan::{plans, Search};
+use super::skel::{OpenSlowpathSkel, SlowpathSkel, SlowpathSkelBuilder};
+
+/// Settings that shape the BPF object before load.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// Capacity of the `procs` map (thread groups tracked at once).
+    pub max_processes: u32,
+    /// Capacity of `compaction_starts` (compaction runs in flight at once).
+    pub max_compactions: u32,
+    /// Size of the `proc_events` ring buffer in bytes (power of two, >= page size).
+    pub ringbuf_bytes: u32,
+    /// Force one attach type for every probe instead of probing.
+    pub force_attach: Option<AttachType>,
+    /// Sample user stacks at the counted syscalls (`slowpath doctor`).
+    pub capture_stacks: bool,
+    /// Fault injection for tests: attach this probe as raw_tp to a
+    /// tracepoint that does not exist, so the kernel refuses it for real.
+    #[cfg(feature = "fault-injection")]
+    pub break_probe: Option<String>,
+    /// Fault injection for tests: the verifier refuses both mm_page_alloc
+    /// programs (`test_refuse_page_alloc` in the object).
+    #[cfg(feature = "fault-injection")]
+    pub refuse_page_alloc: bool,
+}
+
+/// The loaded object and its links. Dropping it detaches every program.
+pub struct Loaded<'obj> {
+    /// The loaded object: its maps are what the worker reads.
+    pub skel: SlowpathSkel<'obj>,
+    /// One status per hook of the table, in its order.
+    pub probes: Vec<ProbeStatus>,
+    /// The hook table it was loaded with.
+    pub(super) table: HookTable,
+    /// Held for their drop: a program stays attached while its link lives.
+    pub(super) _links: Vec<Link>,
+}
+
+/// Storage for the open object, one slot per load attempt; [`load`] sizes
+/// it. Create it empty (`ObjectStorage::new()`) and keep it as long as the
+/// [`Loaded`] object.
+pub type ObjectStorage = Vec<MaybeUninit<OpenObject>>;
+
+/// Most load attempts for `hooks` hooks: three plans (fentry, tracepoints,
+/// raw_tp), plus per hook two step downs (refused at load or at attach) and
+/// one removal.
+fn max_attempts(hooks: usize) -> usize {
+    3 + 3 * hooks
+}
+
+/// Open, load and attach the programs of the hooks `setup` asks for (with
+/// the core hooks), trying the cheapest plan `btf` allows first. A program
+/// the kernel refuses at load moves its hook alone to the next attach type,
+/// or leaves the hook out when it has none; a refusal that names no program
+/// moves every hook to the next plan. Fails only when nothing loads or
+/// nothing attaches; a single hook's failure is in `probes`.
+pub fn load<'obj>(
+    storage: &'obj mut ObjectStorage,
+    opts: &LoadOptions,
+    setup: &KernelSetup,
+    btf: &KernelBtf,
+) -> Result<Loaded<'obj>> {
+    let table = HookTable::new(setup);
+    let plans = plans(&table, opts.force_attach, btf.path(), btf)?;
+    #[cfg(feature = "fault-injection")]
+    let plans = super::fault::break_plans(plans, &table, opts)?;
+    let mut search = Search::new(&table, plans)?;
+    storage.clear();
+    storage.resize_with(max_attempts(table.len()), MaybeUninit::uninit);
+    let mut slots = storage.iter_mut();
+    loop {
+        let slot = slots
+            .next()
+            .context("the kernel kept refusing the BPF programs: see the log")?;
+        let (loaded, log) =
+            with_libbpf_log(|| open_and_load(slot, opts, setup, btf.path(), &search));
+        let err = match loaded {
+            Ok(skel) => match attach(skel, opts, &search)? {
+                Attached::All(loaded) => return Ok(*loaded),
+                Attached::StepDown { idx, from, to } => {
+                    // The kernel loads some programs it cannot attach (fentry
+                    // on arm64 before 6.4: no ftrace direct calls, ENOTSUPP).
+                    warn!(probe = table.name(idx), %from, %to, "kernel cannot attach this hook's programs; \
+                          trying the hook's next attach type");
+                    search.step_down(idx, to);
+                    continue;
+                }
+            },
+            Err(err) => err,
+        };
+        match refused_program(&log, &table) {
+            Some((idx, attach_type, reason)) => search.refuse(idx, attach_type, &reason),
+            None => next_plan(&mut search, err, &log)?,
+        }
+    }
+}
+
+/// After a refusal that names no program: go on with the next plan, or
+/// give up with the error, libbpf's last words and the likely fix.
+fn next_plan(search: &mut Search<'_>, err: anyhow::Error, log: &str) -> Result<()> {
+    let tried = search.describe();
+    if !search.advance() {
+        return Err(explain_load_error(err.context(log_tail(log))));
+    }
+    info!(plan = %tried, error = %format!("{err:#}"),
+          "kernel refused this attach plan; trying the next");
+    Ok(())
+}
+
+/// One load attempt: open a fresh copy of the object in `slot`, shape it
+/// for this attempt and load it.
+fn open_and_load<'obj>(
+    slot: &'obj mut MaybeUninit<OpenObject>,
+    opts: &LoadOptions,
+    setup: &KernelSetup,
+    btf_path: &Path,
+    search: &Search<'_>,
+) -> Result<SlowpathSkel<'obj>> {
+    let mut builder = SlowpathSkelBuilder::default();
+    builder
+        .obj_builder
+        .btf_custom_path(btf_path)
+        .context("setting the BTF path")?;
+    let mut open = builder.open(slot).context("opening the BPF object")?;
+    size_maps(&mut open, opts)?;
+    write_rodata(&mut open, opts, setup);
+    size_stack_tables(&mut open, opts.capture_stacks)?;
+    choose_programs(&mut open, search)?;
+    open.load()
+        .context("loading the BPF programs into the kernel")
+}
+
+/// The map sizes the flags set.
+fn size_maps(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions) -> Result<()> {
+    let maps = &mut open.maps;
+    let sizes = [
+        (&mut maps.procs, opts.max_processes, "the procs map"),
+        (
+            &mut maps.compaction_starts,
+            opts.max_compactions,
+            "the compaction_starts map",
+        ),
+        (
+            &mut maps.proc_events,
+            opts.ringbuf_bytes,
+            "the proc_events ring buffer",
+        ),
+    ];
+    for (map, entries, what) in sizes {
+        map.set_max_entries(entries)
+            .with_context(|| format!("sizing {what}"))?;
+    }
+    Ok(())
+}
+
+/// The core settings, then the setup's patches, in the read-only data.
+fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &KernelSetup) {
+    if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
+        rodata.capture_stacks = opts.capture_stacks;
+        #[cfg(feature = "fault-injection")]
+        super::fault::write_rodata(rodata, opts);
+        for patch in &setup.rodata {
+            patch(rodata);
+        }
+    }
+}
+
+/// The stack tables: sized for sampling, or shrunk to nothing without it.
+fn size_stack_tables(open: &mut OpenSlowpathSkel<'_>, capture_stacks: bool) -> Result<()> {
+    let maps = &mut open.maps;
+    if capture_stacks {
+        // one scratch slot per CPU (see stack_copy_scratch)
+        let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")?;
+        maps.stack_copy_scratch
+            .set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))
+            .context("sizing the stack_copy_scratch map")?;
+        return Ok(());
+    }
+    // Stack tables are preallocated (4 MiB for `stacks`, 4.3 MB for
+    // `stack_copies`): one entry each when nothing will be sampled, and no
+    // preallocated spare copies per CPU (except on PREEMPT_RT kernels, whose
+    // verifier refuses tracing programs a hash map without preallocation).
+    if !Path::new("/sys/kernel/realtime").exists() {
+        let flags = maps.stack_copies.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC;
+        maps.stack_copies
+            .set_map_flags(flags)
+            .context("flagging the stack_copies map")?;
+    }
+    let tables = [
+        (&mut maps.stacks, "stacks"),
+        (&mut maps.callsites, "callsites"),
+        (&mut maps.stack_copies, "stack_copies"),
+    ];
+    for (map, name) in tables {
+        map.set_max_entries(1)
+            .with_context(|| format!("sizing the {name} map"))?;
+    }
+    Ok(())
+}
+
+/// Load only the programs the plan picks for the hooks not left out.
+fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) -> Result<()> {
+    for mut prog in open.open_object_mut().progs_mut() {
+        let (idx, attach_type) = search.table().classify(prog.name())?;
+        prog.set_autoload(search.wants(idx, attach_type));
+    }
+    Ok(())
+}
