@@ -107,23 +107,7 @@ fn run(cli: Cli) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let kube = kubernetes_watch(&cli, &runtime)?;
-    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
-    let kernel = signals::kernel_setup(&cli.signals, &btf);
-    let mut worker = Worker::start(
-        WorkerOptions {
-            load: load_options(&cli, cli.debug_callsites),
-            pid_label: cli.pid_label,
-            limits: series_limits(&cli),
-            signals: cli.signals.clone(),
-            check_every: None,
-            pods: kube.as_ref().map(|(_, _, k)| worker::PodLabelling {
-                index: k.index.clone(),
-                deleted_pod_grace: cli.deleted_pod_grace,
-            }),
-        },
-        kernel,
-        btf,
-    )?;
+    let mut worker = start_worker(&cli, kube.as_ref().map(|(_, _, k)| k))?;
     let stack_tables = worker.take_stack_tables();
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
@@ -158,6 +142,25 @@ fn run(cli: Cli) -> Result<()> {
     // dropping the last handle detaches everything.
     drop(worker);
     Ok(())
+}
+
+/// Load and attach the programs every signal asks for, with the flags'
+/// settings; with Kubernetes on, series get their pod's labels from `kube`.
+fn start_worker(cli: &Cli, kube: Option<&labels::kubernetes::KubeState>) -> Result<Worker> {
+    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
+    let kernel = signals::kernel_setup(&cli.signals, &btf);
+    let options = WorkerOptions {
+        load: load_options(cli, cli.debug_callsites),
+        pid_label: cli.pid_label,
+        limits: series_limits(cli),
+        signals: cli.signals.clone(),
+        check_every: None,
+        pods: kube.map(|k| worker::PodLabelling {
+            index: k.index.clone(),
+            deleted_pod_grace: cli.deleted_pod_grace,
+        }),
+    };
+    Worker::start(options, kernel, btf)
 }
 
 /// The pod watch's client, options and state with `--kubernetes.enabled`.

@@ -1,0 +1,238 @@
+//! One pass of the BPF worker, repeated until it is stopped: the signals'
+//! upkeep of the kernel's data and their node checks when due, draining and
+//! folding, a sweep of vanished processes now and then, and the snapshot
+//! requests of the scrapes and the doctor.
+
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use libbpf_rs::{MapCore, MapFlags};
+use tracing::{debug, error, info, warn};
+
+use super::tables::{drop_deleted_pods, export, log_new_losses, read_lost};
+use super::{Request, Rings, WorkerOptions, DRAIN_INTERVAL, SWEEP_INTERVAL};
+use crate::bpf::{self, types};
+use crate::node::Fact;
+use crate::procs::Aggregator;
+use crate::signals::{KernelView, NodeCheck, SIGNALS};
+use crate::snapshot::{Snapshot, LOST_REASON_COUNT};
+use crate::wakeup::Doorbell;
+
+/// A signal's periodic node check and when it is next due.
+struct DueCheck {
+    check: &'static NodeCheck,
+    every: Duration,
+    next: Instant,
+}
+
+/// The worker's state between passes.
+pub(super) struct Loop {
+    agg: Aggregator,
+    /// Each signal's node check, with its last result in `results`.
+    checks: Vec<DueCheck>,
+    results: Vec<Option<Fact>>,
+    next_sweep: Instant,
+    lost_seen: [u64; LOST_REASON_COUNT],
+    flagged_seen: u64,
+    /// Whether the syscall hook counts: the checks may read the agent's
+    /// own counters only then.
+    sys_enter_attached: bool,
+}
+
+impl Loop {
+    pub(super) fn new(opts: &WorkerOptions, loaded: &bpf::Loaded<'_>) -> Self {
+        let now = Instant::now();
+        let checks: Vec<DueCheck> = SIGNALS
+            .iter()
+            .filter_map(|s| s.node.check.as_ref())
+            .map(|check| DueCheck {
+                check,
+                every: opts
+                    .check_every
+                    .unwrap_or_else(|| (check.every)(&opts.signals)),
+                next: now,
+            })
+            .collect();
+        Self {
+            agg: Aggregator::new(opts.pid_label, opts.limits.clone()),
+            results: vec![None; checks.len()],
+            checks,
+            next_sweep: now + SWEEP_INTERVAL,
+            lost_seen: [0; LOST_REASON_COUNT],
+            flagged_seen: 0,
+            sys_enter_attached: loaded
+                .probes
+                .iter()
+                .any(|p| p.probe == "sys_enter" && p.attached()),
+        }
+    }
+
+    /// Until stopped: on every pass keep the kernel side current, run the
+    /// node checks that are due, drain and fold, answer requests, then
+    /// sleep until a ring fills, a request comes or the next check is due.
+    pub(super) fn serve(
+        &mut self,
+        mut loaded: bpf::Loaded<'_>,
+        rings: Rings,
+        opts: &WorkerOptions,
+        rx: &Receiver<Request>,
+        doorbell: &Doorbell,
+    ) {
+        loop {
+            upkeep(&mut loaded);
+            self.run_due_checks(&loaded);
+            self.sweep_if_due(&loaded);
+            self.drain(&loaded, &rings);
+            while let Ok(request) = rx.try_recv() {
+                match request {
+                    Request::Snapshot(reply) => {
+                        let _ = reply.send(self.snapshot(&loaded, &rings, opts));
+                    }
+                    Request::Stop(ack) => {
+                        debug!("detaching BPF programs");
+                        drop(rings);
+                        drop(loaded);
+                        let _ = ack.send(());
+                        return;
+                    }
+                }
+            }
+            doorbell.clear();
+            if matches!(rx.try_recv(), Err(TryRecvError::Disconnected)) {
+                return;
+            }
+            let next_check = self.checks.iter().map(|c| c.next).min();
+            let until_check = next_check.map_or(DRAIN_INTERVAL, |next| {
+                next.saturating_duration_since(Instant::now())
+            });
+            rings.waiter.wait(DRAIN_INTERVAL.min(until_check));
+        }
+    }
+
+    /// Run every node check whose time has come.
+    fn run_due_checks(&mut self, loaded: &bpf::Loaded<'_>) {
+        let now = Instant::now();
+        let view = View {
+            loaded,
+            sys_enter_attached: self.sys_enter_attached,
+        };
+        for (due, result) in self.checks.iter_mut().zip(&mut self.results) {
+            if now >= due.next {
+                *result = Some((due.check.run)(&view));
+                due.next = now + due.every;
+            }
+        }
+    }
+
+    /// Fold the entries of processes that left no exit record, now and then.
+    fn sweep_if_due(&mut self, loaded: &bpf::Loaded<'_>) {
+        let now = Instant::now();
+        if now < self.next_sweep {
+            return;
+        }
+        match self.agg.sweep_dead(&loaded.skel.maps.procs) {
+            Ok(0) => {}
+            Ok(n) => info!(
+                entries = n,
+                "folded entries of processes that left no exit record"
+            ),
+            Err(err) => warn!(error = %format!("{err:#}"), "sweeping the process table"),
+        }
+        self.next_sweep = now + SWEEP_INTERVAL;
+    }
+
+    /// Drain on every pass, whatever woke us: records never wait for a
+    /// scrape. Fold exit records, flagged entries and new cgroups; log new
+    /// losses.
+    fn drain(&mut self, loaded: &bpf::Loaded<'_>, rings: &Rings) {
+        if let Err(err) = rings.ring.consume() {
+            warn!(error = %err, "draining the ring buffers");
+        }
+        self.agg.learn_cgroups(&rings.new_cgroups);
+        self.agg.fold_records(&rings.pending);
+        let flagged = loaded
+            .skel
+            .maps
+            .bss_data
+            .as_deref()
+            .map_or(0, |b| b.exited_flagged);
+        if flagged != self.flagged_seen {
+            // Exit records the ring buffer had no room for: their entries
+            // wait in the table, flagged; fold them now, not at the next scrape.
+            self.flagged_seen = flagged;
+            if let Err(err) = self.agg.fold_flagged(&loaded.skel.maps.procs) {
+                warn!(error = %format!("{err:#}"), "folding flagged entries");
+            }
+        }
+        log_new_losses(&read_lost(&loaded.skel.maps.lost), &mut self.lost_seen);
+    }
+
+    /// Read the kernel tables now and build a snapshot.
+    fn snapshot(
+        &mut self,
+        loaded: &bpf::Loaded<'_>,
+        rings: &Rings,
+        opts: &WorkerOptions,
+    ) -> Result<Arc<Snapshot>> {
+        if let Some(pods) = &opts.pods {
+            drop_deleted_pods(&mut self.agg, pods);
+        }
+        let refreshed = self.agg.refresh(
+            &loaded.skel.maps.procs,
+            || rings.ring.consume().map_err(Into::into),
+            &rings.pending,
+        );
+        let result = refreshed.map(|r| {
+            Arc::new(Snapshot {
+                series: export(r.series, opts.pods.as_ref()),
+                tracked_processes: r.tracked_processes,
+                folded: r.folded,
+                lost: read_lost(&loaded.skel.maps.lost),
+                recursion_misses: bpf::recursion_misses(loaded),
+                probes: loaded.probes.clone(),
+                checks: self.results.iter().flatten().cloned().collect(),
+            })
+        });
+        if let Err(err) = &result {
+            error!(error = %format!("{err:#}"), "reading the kernel tables");
+        }
+        result
+    }
+}
+
+/// The node checks' view of the loaded object.
+struct View<'a, 'obj> {
+    loaded: &'a bpf::Loaded<'obj>,
+    sys_enter_attached: bool,
+}
+
+impl KernelView for View<'_, '_> {
+    fn own_counters(&self) -> Option<types::sp_counters> {
+        self.sys_enter_attached
+            .then(|| own_counters(&self.loaded.skel.maps.procs, std::process::id()))
+    }
+}
+
+/// Each signal's upkeep of the object's writable data (`KernelNeeds::upkeep`).
+fn upkeep(loaded: &mut bpf::Loaded<'_>) {
+    if let Some(bss) = loaded.skel.maps.bss_data.as_deref_mut() {
+        for upkeep in SIGNALS.iter().filter_map(|s| s.kernel.upkeep) {
+            upkeep(bss);
+        }
+    }
+}
+
+/// The agent's own counters in the kernel's process table (zero before its
+/// first counted event).
+fn own_counters(procs: &dyn MapCore, tgid: u32) -> types::sp_counters {
+    let Ok(Some(bytes)) = procs.lookup(&tgid.to_ne_bytes(), MapFlags::ANY) else {
+        return types::sp_counters::default(); // no entry yet: nothing counted yet
+    };
+    let mut p = types::sp_proc::default();
+    match plain::copy_from_bytes(&mut p, &bytes) {
+        Ok(()) => p.c,
+        Err(_) => types::sp_counters::default(),
+    }
+}
