@@ -120,11 +120,6 @@ pub struct Cli {
           value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
     pub max_processes: u32,
 
-    /// Capacity of the in-flight compaction table (tasks compacting at once).
-    #[arg(long = "bpf.max-compactions", env = "SLOWPATH_BPF_MAX_COMPACTIONS", default_value_t = 4096, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(16..=1_048_576))]
-    pub max_compactions: u32,
-
     /// Size in bytes of the ring buffer that carries the final counts of
     /// exiting processes (a power of two, at least 4096).
     #[arg(long = "bpf.ringbuf-bytes", env = "SLOWPATH_BPF_RINGBUF_BYTES", default_value_t = 1 << 20, value_name = "BYTES",

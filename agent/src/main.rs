@@ -245,7 +245,6 @@ fn series_limits(cli: &Cli) -> procs::SeriesLimits {
 fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
     bpf::LoadOptions {
         max_processes: cli.max_processes,
-        max_compactions: cli.max_compactions,
         ringbuf_bytes: cli.ringbuf_bytes,
         force_attach: cli.attach_type,
         capture_stacks,

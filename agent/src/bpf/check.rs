@@ -17,15 +17,23 @@ use super::skel::SlowpathSkelBuilder;
 /// or syscall accounts for, one in the wrong section, a hook or syscall
 /// without its programs, a hook named twice, a `needs` naming no hook.
 pub fn check_object(setup: &KernelSetup) -> Result<(), Vec<String>> {
-    let programs = with_embedded_object(|object| {
+    let (programs, maps) = with_embedded_object(|object| {
         let programs = object.progs().map(|p| {
             let name = p.name().to_string_lossy().into_owned();
             (name, p.section().to_string_lossy().into_owned())
         });
-        programs.collect::<Vec<_>>()
+        let maps = object
+            .maps()
+            .map(|m| m.name().to_string_lossy().into_owned());
+        (programs.collect::<Vec<_>>(), maps.collect::<Vec<_>>())
     })
     .map_err(|err| vec![err])?;
-    let problems = check_programs(setup, &programs);
+    let mut problems = check_programs(setup, &programs);
+    for (name, _) in &setup.map_sizes {
+        if !maps.iter().any(|m| m == name) {
+            problems.push(format!("the object has no map {name} to size"));
+        }
+    }
     match problems.is_empty() {
         true => Ok(()),
         false => Err(problems),

@@ -49,6 +49,9 @@ pub struct KernelSetup {
     pub fentry_syscalls: Vec<&'static str>,
     /// Settings of the object's read-only data, applied in this order.
     pub rodata: Vec<RodataPatch>,
+    /// Capacities of maps only a signal uses, from its flags: (the map's
+    /// name in the object, max entries).
+    pub map_sizes: Vec<(&'static str, u32)>,
 }
 
 /// The core hook of the counted syscalls; the only one with fentry twins.
@@ -239,6 +242,7 @@ pub(super) mod tests {
             ],
             fentry_syscalls: vec!["clock_gettime", "futex"],
             rodata: Vec::new(),
+            map_sizes: Vec::new(),
         }
     }
 

@@ -21,8 +21,6 @@ use super::skel::{OpenSlowpathSkel, SlowpathSkel, SlowpathSkelBuilder};
 pub struct LoadOptions {
     /// Capacity of the `procs` map (thread groups tracked at once).
     pub max_processes: u32,
-    /// Capacity of `compaction_starts` (compaction runs in flight at once).
-    pub max_compactions: u32,
     /// Size of the `proc_events` ring buffer in bytes (power of two, >= page size).
     pub ringbuf_bytes: u32,
     /// Force one attach type for every probe instead of probing.
@@ -138,6 +136,7 @@ fn open_and_load<'obj>(
         .context("setting the BTF path")?;
     let mut open = builder.open(slot).context("opening the BPF object")?;
     size_maps(&mut open, opts)?;
+    size_signal_maps(&mut open, setup)?;
     write_rodata(&mut open, opts, setup);
     size_stack_tables(&mut open, opts.capture_stacks)?;
     choose_programs(&mut open, search)?;
@@ -151,11 +150,6 @@ fn size_maps(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions) -> Result<()> 
     let sizes = [
         (&mut maps.procs, opts.max_processes, "the procs map"),
         (
-            &mut maps.compaction_starts,
-            opts.max_compactions,
-            "the compaction_starts map",
-        ),
-        (
             &mut maps.proc_events,
             opts.ringbuf_bytes,
             "the proc_events ring buffer",
@@ -164,6 +158,20 @@ fn size_maps(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions) -> Result<()> 
     for (map, entries, what) in sizes {
         map.set_max_entries(entries)
             .with_context(|| format!("sizing {what}"))?;
+    }
+    Ok(())
+}
+
+/// The maps the signals size from their flags (`KernelSetup::map_sizes`).
+fn size_signal_maps(open: &mut OpenSlowpathSkel<'_>, setup: &KernelSetup) -> Result<()> {
+    for &(name, entries) in &setup.map_sizes {
+        let mut map = open
+            .open_object_mut()
+            .maps_mut()
+            .find(|m| m.name() == name)
+            .with_context(|| format!("the BPF object has no map {name} to size"))?;
+        map.set_max_entries(entries)
+            .with_context(|| format!("sizing the {name} map"))?;
     }
     Ok(())
 }

@@ -134,7 +134,14 @@ pub struct KernelNeeds {
     /// Keeps the object's writable data current, on every pass of the BPF
     /// worker (at most 500 ms apart).
     pub upkeep: Option<fn(&mut bss)>,
+    /// Capacities of the maps only it uses, from its flags: (map name in
+    /// the object, max entries).
+    pub map_sizes: Option<MapSizes>,
 }
+
+/// (map name in the object, max entries) of each map a signal sizes, from
+/// its flags.
+pub type MapSizes = fn(&SignalArgs) -> Vec<(&'static str, u32)>;
 
 /// What every signal asks of the kernel side, for `bpf::load` (and for the
 /// check of the embedded object against it).
@@ -146,6 +153,10 @@ pub fn kernel_setup(args: &SignalArgs, btf: &KernelBtf) -> KernelSetup {
         rodata: needs()
             .filter_map(|k| k.rodata)
             .map(|patch| patch(args, btf))
+            .collect(),
+        map_sizes: needs()
+            .filter_map(|k| k.map_sizes)
+            .flat_map(|sizes| sizes(args))
             .collect(),
     }
 }
@@ -189,6 +200,8 @@ pub struct SignalArgs {
     pub timer: timer::TimerArgs,
     #[command(flatten)]
     pub clock: clock::ClockArgs,
+    #[command(flatten)]
+    pub memory: memory::MemoryArgs,
 }
 
 /// Every signal, in the order the doctor runs their rules.
@@ -261,6 +274,8 @@ mod tests {
         assert!(no_futex[0].ends_with("is accounted for by no hook and no fentry syscall"));
         let extra_syscall = problems(|s| s.fentry_syscalls.push("no_such_syscall"));
         assert_eq!(extra_syscall.len(), 1, "{extra_syscall:?}");
+        let no_map = problems(|s| s.map_sizes.push(("no_such_map", 16)));
+        assert_eq!(no_map, ["the object has no map no_such_map to size"]);
     }
 
     #[test]

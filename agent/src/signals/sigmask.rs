@@ -55,6 +55,7 @@ pub const SIGNAL: Signal = Signal {
         syscalls: &["rt_sigprocmask"],
         rodata: None,
         upkeep: None,
+        map_sizes: None,
     },
 };
 

@@ -70,6 +70,7 @@ pub const SIGNAL: Signal = Signal {
         syscalls: &["nanosleep", "clock_nanosleep"],
         rodata: None,
         upkeep: Some(update_clock_offsets),
+        map_sizes: None,
     },
 };
 

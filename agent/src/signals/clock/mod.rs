@@ -145,6 +145,7 @@ pub const SIGNAL: Signal = Signal {
         syscalls: CLOCK_SYSCALLS_NAMES,
         rodata: None,
         upkeep: None,
+        map_sizes: None,
     },
 };
 

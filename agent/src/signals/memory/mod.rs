@@ -18,7 +18,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_compaction_trigger, sp_counters};
 use crate::bpf::{slot, Hook};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 pub mod settings;
@@ -96,8 +96,33 @@ pub const SIGNAL: Signal = Signal {
         syscalls: &[],
         rodata: None,
         upkeep: None,
+        map_sizes: Some(map_sizes),
     },
 };
+
+/// The memory signal's flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MemoryArgs {
+    /// Capacity of the in-flight compaction table (tasks compacting at once).
+    #[arg(long = "bpf.max-compactions", env = "SLOWPATH_BPF_MAX_COMPACTIONS", default_value_t = 4096, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(16..=1_048_576))]
+    pub max_compactions: u32,
+}
+
+impl Default for MemoryArgs {
+    fn default() -> Self {
+        Self {
+            max_compactions: 4096,
+        }
+    }
+}
+
+/// `compaction_starts` (the start time of each compaction in flight, by
+/// task) holds `--bpf.max-compactions` entries; beyond it a run is counted
+/// in `slowpath_lost_events_total{reason="compaction_table_full"}`.
+fn map_sizes(args: &SignalArgs) -> Vec<(&'static str, u32)> {
+    vec![("compaction_starts", args.memory.max_compactions)]
+}
 
 /// Whose code faults in huge pages, most specific first.
 pub const SOURCES: &[KnownSource] = &[

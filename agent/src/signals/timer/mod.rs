@@ -109,6 +109,7 @@ pub const SIGNAL: Signal = Signal {
         syscalls: TIMED_WAITS,
         rodata: Some(kernel::rodata),
         upkeep: None,
+        map_sizes: None,
     },
 };
 
