@@ -159,7 +159,9 @@ def test_short_lived_processes_are_folded_and_evicted(stacks_agent, workload_bin
     before = samples(stacks_agent, "sp-churn", "clock")
     run_workload(workload_bin, "churn", 40, 20_000)
     settle()
-    assert samples(stacks_agent, "sp-churn", "clock") > before
+    churn = {p: n for p, n in folded(stacks_agent).items() if p.startswith("sp-churn;")}
+    assert samples(stacks_agent, "sp-churn", "clock") > before, (
+        churn, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total"))
     # every entry left belongs to a live process (dead ones were evicted)
     dead = {t for t in kernel_callsite_tgids(stacks_agent) if not Path(f"/proc/{t}").exists()}
     if dead:  # exited since the last harvest: gone after the next two
