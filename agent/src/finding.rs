@@ -135,25 +135,21 @@ impl ProcessRate {
     /// Process `d` in a finding, at `per_second` with the break-down `detail`
     /// (no call sites yet).
     pub fn of(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Self {
-        process(d, per_second, detail)
-    }
-}
-
-fn process(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> ProcessRate {
-    let pod = d.pod.clone().unwrap_or_default();
-    ProcessRate {
-        pid: d.key.pid.unwrap_or(0),
-        comm: d.key.comm.clone(),
-        cgroup: d.key.cgroup.path.clone(),
-        unit: d.key.unit().to_string(),
-        namespace: pod.namespace,
-        pod: pod.pod,
-        container: pod.container,
-        per_second,
-        detail,
-        call_sites: Vec::new(),
-        runtime: None,
-        known_source: None,
+        let pod = d.pod.clone().unwrap_or_default();
+        Self {
+            pid: d.key.pid.unwrap_or(0),
+            comm: d.key.comm.clone(),
+            cgroup: d.key.cgroup.path.clone(),
+            unit: d.key.unit().to_string(),
+            namespace: pod.namespace,
+            pod: pod.pod,
+            container: pod.container,
+            per_second,
+            detail,
+            call_sites: Vec::new(),
+            runtime: None,
+            known_source: None,
+        }
     }
 }
 

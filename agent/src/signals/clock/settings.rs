@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::node::{read_setting, Fact, NodeFact, Unreadable};
 
@@ -22,39 +22,34 @@ const FILES: [&str; 2] = [
 pub struct Clocksources {
     pub current: Option<String>,
     pub available: Vec<String>,
-    /// The doctor report's `clocksource` object: `{available, current}`.
-    report: ReportView,
-}
-
-/// `{"available": "tsc hpet", "current": "tsc"}` (keys sorted, as before).
-#[derive(Debug, Default, PartialEq, Serialize)]
-struct ReportView {
-    available: String,
-    current: String,
 }
 
 impl Clocksources {
     pub fn new(current: Option<String>, available: Vec<String>) -> Self {
-        let report = ReportView {
-            available: available.join(" "),
-            current: current.clone().unwrap_or_default(),
-        };
-        Self {
-            current,
-            available,
-            report,
-        }
+        Self { current, available }
+    }
+}
+
+/// The doctor report's `clocksource` object: `{"available": "tsc hpet",
+/// "current": "tsc"}` (keys sorted, empty strings when unread).
+impl Serialize for Clocksources {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("available", &self.available.join(" "))?;
+        map.serialize_entry("current", self.current.as_deref().unwrap_or_default())?;
+        map.end()
     }
 }
 
 impl NodeFact for Clocksources {
     fn report(&self) -> Option<(&'static str, &dyn erased_serde::Serialize)> {
-        Some(("clocksource", &self.report))
+        Some(("clocksource", self))
     }
     fn headline(&self) -> Option<String> {
         Some(format!(
             "clocksource {} (available: {})",
-            self.report.current, self.report.available
+            self.current.as_deref().unwrap_or_default(),
+            self.available.join(" ")
         ))
     }
 }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::ser::{Serialize, SerializeMap, Serializer};
 
 use crate::node::{read_setting, selected_choice, Fact, NodeFact, Unreadable};
 
@@ -21,39 +21,34 @@ const FILES: [&str; 2] = [
 pub struct ThpSettings {
     pub enabled: Option<String>,
     pub defrag: Option<String>,
-    /// The doctor report's `thp` object: `{defrag, enabled}`.
-    report: ReportView,
-}
-
-/// `{"defrag": "madvise", "enabled": "always"}` (keys sorted, as before).
-#[derive(Debug, Default, PartialEq, Serialize)]
-struct ReportView {
-    defrag: String,
-    enabled: String,
 }
 
 impl ThpSettings {
     pub fn new(enabled: Option<String>, defrag: Option<String>) -> Self {
-        let report = ReportView {
-            defrag: defrag.clone().unwrap_or_default(),
-            enabled: enabled.clone().unwrap_or_default(),
-        };
-        Self {
-            enabled,
-            defrag,
-            report,
-        }
+        Self { enabled, defrag }
+    }
+}
+
+/// The doctor report's `thp` object: `{"defrag": "madvise", "enabled":
+/// "always"}` (keys sorted, empty strings when unread).
+impl Serialize for ThpSettings {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(2))?;
+        map.serialize_entry("defrag", self.defrag.as_deref().unwrap_or_default())?;
+        map.serialize_entry("enabled", self.enabled.as_deref().unwrap_or_default())?;
+        map.end()
     }
 }
 
 impl NodeFact for ThpSettings {
     fn report(&self) -> Option<(&'static str, &dyn erased_serde::Serialize)> {
-        Some(("thp", &self.report))
+        Some(("thp", self))
     }
     fn headline(&self) -> Option<String> {
         Some(format!(
             "THP enabled={} defrag={}",
-            self.report.enabled, self.report.defrag
+            self.enabled.as_deref().unwrap_or_default(),
+            self.defrag.as_deref().unwrap_or_default()
         ))
     }
 }
