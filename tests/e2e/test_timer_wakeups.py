@@ -5,7 +5,10 @@ syscall carries the wait; a wait ended early by an event gives none.
 
 N alone is not the reference: on this kernel about 1 wait in 500 blocks
 (ru_nvcsw counts it) and resumes with no timer wakeup traced at all, which
-bpftrace sees the same way. Nor is the oracle exact: its classic-tracepoint
+bpftrace sees the same way (no recursion miss either: both counts lose the
+same waits); on a busy CI runner 3 in 500 were seen, in 3 of 24 runs. So N
+bounds both counts loosely (`N_SLACK`) while the oracle bounds slowpath
+tightly (`SLACK`). Nor is the oracle exact: its classic-tracepoint
 programs are skipped while another such program runs on the CPU (the global
 bpf_prog_active guard), so under nesting it can miss a wakeup that slowpath's
 BTF tracepoints count. Both agree within `SLACK`, and N bounds both.
@@ -21,7 +24,8 @@ from conftest import TimerOracle
 WAKEUPS = "slowpath_timer_wakeups_total"
 REQUESTED = "slowpath_timer_requested_seconds"
 N = 500
-SLACK = 2  # wakeups either count may miss in N (see above); seen: 0 or 1
+SLACK = 2  # slowpath against the oracle (see above); seen: 0 or 1
+N_SLACK = 10  # both counts against N: waits resumed with no traced wakeup; seen 0 to 3
 
 # workload kind -> (wait label, whether its timeout is read from the syscall)
 KINDS = {
@@ -61,7 +65,7 @@ def test_each_wait_kind_counts_exactly(agent, workload_bin, tracefs, kind):
     scrape = agent.scrape()
     wakeups = own(scrape, WAKEUPS, pid, wait=wait)
     assert abs(wakeups - independent) <= SLACK, (wakeups, independent)
-    assert N - SLACK <= wakeups <= N
+    assert N - N_SLACK <= wakeups <= N, (wakeups, independent)
     assert own(scrape, WAKEUPS, pid) == wakeups, "nothing else woke it by a timer"
     if timed_syscall:
         # ~1000 wakeups/s: a timer loop, so its requested timeouts have series
