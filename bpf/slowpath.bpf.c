@@ -128,6 +128,18 @@ struct {
 	__type(value, struct sp_proc);
 } procs SEC(".maps");
 
+/* Runs of each hook's programs on each CPU, by enum sp_probe: a plain add
+ * to a per-CPU slot (no atomic, no shared line; the lookup of a constant key
+ * is inlined by the verifier on kernels 6.10+ on x86_64 and arm64, a helper
+ * call before). The agent sums the CPUs: the exact runs of every hook, which
+ * the kernel's own run_cnt gives only while its statistics are enabled. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_PROBE_COUNT);
+	__type(key, __u32);
+	__type(value, __u64);
+} probe_runs SEC(".maps");
+
 /* Compaction runs in progress, by tid (begin/end come from the same task). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -284,6 +296,15 @@ struct sp_enums sp_enums_btf_anchor SEC(".bss");
 		if (__i < sizeof(arr) / sizeof((arr)[0]))                      \
 			__sync_fetch_and_add(&(arr)[__i], 1);                  \
 	} while (0)
+
+/* One more run of a program of hook `probe` (enum sp_probe) on this CPU. */
+static __always_inline void probe_ran(__u32 probe)
+{
+	__u64 *n = bpf_map_lookup_elem(&probe_runs, &probe);
+
+	if (n)
+		*n += 1; /* per-CPU slot: no atomic needed */
+}
 
 static __always_inline void lost_inc(__u32 reason)
 {
@@ -771,12 +792,14 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 SEC("tp_btf/sys_enter")
 int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id)
 {
+	probe_ran(SP_PROBE_SYS_ENTER);
 	return on_sys_enter(ctx, regs, id, true);
 }
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 {
+	probe_ran(SP_PROBE_SYS_ENTER);
 	return on_sys_enter(ctx, regs, id, false);
 }
 
@@ -798,6 +821,7 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 	SEC("fentry/" SP_SYSCALL_FN_PREFIX #name)                              \
 	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
 	{                                                                      \
+		probe_ran(SP_PROBE_SYS_ENTER);                                 \
 		if (!wait_is_timed(regs, SP_NR_##name, true))                 \
 			return 0;                                              \
 		return count_syscall(ctx, regs, SP_NR_##name, true);           \
@@ -1052,36 +1076,42 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(hrtimer_expire_entry_btf, struct hrtimer *timer)
 {
+	probe_ran(SP_PROBE_HRTIMER_EXPIRE_ENTRY);
 	return on_hrtimer_expire_entry(timer);
 }
 
 SEC("raw_tp/hrtimer_expire_entry")
 int BPF_PROG(hrtimer_expire_entry_raw, struct hrtimer *timer)
 {
+	probe_ran(SP_PROBE_HRTIMER_EXPIRE_ENTRY);
 	return on_hrtimer_expire_entry(timer);
 }
 
 SEC("tp_btf/hrtimer_expire_exit")
 int BPF_PROG(hrtimer_expire_exit_btf, struct hrtimer *timer)
 {
+	probe_ran(SP_PROBE_HRTIMER_EXPIRE_EXIT);
 	return on_hrtimer_expire_exit(timer);
 }
 
 SEC("raw_tp/hrtimer_expire_exit")
 int BPF_PROG(hrtimer_expire_exit_raw, struct hrtimer *timer)
 {
+	probe_ran(SP_PROBE_HRTIMER_EXPIRE_EXIT);
 	return on_hrtimer_expire_exit(timer);
 }
 
 SEC("tp_btf/sched_waking")
 int BPF_PROG(sched_waking_btf, struct task_struct *p)
 {
+	probe_ran(SP_PROBE_SCHED_WAKING);
 	return on_sched_waking(p, true);
 }
 
 SEC("raw_tp/sched_waking")
 int BPF_PROG(sched_waking_raw, struct task_struct *p)
 {
+	probe_ran(SP_PROBE_SCHED_WAKING);
 	return on_sched_waking(p, false);
 }
 
@@ -1162,12 +1192,14 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 SEC("tp_btf/mm_page_alloc")
 int BPF_PROG(mm_page_alloc_btf, struct page *page, unsigned int order, gfp_t gfp)
 {
+	probe_ran(SP_PROBE_MM_PAGE_ALLOC);
 	return on_page_alloc(ctx, page == NULL, order, gfp, true);
 }
 
 SEC("raw_tp/mm_page_alloc")
 int BPF_PROG(mm_page_alloc_raw, struct page *page, unsigned int order, gfp_t gfp)
 {
+	probe_ran(SP_PROBE_MM_PAGE_ALLOC);
 	return on_page_alloc(ctx, page == NULL, order, gfp, false);
 }
 
@@ -1222,24 +1254,28 @@ static __always_inline int on_compaction_end(void)
 SEC("tp_btf/mm_compaction_begin")
 int BPF_PROG(mm_compaction_begin_btf, struct compact_control *cc)
 {
+	probe_ran(SP_PROBE_MM_COMPACTION_BEGIN);
 	return on_compaction_begin(cc);
 }
 
 SEC("raw_tp/mm_compaction_begin")
 int BPF_PROG(mm_compaction_begin_raw, struct compact_control *cc)
 {
+	probe_ran(SP_PROBE_MM_COMPACTION_BEGIN);
 	return on_compaction_begin(cc);
 }
 
 SEC("tp_btf/mm_compaction_end")
 int BPF_PROG(mm_compaction_end_btf)
 {
+	probe_ran(SP_PROBE_MM_COMPACTION_END);
 	return on_compaction_end();
 }
 
 SEC("raw_tp/mm_compaction_end")
 int BPF_PROG(mm_compaction_end_raw)
 {
+	probe_ran(SP_PROBE_MM_COMPACTION_END);
 	return on_compaction_end();
 }
 
@@ -1305,12 +1341,14 @@ static __always_inline int on_process_exit(struct task_struct *task)
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit_btf, struct task_struct *task)
 {
+	probe_ran(SP_PROBE_SCHED_PROCESS_EXIT);
 	return on_process_exit(task);
 }
 
 SEC("raw_tp/sched_process_exit")
 int BPF_PROG(sched_process_exit_raw, struct task_struct *task)
 {
+	probe_ran(SP_PROBE_SCHED_PROCESS_EXIT);
 	return on_process_exit(task);
 }
 
@@ -1323,12 +1361,14 @@ static __always_inline int on_process_exec(struct task_struct *task)
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(sched_process_exec_btf, struct task_struct *task)
 {
+	probe_ran(SP_PROBE_SCHED_PROCESS_EXEC);
 	return on_process_exec(task);
 }
 
 SEC("raw_tp/sched_process_exec")
 int BPF_PROG(sched_process_exec_raw, struct task_struct *task)
 {
+	probe_ran(SP_PROBE_SCHED_PROCESS_EXEC);
 	return on_process_exec(task);
 }
 
@@ -1359,11 +1399,13 @@ static __always_inline int on_cgroup_mkdir(struct cgroup *cgrp, const char *path
 SEC("tp_btf/cgroup_mkdir")
 int BPF_PROG(cgroup_mkdir_btf, struct cgroup *cgrp, const char *path)
 {
+	probe_ran(SP_PROBE_CGROUP_MKDIR);
 	return on_cgroup_mkdir(cgrp, path);
 }
 
 SEC("raw_tp/cgroup_mkdir")
 int BPF_PROG(cgroup_mkdir_raw, struct cgroup *cgrp, const char *path)
 {
+	probe_ran(SP_PROBE_CGROUP_MKDIR);
 	return on_cgroup_mkdir(cgrp, path);
 }

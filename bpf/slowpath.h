@@ -114,6 +114,25 @@ enum sp_lost_reason {
 	SP_LOST_REASON_COUNT = 6,
 };
 
+/* The hooks, as slots of the per-CPU run counters (`probe_runs`): every
+ * program adds one to its hook's slot on every run, so the agent knows the
+ * runs of each hook at all times and charges them the in-kernel time per run
+ * that the kernel measures in its statistics windows. The agent finds a
+ * hook's slot by name: SP_PROBE_<HOOK NAME IN CAPITALS>. */
+enum sp_probe {
+	SP_PROBE_SYS_ENTER = 0, /* raw_syscalls:sys_enter and its fentry twins */
+	SP_PROBE_SCHED_PROCESS_EXIT = 1,
+	SP_PROBE_SCHED_PROCESS_EXEC = 2,
+	SP_PROBE_SCHED_WAKING = 3,
+	SP_PROBE_HRTIMER_EXPIRE_ENTRY = 4,
+	SP_PROBE_HRTIMER_EXPIRE_EXIT = 5,
+	SP_PROBE_MM_PAGE_ALLOC = 6,
+	SP_PROBE_MM_COMPACTION_BEGIN = 7,
+	SP_PROBE_MM_COMPACTION_END = 8,
+	SP_PROBE_CGROUP_MKDIR = 9,
+	SP_PROBE_COUNT = 10,
+};
+
 /* Counters of one thread group. All __u64, all monotonic. */
 struct sp_counters {
 	__u64 clock_gettime[SP_CLOCK_COUNT]; /* by enum sp_clock */
@@ -295,6 +314,7 @@ struct sp_enums {
 	enum sp_proc_key proc_key;
 	enum sp_callsite_kind callsite_kind;
 	enum sp_proc_event_kind proc_event_kind;
+	enum sp_probe probe;
 };
 
 #endif /* SLOWPATH_H */

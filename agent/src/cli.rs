@@ -139,6 +139,21 @@ pub struct Cli {
     )]
     pub attach_type: Option<AttachType>,
 
+    /// How often the kernel's run-time statistics are turned on, for
+    /// --bpf.stats-window, to measure the in-kernel time of slowpath's
+    /// programs (slowpath_probe_run_seconds_total); 0 never (their runs are
+    /// still counted). While they are on, every BPF program on the node pays
+    /// two clock reads per run. Needs CAP_SYS_ADMIN (BPF_ENABLE_STATS) unless
+    /// kernel.bpf_stats_enabled is on.
+    #[arg(long = "bpf.stats-interval", env = "SLOWPATH_BPF_STATS_INTERVAL", default_value = "1m",
+          value_name = "DURATION", value_parser = parse_duration_or_zero)]
+    pub stats_interval: Duration,
+
+    /// How long each statistics window lasts (see --bpf.stats-interval).
+    #[arg(long = "bpf.stats-window", env = "SLOWPATH_BPF_STATS_WINDOW", default_value = "1s",
+          value_name = "DURATION", value_parser = parse_duration)]
+    pub stats_window: Duration,
+
     /// Kernel BTF used for CO-RE relocations (for kernels without
     /// /sys/kernel/btf/vmlinux, a BTF file for the exact running kernel).
     #[arg(long = "bpf.btf-path", global = true, env = "SLOWPATH_BPF_BTF_PATH", default_value = KERNEL_BTF, value_name = "FILE")]
@@ -313,6 +328,34 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("must be at least 100ms".into());
     }
     Ok(d)
+}
+
+/// A duration of at least 100ms, or 0 (off).
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d.is_zero() => Ok(d),
+        _ => parse_duration(s),
+    }
+}
+
+impl Cli {
+    /// The statistics windows (`--bpf.stats-interval`, `--bpf.stats-window`).
+    /// Errors when a window would not end before the next one starts.
+    pub fn cost_options(&self) -> anyhow::Result<crate::bpf::CostOptions> {
+        let interval = (!self.stats_interval.is_zero()).then_some(self.stats_interval);
+        if interval.is_some_and(|every| self.stats_window >= every) {
+            anyhow::bail!(
+                "--bpf.stats-window ({}) must be shorter than --bpf.stats-interval ({}): \
+                 shorten the window or lengthen the interval",
+                humantime::format_duration(self.stats_window),
+                humantime::format_duration(self.stats_interval)
+            );
+        }
+        Ok(crate::bpf::CostOptions {
+            interval,
+            window: self.stats_window,
+        })
+    }
 }
 
 #[cfg(test)]

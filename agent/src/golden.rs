@@ -17,7 +17,7 @@ use crate::bpf::types::{
     sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
     sp_sleep_syscall, sp_wait,
 };
-use crate::bpf::{slot, AttachType, ProbeStatus};
+use crate::bpf::{slot, AttachType, ProbeCost, ProbeStatus};
 use crate::labels::PodLabels;
 use crate::signals::clock::benchmark::{with_costs, BENCHMARK_CLOCKS};
 use crate::signals::clock::canary::{CanaryReading, CanaryReadings};
@@ -182,6 +182,18 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
         folded: [7, 8],
         probes: probes(),
         recursion_misses: vec![("sys_enter", 0), ("sched_waking", 3)],
+        probe_costs: vec![
+            ProbeCost {
+                probe: "sys_enter",
+                runs: 1_234_567,
+                run_seconds: Some(0.0625),
+            },
+            ProbeCost {
+                probe: "sched_waking",
+                runs: 42,
+                run_seconds: None,
+            },
+        ],
         checks: vec![canary(vec![
             CanaryReading {
                 clock: sp_clock::SP_CLOCK_REALTIME,

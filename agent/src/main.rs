@@ -159,6 +159,7 @@ fn start_worker(cli: &Cli, kube: Option<&labels::kubernetes::KubeState>) -> Resu
             index: k.index.clone(),
             deleted_pod_grace: cli.deleted_pod_grace,
         }),
+        cost: cli.cost_options()?,
     };
     Worker::start(options, kernel, btf)
 }
@@ -274,6 +275,12 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         // the node checks run once at start; the doctor measures the node itself
         check_every: Some(std::time::Duration::from_secs(3600)),
         pods: None,
+        // one statistics window over the first half of the observation: the
+        // report's time per run of each probe (the doctor runs as root)
+        cost: bpf::CostOptions {
+            interval: Some(std::time::Duration::from_secs(3600)),
+            window: (args.duration / 2).max(std::time::Duration::from_millis(100)),
+        },
     };
     let mut worker = Worker::start(options, kernel, btf)?;
     log_attached(worker.probes());

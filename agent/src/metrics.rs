@@ -54,15 +54,29 @@ const FOLDED: Family = Family {
 };
 
 /// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 7] = [
+const AGENT_FAMILIES: [&Family; 9] = [
     &BUILD_INFO,
     &PROBE_ATTACHED,
     &TRACKED,
     &LOST,
     &FOLDED,
     &RECURSION_MISSES,
+    &PROBE_RUNS,
+    &PROBE_RUN_SECONDS,
     &KUBERNETES_UP,
 ];
+
+const PROBE_RUNS: Family = Family {
+    name: "slowpath_probe_runs_total",
+    help: "Runs of this hook's BPF programs on all CPUs since the agent attached them (counted by the programs, per CPU: exact)",
+    kind: MetricType::COUNTER,
+};
+
+const PROBE_RUN_SECONDS: Family = Family {
+    name: "slowpath_probe_run_seconds_total",
+    help: "In-kernel time of this hook's BPF programs: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window). Absent until a window measured it; needs CAP_SYS_ADMIN or kernel.bpf_stats_enabled=1. rate() of it is the share of one CPU",
+    kind: MetricType::COUNTER,
+};
 
 const RECURSION_MISSES: Family = Family {
     name: "slowpath_probe_recursion_misses_total",
@@ -209,6 +223,22 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
                 .iter()
                 .zip(snapshot.folded)
                 .map(|(limit, n)| counter(&[("limit", limit.to_string())], n as f64))
+                .collect(),
+        ),
+        family(
+            &PROBE_RUNS,
+            snapshot
+                .probe_costs
+                .iter()
+                .map(|c| counter(&[("probe", c.probe.to_string())], c.runs as f64))
+                .collect(),
+        ),
+        family(
+            &PROBE_RUN_SECONDS,
+            snapshot
+                .probe_costs
+                .iter()
+                .filter_map(|c| Some(counter(&[("probe", c.probe.to_string())], c.run_seconds?)))
                 .collect(),
         ),
         family(

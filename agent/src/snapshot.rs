@@ -107,6 +107,9 @@ pub struct Snapshot {
     /// Events each attached probe missed to the kernel's recursion guard
     /// (`bpf::recursion_misses`), in probe order.
     pub recursion_misses: Vec<(&'static str, u64)>,
+    /// Each attached probe's runs and in-kernel time (`bpf::CostMeter`),
+    /// in probe order.
+    pub probe_costs: Vec<crate::bpf::ProbeCost>,
     /// The last result of each signal's node check (`NodeNeeds::check`, run
     /// by the worker; empty until the first run).
     pub checks: Vec<Fact>,

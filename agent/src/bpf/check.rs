@@ -7,8 +7,9 @@ use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
 
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::OpenObject;
+use libbpf_rs::{AsRawLibbpf, Btf, OpenObject};
 
+use super::cost::slots;
 use super::hooks::{fentry_target, AttachType, HookTable, KernelSetup, FENTRY_PROGRAM_PREFIX};
 use super::skel::SlowpathSkelBuilder;
 
@@ -17,7 +18,8 @@ use super::skel::SlowpathSkelBuilder;
 /// or syscall accounts for, one in the wrong section, a hook or syscall
 /// without its programs, a hook named twice, a `needs` naming no hook.
 pub fn check_object(setup: &KernelSetup) -> Result<(), Vec<String>> {
-    let (programs, maps) = with_embedded_object(|object| {
+    let table = HookTable::new(setup);
+    let (programs, maps, slots) = with_embedded_object(|object| {
         let programs = object.progs().map(|p| {
             let name = p.name().to_string_lossy().into_owned();
             (name, p.section().to_string_lossy().into_owned())
@@ -25,10 +27,30 @@ pub fn check_object(setup: &KernelSetup) -> Result<(), Vec<String>> {
         let maps = object
             .maps()
             .map(|m| m.name().to_string_lossy().into_owned());
-        (programs.collect::<Vec<_>>(), maps.collect::<Vec<_>>())
+        // SAFETY: the open object's own `struct bpf_object`, alive for this
+        // closure, as the BTF view of it is.
+        let raw = unsafe { object.as_libbpf_object().as_ref() };
+        let slots = match Btf::from_bpf_object(raw) {
+            Ok(Some(btf)) => slots(&btf, &table),
+            _ => vec![None; table.len()],
+        };
+        (
+            programs.collect::<Vec<_>>(),
+            maps.collect::<Vec<_>>(),
+            slots,
+        )
     })
     .map_err(|err| vec![err])?;
     let mut problems = check_programs(setup, &programs);
+    for (hook, slot) in table.names().iter().zip(&slots) {
+        if slot.is_none() {
+            problems.push(format!(
+                "hook {hook} has no member SP_PROBE_{} in enum sp_probe (bpf/slowpath.h): \
+                 its runs would not be counted",
+                hook.to_uppercase()
+            ));
+        }
+    }
     for (name, _) in &setup.map_sizes {
         if !maps.iter().any(|m| m == name) {
             problems.push(format!("the object has no map {name} to size"));

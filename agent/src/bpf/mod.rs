@@ -19,6 +19,7 @@
 //! names), `btf` (the kernel's BTF), `plan` (attach plans, pure), `load`
 //! (shaping and loading the object), `attach`, `libbpf_log` (reading
 //! libbpf's messages), `stats` (what the kernel counts about the programs),
+//! `cost` (the programs' own runs and in-kernel time, per hook),
 //! `check` (the object against a setup, in the unit tests), `fault`
 //! (test-only fault injection, with the cargo feature `fault-injection`).
 
@@ -30,6 +31,7 @@ mod attach;
 mod btf;
 #[cfg(test)]
 mod check;
+mod cost;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod hooks;
@@ -66,6 +68,7 @@ pub use attach::ProbeStatus;
 pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
+pub use cost::{CostMeter, CostOptions, ProbeCost};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch};
 pub use load::{load, LoadOptions, Loaded, ObjectStorage};
 pub use stats::recursion_misses;

@@ -1,9 +1,8 @@
 //! Statistics the kernel keeps about the loaded programs.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use libbpf_rs::skel::Skel;
-use libbpf_rs::Program;
 
 use super::load::Loaded;
 
@@ -24,7 +23,7 @@ pub fn recursion_misses(loaded: &Loaded<'_>) -> Vec<(&'static str, u64)> {
             continue;
         }
         let probe = table.name(idx);
-        let misses = program_recursion_misses(&prog);
+        let misses = prog_info(prog.as_fd().as_raw_fd()).map_or(0, |i| i.recursion_misses);
         match out.iter_mut().find(|(p, _)| *p == probe) {
             Some((_, n)) => *n += misses,
             None => out.push((probe, misses)),
@@ -34,19 +33,15 @@ pub fn recursion_misses(loaded: &Loaded<'_>) -> Vec<(&'static str, u64)> {
     out
 }
 
-/// `recursion_misses` of one loaded program (0 when the kernel does not say).
-fn program_recursion_misses(prog: &Program<'_>) -> u64 {
+/// The kernel's `bpf_prog_info` of the loaded program `fd` (`None` when
+/// the kernel does not give it): `recursion_misses` (5.12+), and
+/// `run_time_ns`/`run_cnt`, which grow only while run-time statistics are on.
+pub(super) fn prog_info(fd: RawFd) -> Option<libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of_val(&info) as u32;
     // SAFETY: `info` is a zeroed bpf_prog_info and `len` its size, as the
-    // call requires; the kernel writes at most `len` bytes into it. The fd
-    // is the loaded program's, valid while `prog` (and its object) is borrowed.
-    let rc = unsafe {
-        libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len)
-    };
-    if rc == 0 {
-        info.recursion_misses
-    } else {
-        0
-    }
+    // call requires; the kernel writes at most `len` bytes into it. The
+    // caller's fd is a loaded program's, valid while its object is borrowed.
+    let rc = unsafe { libbpf_sys::bpf_prog_get_info_by_fd(fd, &mut info, &mut len) };
+    (rc == 0).then_some(info)
 }

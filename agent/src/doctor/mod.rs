@@ -55,6 +55,64 @@ pub struct Report {
     #[serde(flatten)]
     pub node_facts: NodeSections,
     pub findings: Vec<Finding>,
+    /// What slowpath's own programs cost in the kernel during the
+    /// observation; absent when the kernel did not measure it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub own_cost: Option<OwnCost>,
+}
+
+/// slowpath's own in-kernel cost over an observation (`bpf::CostMeter`: the
+/// runs its programs counted, at the time per run the kernel measured in a
+/// statistics window over the first half of the observation).
+#[derive(Serialize)]
+pub struct OwnCost {
+    /// In-kernel time of all its programs over wall time: 0.01 is 1 % of
+    /// one CPU.
+    pub cpu_share: f64,
+    /// Each measured hook, in probe order.
+    pub probes: Vec<ProbeRunCost>,
+}
+
+/// One hook's part of [`OwnCost`].
+#[derive(Serialize)]
+pub struct ProbeRunCost {
+    pub probe: String,
+    /// Runs during the observation, all CPUs.
+    pub runs: u64,
+    /// In-kernel ns per run (bpf_prog_info run_time_ns / run_cnt).
+    pub ns_per_run: f64,
+}
+
+/// The own cost between two snapshots `secs` apart, from the probes whose
+/// time per run was measured by `after`.
+fn own_cost(before: &Snapshot, after: &Snapshot, secs: f64) -> Option<OwnCost> {
+    let probes: Vec<ProbeRunCost> = after
+        .probe_costs
+        .iter()
+        .filter_map(|c| {
+            let seconds = c.run_seconds?;
+            let start = before.probe_costs.iter().find(|b| b.probe == c.probe);
+            let runs = c.runs - start.map_or(0, |b| b.runs.min(c.runs));
+            let ns_per_run = if c.runs == 0 {
+                0.0
+            } else {
+                seconds * 1e9 / c.runs as f64
+            };
+            Some(ProbeRunCost {
+                probe: c.probe.to_string(),
+                runs,
+                ns_per_run,
+            })
+        })
+        .collect();
+    if probes.is_empty() || secs <= 0.0 {
+        return None;
+    }
+    let ns: f64 = probes.iter().map(|p| p.runs as f64 * p.ns_per_run).sum();
+    Some(OwnCost {
+        cpu_share: ns / 1e9 / secs,
+        probes,
+    })
 }
 
 /// The node facts of a report, serialized as one entry per fact that has a
@@ -133,6 +191,7 @@ pub fn run(
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, &opts.filter);
     let mut report = build_report(&after, &deltas, observed, sysfs, &opts.args);
+    report.own_cost = own_cost(&before, &after, observed.as_secs_f64());
     attach_call_sites(
         &mut report,
         &stacks.map(StackTables::read).unwrap_or_default(),
@@ -270,6 +329,7 @@ pub(crate) fn report_from(
         attach: attach_table(snapshot),
         node_facts: NodeSections(obs.node.clone()),
         findings,
+        own_cost: None,
     }
 }
 

@@ -31,6 +31,24 @@ pub fn print(r: &Report, colour: bool) {
     for table in tables {
         println!("{table}");
     }
+    if let Some(cost) = &r.own_cost {
+        print_own_cost(cost);
+    }
+}
+
+/// One line: what slowpath's programs cost in the kernel while it looked.
+fn print_own_cost(cost: &super::OwnCost) {
+    let probes: Vec<String> = cost
+        .probes
+        .iter()
+        .filter(|p| p.runs > 0)
+        .map(|p| format!("{} {} runs at {:.0} ns", p.probe, p.runs, p.ns_per_run))
+        .collect();
+    println!(
+        "slowpath's own cost: {:.3} % of one CPU in the kernel ({})",
+        cost.cpu_share * 100.0,
+        probes.join(", ")
+    );
 }
 
 /// ANSI colours, when printing to a terminal.

@@ -266,8 +266,9 @@ mod tests {
         assert_eq!(no_compaction_end.len(), 2, "{no_compaction_end:?}");
         assert!(no_compaction_end[0].starts_with("program mm_compaction_end_btf"));
         let extra_hook = problems(|s| s.hooks.push(Hook::new("no_such_hook")));
-        assert_eq!(extra_hook.len(), 2, "{extra_hook:?}");
+        assert_eq!(extra_hook.len(), 3, "{extra_hook:?}");
         assert!(extra_hook[0].starts_with("hook no_such_hook has no program no_such_hook_btf"));
+        assert!(extra_hook[2].starts_with("hook no_such_hook has no member SP_PROBE_NO_SUCH_HOOK"));
         let no_futex = problems(|s| s.fentry_syscalls.retain(|&n| n != "futex"));
         assert_eq!(no_futex.len(), 1, "{no_futex:?}");
         assert!(no_futex[0].starts_with("program sys_enter_fentry_futex (fentry/"));

@@ -50,6 +50,8 @@ pub struct WorkerOptions {
     pub check_every: Option<Duration>,
     /// Pod labels, when Kubernetes is enabled.
     pub pods: Option<PodLabelling>,
+    /// The statistics windows that measure the programs' in-kernel time.
+    pub cost: bpf::CostOptions,
 }
 
 /// Pod metadata for the series, and how long a deleted pod's series stay.

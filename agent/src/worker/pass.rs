@@ -39,6 +39,8 @@ pub(super) struct Loop {
     /// Whether the syscall hook counts: the checks may read the agent's
     /// own counters only then.
     sys_enter_attached: bool,
+    /// The programs' own runs and in-kernel time.
+    cost: bpf::CostMeter,
 }
 
 impl Loop {
@@ -66,6 +68,7 @@ impl Loop {
                 .probes
                 .iter()
                 .any(|p| p.probe == "sys_enter" && p.attached()),
+            cost: bpf::CostMeter::new(loaded, opts.cost),
         }
     }
 
@@ -82,6 +85,7 @@ impl Loop {
     ) {
         loop {
             upkeep(&mut loaded);
+            self.cost.tick(&loaded);
             self.run_due_checks(&loaded);
             self.sweep_if_due(&loaded);
             self.drain(&loaded, &rings);
@@ -103,7 +107,12 @@ impl Loop {
             if matches!(rx.try_recv(), Err(TryRecvError::Disconnected)) {
                 return;
             }
-            let next_check = self.checks.iter().map(|c| c.next).min();
+            let next_check = self
+                .checks
+                .iter()
+                .map(|c| c.next)
+                .chain(self.cost.next_due())
+                .min();
             let until_check = next_check.map_or(DRAIN_INTERVAL, |next| {
                 next.saturating_duration_since(Instant::now())
             });
@@ -191,6 +200,7 @@ impl Loop {
                 folded: r.folded,
                 lost: read_lost(&loaded.skel.maps.lost),
                 recursion_misses: bpf::recursion_misses(loaded),
+                probe_costs: self.cost.costs(loaded),
                 probes: loaded.probes.clone(),
                 checks: self.results.iter().flatten().cloned().collect(),
             })

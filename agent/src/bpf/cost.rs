@@ -1,0 +1,336 @@
+//! What slowpath's own programs cost in the kernel, per hook: their runs,
+//! counted by the programs themselves at all times (`probe_runs`, a per-CPU
+//! array by `enum sp_probe`), and the in-kernel time per run, measured by the
+//! kernel in short statistics windows.
+//!
+//! The kernel times program runs only while its run-time statistics are on
+//! (`BPF_ENABLE_STATS`, kernel/bpf/syscall.c, held by an fd; or the sysctl
+//! `kernel.bpf_stats_enabled`): then every run of every BPF program on the
+//! node pays two more clock reads (`__bpf_prog_run()` in
+//! include/linux/filter.h). So the meter turns them on for a window
+//! (`--bpf.stats-window`, 1 s) every `--bpf.stats-interval` (1 m), reads
+//! `run_time_ns` and `run_cnt` of each program (`bpf_prog_info`) at both ends,
+//! and charges every run to the time per run of the latest window. Runs in a
+//! window are charged at that window's own measured time.
+
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::Skel;
+use libbpf_rs::{AsRawLibbpf, Btf, MapCore, MapFlags};
+use tracing::{info, warn};
+
+use super::hooks::HookTable;
+use super::load::Loaded;
+use super::stats::prog_info;
+
+/// Prefix of the `enum sp_probe` members (bpf/slowpath.h): the slot of hook
+/// `sys_enter` is `SP_PROBE_SYS_ENTER`.
+const SLOT_PREFIX: &str = "SP_PROBE_";
+
+/// One hook's cost since the agent loaded its programs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProbeCost {
+    /// The hook (`slowpath_probe_attached{probe}`).
+    pub probe: &'static str,
+    /// Runs of its programs, all CPUs (exact: counted by the programs).
+    pub runs: u64,
+    /// In-kernel seconds of those runs: each run charged at the time per run
+    /// the kernel measured in the latest statistics window. `None` until a
+    /// window measured one (no window yet, or statistics not allowed).
+    pub run_seconds: Option<f64>,
+}
+
+/// When the statistics windows run.
+#[derive(Clone, Copy, Debug)]
+pub struct CostOptions {
+    /// Time from one window's start to the next; `None`: no windows (runs
+    /// are still counted).
+    pub interval: Option<Duration>,
+    /// How long the kernel's statistics stay on in each window.
+    pub window: Duration,
+}
+
+/// Time charged to one hook so far.
+#[derive(Clone, Copy, Debug, Default)]
+struct Charge {
+    ns: f64,
+    /// Runs already charged (in `ns`).
+    runs: u64,
+    /// In-kernel ns per run of the latest window that measured one.
+    ns_per_run: Option<f64>,
+}
+
+impl Charge {
+    /// Charge the runs up to `runs` at the time per run in force.
+    fn up_to(&mut self, runs: u64) {
+        if let Some(rate) = self.ns_per_run {
+            self.ns += runs.saturating_sub(self.runs) as f64 * rate;
+            self.runs = self.runs.max(runs);
+        }
+    }
+
+    /// Seconds with the runs up to `runs` charged, without changing state.
+    fn seconds_at(&self, runs: u64) -> Option<f64> {
+        let rate = self.ns_per_run?;
+        Some((self.ns + runs.saturating_sub(self.runs) as f64 * rate) / 1e9)
+    }
+}
+
+/// A statistics window in progress.
+struct Window {
+    ends: Instant,
+    /// Keeps the kernel's statistics on; `None` when the kernel refused
+    /// (the sysctl may still have them on).
+    stats: Option<OwnedFd>,
+    /// Each hook's (run_time_ns, run_cnt) and runs at the start.
+    kernel_at_start: Vec<(u64, u64)>,
+    runs_at_start: Vec<u64>,
+}
+
+/// The statistics windows and the time charged to each hook.
+pub struct CostMeter {
+    opts: CostOptions,
+    /// `probe_runs` slot of each hook of the table (`None`: the object has
+    /// no slot for it, so its runs are not known).
+    slots: Vec<Option<u32>>,
+    charges: Vec<Charge>,
+    window: Option<Window>,
+    next_window: Option<Instant>,
+    refusal_logged: bool,
+    measured_logged: bool,
+}
+
+impl CostMeter {
+    /// A meter for the programs of `loaded`; the first window opens at the
+    /// first [`tick`](Self::tick).
+    pub fn new(loaded: &Loaded<'_>, opts: CostOptions) -> Self {
+        let slots = match object_slots(loaded) {
+            Ok(slots) => slots,
+            Err(err) => {
+                warn!(error = %format!("{err:#}"), "runs of the BPF programs not counted");
+                vec![None; loaded.table.len()]
+            }
+        };
+        Self {
+            charges: vec![Charge::default(); slots.len()],
+            slots,
+            opts,
+            window: None,
+            next_window: opts.interval.map(|_| Instant::now()),
+            refusal_logged: false,
+            measured_logged: false,
+        }
+    }
+
+    /// When the meter next needs a tick (a window to open or to close).
+    pub fn next_due(&self) -> Option<Instant> {
+        match &self.window {
+            Some(w) => Some(w.ends),
+            None => self.next_window,
+        }
+    }
+
+    /// Open or close a window when one is due.
+    pub fn tick(&mut self, loaded: &Loaded<'_>) {
+        let now = Instant::now();
+        match &self.window {
+            Some(w) if now >= w.ends => self.close(loaded),
+            None if self.next_window.is_some_and(|t| now >= t) => self.open(loaded, now),
+            _ => {}
+        }
+    }
+
+    /// Each loaded hook's runs and charged seconds, in table order.
+    pub fn costs(&self, loaded: &Loaded<'_>) -> Vec<ProbeCost> {
+        let runs = self.runs(loaded);
+        let frozen = self.window.as_ref().map(|w| &w.runs_at_start);
+        loaded
+            .probes
+            .iter()
+            .enumerate()
+            .filter(|(idx, p)| p.attached() && self.slots[*idx].is_some())
+            .map(|(idx, p)| ProbeCost {
+                probe: p.probe,
+                runs: runs[idx],
+                // while a window is open its runs are not charged yet: the
+                // seconds stay where they were at its start, so that they
+                // never go back when the window's own time per run is lower
+                run_seconds: self.charges[idx].seconds_at(frozen.map_or(runs[idx], |f| f[idx])),
+            })
+            .collect()
+    }
+
+    fn open(&mut self, loaded: &Loaded<'_>, now: Instant) {
+        let runs = self.runs(loaded);
+        for (charge, &n) in self.charges.iter_mut().zip(&runs) {
+            charge.up_to(n);
+        }
+        let stats = match enable_stats() {
+            Ok(fd) => Some(fd),
+            Err(err) => {
+                if !self.refusal_logged {
+                    warn!(error = %format!("{err:#}"),
+                          "in-kernel time of slowpath's programs not measured (slowpath_probe_run_seconds_total left out \
+                           unless kernel.bpf_stats_enabled is on): grant the agent CAP_SYS_ADMIN, or read \
+                           slowpath_probe_runs_total with the benchmark's time per run");
+                    self.refusal_logged = true;
+                }
+                None
+            }
+        };
+        self.window = Some(Window {
+            ends: now + self.opts.window,
+            stats,
+            kernel_at_start: kernel_totals(loaded),
+            runs_at_start: runs,
+        });
+    }
+
+    fn close(&mut self, loaded: &Loaded<'_>) {
+        let Some(w) = self.window.take() else {
+            return;
+        };
+        let runs = self.runs(loaded);
+        let kernel = kernel_totals(loaded);
+        drop(w.stats); // statistics off before anything else is read
+        for (idx, charge) in self.charges.iter_mut().enumerate() {
+            let (t0, c0) = w.kernel_at_start[idx];
+            let (t1, c1) = kernel[idx];
+            let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
+            if dc == 0 {
+                charge.up_to(runs[idx]); // nothing measured: the old time per run
+                continue;
+            }
+            let first = charge.ns_per_run.is_none();
+            charge.ns_per_run = Some(dt as f64 / dc as f64);
+            if first {
+                // no time per run before this window: its time for all runs so far
+                charge.runs = 0;
+            }
+            charge.up_to(runs[idx]);
+        }
+        if !self.measured_logged && self.charges.iter().any(|c| c.ns_per_run.is_some()) {
+            info!(
+                window = ?self.opts.window,
+                "in-kernel time of slowpath's programs measured in a statistics window"
+            );
+            self.measured_logged = true;
+        }
+        self.next_window = self.opts.interval.map(|every| Instant::now() + every);
+    }
+
+    /// Each hook's runs on all CPUs, in table order (0 without a slot).
+    fn runs(&self, loaded: &Loaded<'_>) -> Vec<u64> {
+        let map = &loaded.skel.maps.probe_runs;
+        self.slots
+            .iter()
+            .map(|slot| slot.map_or(0, |s| percpu_sum(map, s)))
+            .collect()
+    }
+}
+
+/// Turn the kernel's run-time statistics on for as long as the fd lives.
+fn enable_stats() -> Result<OwnedFd> {
+    // SAFETY: a plain bpf(2) command with no pointer argument; it returns a
+    // new fd or a negative errno.
+    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+    if fd < 0 {
+        let err = std::io::Error::from_raw_os_error(-fd);
+        if err.kind() == std::io::ErrorKind::PermissionDenied {
+            bail!("BPF_ENABLE_STATS refused: it needs CAP_SYS_ADMIN ({err})");
+        }
+        bail!("BPF_ENABLE_STATS failed (kernel 5.8+): {err}");
+    }
+    // SAFETY: `fd` is a new descriptor the kernel just returned to us and
+    // nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Each hook's (run_time_ns, run_cnt) summed over its loaded programs, in
+/// table order, as the kernel counts them while statistics are on.
+fn kernel_totals(loaded: &Loaded<'_>) -> Vec<(u64, u64)> {
+    let mut totals = vec![(0u64, 0u64); loaded.table.len()];
+    for prog in loaded.skel.object().progs() {
+        let Ok((idx, _)) = loaded.table.classify(prog.name()) else {
+            continue;
+        };
+        if !prog.autoload() {
+            continue;
+        }
+        if let Some(info) = prog_info(prog.as_fd().as_raw_fd()) {
+            totals[idx].0 += info.run_time_ns;
+            totals[idx].1 += info.run_cnt;
+        }
+    }
+    totals
+}
+
+/// Sum over the CPUs of slot `slot` of a per-CPU array of `u64`.
+fn percpu_sum(map: &dyn MapCore, slot: u32) -> u64 {
+    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
+        Ok(Some(cpus)) => cpus
+            .iter()
+            .filter_map(|v| v.get(..8)?.try_into().ok())
+            .map(u64::from_ne_bytes)
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// The `probe_runs` slot of each hook of the loaded object's table.
+fn object_slots(loaded: &Loaded<'_>) -> Result<Vec<Option<u32>>> {
+    let object = loaded.skel.object();
+    // SAFETY: the pointer is the loaded object's own `struct bpf_object`,
+    // alive while `loaded` is borrowed, as `btf` (dropped at return) is.
+    let raw = unsafe { object.as_libbpf_object().as_ref() };
+    let btf = Btf::from_bpf_object(raw)
+        .context("reading the BPF object's BTF")?
+        .context("the BPF object has no BTF")?;
+    Ok(slots(&btf, &loaded.table))
+}
+
+/// The slot of each hook of `table` among the members of `enum sp_probe` in
+/// `btf` (`SP_PROBE_<HOOK>`), `None` for a hook with no member.
+pub(super) fn slots(btf: &Btf<'_>, table: &HookTable) -> Vec<Option<u32>> {
+    use libbpf_rs::btf::types::Enum;
+    let Some(probes) = btf.type_by_name::<Enum<'_>>("sp_probe") else {
+        return vec![None; table.len()];
+    };
+    table
+        .names()
+        .iter()
+        .map(|hook| {
+            let member = format!("{SLOT_PREFIX}{}", hook.to_uppercase());
+            probes
+                .iter()
+                .find(|m| m.name.is_some_and(|n| n.to_str() == Some(&member)))
+                .and_then(|m| u32::try_from(m.value).ok())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_charge_takes_each_run_at_the_time_per_run_in_force() {
+        let mut c = Charge::default();
+        c.up_to(100);
+        assert_eq!(c.seconds_at(100), None, "no time per run measured yet");
+        c.ns_per_run = Some(50.0);
+        c.runs = 0;
+        c.up_to(100);
+        assert_eq!(c.seconds_at(100), Some(5e-6));
+        c.ns_per_run = Some(10.0);
+        let near = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-15;
+        assert!(near(c.seconds_at(300), 7e-6));
+        c.up_to(300);
+        let charged = c.seconds_at(300);
+        c.up_to(200); // runs never go back: nothing changes
+        assert_eq!(c.seconds_at(300), charged);
+        assert!(near(charged, 7e-6));
+    }
+}

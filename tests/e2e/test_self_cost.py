@@ -1,0 +1,128 @@
+"""slowpath's own cost, as metrics: the runs of each hook's programs, which the
+programs count themselves (`slowpath_probe_runs_total`), and their in-kernel
+time (`slowpath_probe_run_seconds_total`: every run charged at the time per
+run the kernel measured in the agent's statistics windows), against the
+kernel's own accounting read by bpftool (`run_cnt`, `run_time_ns`) over the
+same interval, with `kernel.bpf_stats_enabled` on throughout so that the
+kernel times every run."""
+
+import json
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from conftest import Agent, bpf_fd_ids, error_line, run_agent
+
+STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+RUNS = "slowpath_probe_runs_total"
+SECONDS = "slowpath_probe_run_seconds_total"
+
+
+@contextmanager
+def kernel_stats_on():
+    old = STATS.read_text().strip()
+    STATS.write_text("1")
+    try:
+        yield
+    finally:
+        STATS.write_text(old)
+
+
+def probe_of(program):
+    """The hook of one of our programs, from its full (BTF) name."""
+    if program.startswith("sys_enter_fentry_"):
+        return "sys_enter"
+    for suffix in ("_btf", "_raw"):
+        if program.endswith(suffix):
+            return program[: -len(suffix)]
+    return None
+
+
+def kernel_totals(agent_pid):
+    """(run_time_ns, run_cnt) per hook of the agent's programs, from bpftool."""
+    totals = {}
+    for prog_id in bpf_fd_ids(agent_pid, "prog"):
+        out = subprocess.run(["bpftool", "-j", "prog", "show", "id", str(prog_id)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            continue
+        info = json.loads(out.stdout)
+        probe = probe_of(info.get("name", ""))
+        if probe:
+            t, n = totals.get(probe, (0, 0))
+            totals[probe] = (t + info.get("run_time_ns", 0), n + info.get("run_cnt", 0))
+    return totals
+
+
+@contextmanager
+def clock_load(workload_bin):
+    """Raw clock_gettime syscalls in a loop until the block ends."""
+    proc = subprocess.Popen([str(workload_bin), "clock-raw", "1000000000"], stdout=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_runs_and_time_match_the_kernels_accounting(agent_bin, workload_bin, tmp_path):
+    with kernel_stats_on():
+        agent = Agent(agent_bin, ["--bpf.stats-interval=2s", "--bpf.stats-window=500ms"],
+                      tmp_path / "agent.log")
+        try:
+            with clock_load(workload_bin):
+                time.sleep(3)  # windows measured under the load
+                k0, s0 = kernel_totals(agent.proc.pid), agent.scrape()
+                time.sleep(8)
+                s1, k1 = agent.scrape(), kernel_totals(agent.proc.pid)
+        finally:
+            assert agent.stop() == 0, agent.log_text()
+    runs = s1.value(RUNS, probe="sys_enter") - s0.value(RUNS, probe="sys_enter")
+    secs = s1.value(SECONDS, probe="sys_enter") - s0.value(SECONDS, probe="sys_enter")
+    kernel_ns = k1["sys_enter"][0] - k0["sys_enter"][0]
+    kernel_runs = k1["sys_enter"][1] - k0["sys_enter"][1]
+    assert kernel_runs > 1_000_000, kernel_runs  # the load ran
+    # the reads of the two sources are microseconds apart: runs agree closely
+    assert runs == pytest.approx(kernel_runs, rel=0.01), (runs, kernel_runs)
+    assert secs == pytest.approx(kernel_ns / 1e9, rel=0.10), (secs, kernel_ns / 1e9)
+    for probe, (_, n) in k1.items():
+        # every attached hook has both series, and no hook counts runs the kernel did not see
+        assert s1.select(RUNS, probe=probe), probe
+        assert s1.value(RUNS, probe=probe) >= n - k0.get(probe, (0, 0))[1], probe
+
+
+def test_windows_turn_the_kernels_statistics_on_and_off(agent_bin, workload_bin, tmp_path):
+    """Without the sysctl, the agent's own windows measure the time per run
+    (it runs as root here), and leave the statistics off between windows."""
+    assert STATS.read_text().strip() == "0", "kernel.bpf_stats_enabled is on outside this test"
+    agent = Agent(agent_bin, ["--bpf.stats-interval=1s", "--bpf.stats-window=300ms"], tmp_path / "agent.log")
+    try:
+        with clock_load(workload_bin):
+            time.sleep(2.5)
+            scrape = agent.scrape()
+        assert scrape.value(SECONDS, probe="sys_enter") > 0
+        assert "measured in a statistics window" in agent.log_text()
+    finally:
+        assert agent.stop() == 0, agent.log_text()
+
+
+def test_no_windows_no_time(agent_bin, workload_bin, tmp_path):
+    """--bpf.stats-interval=0: runs are counted, no time is claimed."""
+    agent = Agent(agent_bin, ["--bpf.stats-interval=0"], tmp_path / "agent.log")
+    try:
+        subprocess.run([str(workload_bin), "clock-raw", "1000"], check=True, capture_output=True)
+        time.sleep(1)
+        scrape = agent.scrape()
+        assert scrape.value(RUNS, probe="sys_enter") >= 1000
+        assert not scrape.select(SECONDS)
+    finally:
+        assert agent.stop() == 0, agent.log_text()
+
+
+def test_a_window_as_long_as_the_interval_is_refused(agent_bin):
+    result = run_agent(agent_bin, "--bpf.stats-interval=1s", "--bpf.stats-window=1s")
+    assert result.returncode == 1
+    assert error_line(result).startswith("slowpath: error: --bpf.stats-window (1s) must be shorter")
