@@ -9,7 +9,7 @@ from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, SECONDS, Ids, dashboard, data_link,
+from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, Ids, dashboard, data_link,
                     datasource_variable, link, query_variable, row, stat_panel, table_panel, target,
                     timeseries_panel)
 
@@ -126,6 +126,15 @@ syscall per clock read, whatever the clocksource is called. Normal: 0.""",
         COUNT,
         [target("count(max by (instance) (slowpath_vdso_fallback) == 1) or vector(0)", "nodes", instant=True)],
         w=6, h=8, color_mode=cm.BigValueColorMode.BACKGROUND, threshold_steps=[(None, "green"), (1, "red")],
+    ))
+    d = d.with_panel(timeseries_panel(
+        ids(), "slowpath's own cost (% of a core), costliest nodes", """
+slowpath's own CPU per node (recording rule instance:slowpath_own_cpu:rate5m: its BPF programs' in-kernel time
+and the agent process), the ten costliest nodes, as a fraction of one core. Normal: well under 1 % on every node;
+above 1 % for 15 min fires SlowpathOverheadHigh. The overview's panel of the same name splits a node by hook.""",
+        RATIO,
+        [target("topk(10, instance:slowpath_own_cpu:rate5m)", "{{instance}}", "A")],
+        w=12, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))
     d = signal_rows(d, ids)
     d = d.with_row(row(ids(), "Node settings"))

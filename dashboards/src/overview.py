@@ -392,13 +392,16 @@ process_table_full): raise the flag.""",
         w=8, h=8, threshold_steps=[(None, "green"), (14000, "orange"), (16384, "red")],
     ))
     d = d.with_panel(timeseries_panel(
-        ids(), "Agent CPU", """
-CPU used by the agent itself (`process_cpu_seconds_total`), as a fraction of one core. Normal: well under 1 %
-(counting happens in the kernel; the agent works only at scrape time and for the canary). The systemd unit caps it
-at 20 %.""",
+        ids(), "slowpath's own cost (% of a core)", """
+What slowpath itself costs each node, as a fraction of one core: the in-kernel time of its BPF programs per hook
+(`slowpath_probe_run_seconds_total`: every run charged at the time per run the kernel measured in the agent's
+statistics windows; absent without CAP_SYS_ADMIN) and the agent process (`process_cpu_seconds_total`: user time and
+its own syscalls). Normal: well under 1 %; it grows with what the node does (syscalls, wakeups, timers, page
+allocations), not with what slowpath finds. Above 1 % for 15 min: alert SlowpathOverheadHigh (runbook: overhead-high).""",
         RATIO,
-        [target(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}}")],
-        w=8, h=8, threshold_steps=[(None, "green"), (0.05, "orange"), (0.2, "red")],
+        [target(rate("slowpath_probe_run_seconds_total", by="instance, probe", sel=NODE), "{{instance}} {{probe}}", "A"),
+         target(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}} agent process", "B")],
+        w=8, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "Agent memory", """

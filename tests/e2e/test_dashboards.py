@@ -100,7 +100,7 @@ ZERO_NORMAL = {
     ("slowpath-overview", "Lost events and scrape errors", "A"),
     ("slowpath-overview", "Lost events and scrape errors", "B"),
     ("slowpath-overview", "Lost events and scrape errors", "C"),  # no series limit reached
-    ("slowpath-overview", "Agent CPU", "A"),  # 10 ms CPU-time ticks: an idle agent may show 0
+    ("slowpath-overview", "slowpath's own cost (% of a core)", "B"),  # 10 ms CPU-time ticks: an idle agent may show 0
     ("slowpath-fleet", "Nodes on a clocksource the vDSO cannot read", "A"),
     ("slowpath-fleet", "Nodes whose vDSO canary falls back", "A"),
 }
