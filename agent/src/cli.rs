@@ -354,6 +354,7 @@ impl Cli {
         Ok(crate::bpf::CostOptions {
             interval,
             window: self.stats_window,
+            first_after: crate::bpf::FIRST_WINDOW_AFTER,
         })
     }
 }

@@ -275,12 +275,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         // the node checks run once at start; the doctor measures the node itself
         check_every: Some(std::time::Duration::from_secs(3600)),
         pods: None,
-        // one statistics window over the first half of the observation: the
-        // report's time per run of each probe (the doctor runs as root)
-        cost: bpf::CostOptions {
-            interval: Some(std::time::Duration::from_secs(3600)),
-            window: (args.duration / 2).max(std::time::Duration::from_millis(100)),
-        },
+        cost: doctor_cost_options(args.duration),
     };
     let mut worker = Worker::start(options, kernel, btf)?;
     log_attached(worker.probes());
@@ -297,6 +292,19 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         args: cli.signals.clone(),
     };
     doctor::run(&worker, stacks.as_ref(), &opts, &cli.sysfs)
+}
+
+/// The doctor's statistics window (it runs as root): one, at the end of the
+/// observation (1 s, or half of a shorter one), so that the processes it
+/// watches run without the statistics' clock reads until then.
+fn doctor_cost_options(observe: std::time::Duration) -> bpf::CostOptions {
+    use std::time::Duration;
+    let window = (observe / 2).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    bpf::CostOptions {
+        interval: Some(observe + Duration::from_secs(3600)),
+        window,
+        first_after: observe.saturating_sub(window + Duration::from_millis(300)),
+    }
 }
 
 /// The kernel's host name, the default Kubernetes node name.

@@ -13,8 +13,14 @@
  *   pingpong_wakeup    two threads on one CPU waking each other through a
  *                      futex, per wakeup: sched_waking with no timer running,
  *                      the cost every ordinary wakeup pays
+ *   clock_gettime_raw_tall  the traced syscall in T threads of this process
+ *                      at once, each pinned to its own CPU (T = every CPU
+ *                      this process may use): the median of the threads'
+ *                      ns per call. Against clock_gettime_raw (T = 1) it
+ *                      shows what counting one process from many CPUs at
+ *                      once costs (a counter line shared between CPUs)
  *
- * Each repetition runs the three measurements in turn (interleaved, so slow
+ * Each repetition runs the measurements in turn (interleaved, so slow
  * drift hits all three alike); the printed value is the median over the
  * repetitions, in ns per call (per page for faults), and "<name>_min" the
  * fastest repetition (least disturbed by other activity on the machine). Times come from the vDSO
@@ -35,6 +41,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+static double median(double *v, int n);
 
 #define SYSCALL_CALLS 50000       /* per repetition: ~10 ms at ~200 ns */
 #define FAULT_REGION (8UL << 20)  /* 2048 pages per repetition: ~3 ms */
@@ -125,6 +133,50 @@ static double bench_pingpong(void)
 	return ns;
 }
 
+/* T threads doing the traced syscall at once, one per allowed CPU. */
+#define MAX_THREADS 256
+
+struct tall_arg {
+	int cpu;
+	pthread_barrier_t *start;
+	double ns;
+};
+
+static void *tall_thread(void *p)
+{
+	struct tall_arg *a = p;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(a->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	pthread_barrier_wait(a->start);
+	a->ns = bench_clock_gettime();
+	return NULL;
+}
+
+static int allowed_cpus[MAX_THREADS], n_allowed;
+
+static double bench_clock_gettime_tall(void)
+{
+	pthread_t t[MAX_THREADS];
+	struct tall_arg a[MAX_THREADS];
+	pthread_barrier_t start;
+	double ns[MAX_THREADS];
+
+	pthread_barrier_init(&start, NULL, n_allowed);
+	for (int i = 0; i < n_allowed; i++) {
+		a[i] = (struct tall_arg){ .cpu = allowed_cpus[i], .start = &start };
+		pthread_create(&t[i], NULL, tall_thread, &a[i]);
+	}
+	for (int i = 0; i < n_allowed; i++) {
+		pthread_join(t[i], NULL);
+		ns[i] = a[i].ns;
+	}
+	pthread_barrier_destroy(&start);
+	return median(ns, n_allowed);
+}
+
 static double bench_fault(void)
 {
 	char *p = mmap(NULL, FAULT_REGION, PROT_READ | PROT_WRITE,
@@ -179,6 +231,15 @@ int main(int argc, char **argv)
 	if (reps < 1 || reps > 1000)
 		reps = 31;
 
+	/* The CPUs this process may use, before pinning to one. */
+	cpu_set_t allowed;
+
+	if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0)
+		for (int c = 0; c < CPU_SETSIZE && n_allowed < MAX_THREADS; c++)
+			if (CPU_ISSET(c, &allowed))
+				allowed_cpus[n_allowed++] = c;
+	if (n_allowed == 0)
+		allowed_cpus[n_allowed++] = 0;
 	/* One CPU: no migrations mid-loop, and a stable per-CPU page cache. */
 	if (cpu >= 0) {
 		cpu_set_t set;
@@ -189,7 +250,7 @@ int main(int argc, char **argv)
 			perror("sched_setaffinity (continuing unpinned)");
 	}
 
-	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000];
+	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000], ta[1000];
 
 	/* Timer slack (50 us by default) would stretch every 10 us wait. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -199,6 +260,7 @@ int main(int argc, char **argv)
 	bench_fault();
 	bench_timed_wait();
 	bench_pingpong();
+	bench_clock_gettime_tall();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
@@ -206,6 +268,7 @@ int main(int argc, char **argv)
 		pf[r] = bench_fault();
 		tw[r] = bench_timed_wait();
 		pw[r] = bench_pingpong();
+		ta[r] = bench_clock_gettime_tall();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
@@ -213,10 +276,13 @@ int main(int argc, char **argv)
 	printf("page_fault_4k %.1f\n", median(pf, reps));
 	printf("timed_wait_10us %.1f\n", median(tw, reps));
 	printf("pingpong_wakeup %.1f\n", median(pw, reps));
+	printf("clock_gettime_raw_tall %.1f\n", median(ta, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
 	printf("timed_wait_10us_min %.1f\n", tw[0]);
 	printf("pingpong_wakeup_min %.1f\n", pw[0]);
+	printf("clock_gettime_raw_tall_min %.1f\n", ta[0]);
+	printf("threads %d\n", n_allowed);
 	return 0;
 }

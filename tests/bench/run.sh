@@ -189,6 +189,18 @@ if [[ ! -x $AGENT ]]; then
 fi
 echo "agent: $AGENT"
 echo "bpftrace: $(bpftrace --version)   kernel: $(uname -r)   cpus: $nproc_   pinned to cpu $CPU"
+# Absolute ns depend on the CPU and on its mitigations (AMD's SRSO "Safe RET"
+# makes every call and return inside a BPF program expensive): print both.
+cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+[[ -n $cpu_model ]] || cpu_model=$(lscpu 2>/dev/null | awk -F': +' '/^Model name/ { print $2; exit }')
+mitigations() {
+    local f
+    for f in /sys/devices/system/cpu/vulnerabilities/*; do
+        [[ -r $f ]] && printf '  %-26s %s\n' "$(basename "$f")" "$(cat "$f")"
+    done
+}
+echo "cpu: $cpu_model"
+mitigations
 
 # Foreign syscall tracing makes the no-BPF baseline meaningless: warn.
 foreign=$(bpftool link list 2>/dev/null | grep -cE "tp '(sys_enter|mm_page_alloc)'" || true)
@@ -269,7 +281,8 @@ echo "== per-call cost (ns; median of $ROUNDS rounds; delta = median of per-roun
 printf '%-22s %10s   %8s %-15s   %8s %-15s   %8s %-15s   %8s %-15s\n' "" "no BPF" "floor" "(+delta, ratio)" \
     "slowpath" "(+delta, ratio)" "doctor" "(+delta, ratio)" "bpftrace" "(+delta, ratio)"
 rows=("clock_gettime_raw:traced syscall" "getppid:untraced syscall" "page_fault_4k:4 KiB page fault"
-      "timed_wait_10us:timed wait (10 us)" "pingpong_wakeup:futex wakeup")
+      "timed_wait_10us:timed wait (10 us)" "pingpong_wakeup:futex wakeup"
+      "clock_gettime_raw_tall:traced, T=$(val none threads) threads")
 declare -A base d_fl d_sp d_dr d_bt
 # "ns (+delta, xratio)"; ratio = (base + delta) / base
 cell() { printf '%8.1f (%+6.1f, x%.2f)' "$1" "$2" "$(awk -v b="$3" -v d="$2" 'BEGIN { print (b + d) / b }')"; }
@@ -295,12 +308,21 @@ mark() { awk "BEGIN { exit !($1) }" && echo PASS || echo FAIL; }
 sgn() { printf '%+.1f' "$1"; }
 echo
 echo "== targets (informational)"
-printf '  %-58s %s\n' "traced syscall: slowpath $(sgn "${d_sp[clock_gettime_raw]}") ns <= +60 ns" \
-    "$(mark "${d_sp[clock_gettime_raw]} <= 60")"
-printf '  %-58s %s\n' "untraced syscall: slowpath $(sgn "${d_sp[getppid]}") ns <= +25 ns" \
-    "$(mark "${d_sp[getppid]} <= 25")"
-printf '  %-58s %s\n' "untraced syscall: slowpath $(sgn "${d_sp[getppid]}") ns <= floor $(sgn "${d_fl[getppid]}") + 10 ns" \
-    "$(mark "${d_sp[getppid]} <= ${d_fl[getppid]} + 10")"
+# Added ns in multiples of the floor's (an empty program on every hook).
+ratio() { awk -v s="${d_sp[$1]}" -v f="${d_fl[$1]}" 'BEGIN { if (f > 1) printf "%.2f", s / f; else print "nan" }'; }
+floor_target() { # $1 = measurement, $2 = label, $3 = most multiples of the floor
+    local r
+    r=$(ratio "$1")
+    printf '  %-58s %s\n' "$2: slowpath $(sgn "${d_sp[$1]}") ns = ${r}x the floor's $(sgn "${d_fl[$1]}") <= ${3}x" \
+        "$( [[ $r == nan ]] && echo "n/a (floor within noise)" || mark "$r <= $3")"
+}
+floor_target clock_gettime_raw "traced syscall" 1.3
+floor_target getppid "untraced syscall" 1.1
+floor_target timed_wait_10us "timed wait" 1.2
+floor_target page_fault_4k "4 KiB page fault" 1.2
+# Many CPUs counting one process at once: no shared counter line on the path.
+printf '  %-58s %s\n' "traced, T threads: slowpath $(sgn "${d_sp[clock_gettime_raw_tall]}") ns <= 1.1x T=1's $(sgn "${d_sp[clock_gettime_raw]}")" \
+    "$(mark "${d_sp[clock_gettime_raw_tall]} <= 1.1 * ${d_sp[clock_gettime_raw]}")"
 tw_pct=$(awk -v d="${d_sp[timed_wait_10us]}" -v b="${base[timed_wait_10us]}" 'BEGIN { printf "%.2f", 100 * d / b }')
 printf '  %-58s %s\n' "timed wait: slowpath $(sgn "${d_sp[timed_wait_10us]}") ns = ${tw_pct}% <= 5% of the wait" \
     "$(mark "$tw_pct <= 5")"
@@ -441,6 +463,9 @@ under_load agent "$agent_pid" wakeups
 stop_pid "$agent_pid"; agent_pid=""
 wakeup_user_pct=$user_pct
 
+echo
+echo "== cpu: $cpu_model"
+mitigations
 echo
 echo "== targets (informational)"
 printf '  %-58s %s\n' "agent user CPU ${agent_user_pct}% < 1% of one core" "$(mark "$agent_user_pct < 1")"

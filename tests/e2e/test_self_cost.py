@@ -126,3 +126,20 @@ def test_a_window_as_long_as_the_interval_is_refused(agent_bin):
     result = run_agent(agent_bin, "--bpf.stats-interval=1s", "--bpf.stats-window=1s")
     assert result.returncode == 1
     assert error_line(result).startswith("slowpath: error: --bpf.stats-window (1s) must be shorter")
+
+
+def test_the_doctor_reports_its_own_cost(agent_bin, workload_bin):
+    """One statistics window at the end of the observation gives the time per
+    run; the runs over the whole observation, at that time, are its cost."""
+    doc = subprocess.Popen([str(agent_bin), "doctor", "--duration=4s", "--format=json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    subprocess.run([str(workload_bin), "clock-raw", "200000"], check=True, capture_output=True)
+    out, err = doc.communicate(timeout=60)
+    assert doc.returncode == 0, err
+    cost = json.loads(out)["own_cost"]
+    by_probe = {p["probe"]: p for p in cost["probes"]}
+    assert by_probe["sys_enter"]["runs"] >= 200_000
+    assert 0 < by_probe["sys_enter"]["ns_per_run"] < 100_000
+    assert 0 < cost["cpu_share"] < 1
+    assert STATS.read_text().strip() == "0", "the window left the kernel's statistics on"

@@ -29,6 +29,11 @@ use super::stats::prog_info;
 /// `sys_enter` is `SP_PROBE_SYS_ENTER`.
 const SLOT_PREFIX: &str = "SP_PROBE_";
 
+/// When the agent's first statistics window opens after start (or one
+/// interval, if shorter): not during the start-up of the agent and of
+/// whatever is measured with it, which the window would slow down.
+pub const FIRST_WINDOW_AFTER: Duration = Duration::from_secs(10);
+
 /// One hook's cost since the agent loaded its programs.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ProbeCost {
@@ -50,6 +55,8 @@ pub struct CostOptions {
     pub interval: Option<Duration>,
     /// How long the kernel's statistics stay on in each window.
     pub window: Duration,
+    /// When the first window opens after start (capped at `interval`).
+    pub first_after: Duration,
 }
 
 /// Time charged to one hook so far.
@@ -103,8 +110,8 @@ pub struct CostMeter {
 }
 
 impl CostMeter {
-    /// A meter for the programs of `loaded`; the first window opens at the
-    /// first [`tick`](Self::tick).
+    /// A meter for the programs of `loaded`; the first window opens
+    /// `opts.first_after` later.
     pub fn new(loaded: &Loaded<'_>, opts: CostOptions) -> Self {
         let slots = match object_slots(loaded) {
             Ok(slots) => slots,
@@ -118,7 +125,9 @@ impl CostMeter {
             slots,
             opts,
             window: None,
-            next_window: opts.interval.map(|_| Instant::now()),
+            next_window: opts
+                .interval
+                .map(|every| Instant::now() + every.min(opts.first_after)),
             refusal_logged: false,
             measured_logged: false,
         }

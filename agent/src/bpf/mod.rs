@@ -68,7 +68,7 @@ pub use attach::ProbeStatus;
 pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
-pub use cost::{CostMeter, CostOptions, ProbeCost};
+pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch};
 pub use load::{load, LoadOptions, Loaded, ObjectStorage};
 pub use stats::recursion_misses;

@@ -63,7 +63,7 @@ pub struct Report {
 
 /// slowpath's own in-kernel cost over an observation (`bpf::CostMeter`: the
 /// runs its programs counted, at the time per run the kernel measured in a
-/// statistics window over the first half of the observation).
+/// statistics window at the end of the observation).
 #[derive(Serialize)]
 pub struct OwnCost {
     /// In-kernel time of all its programs over wall time: 0.01 is 1 % of
