@@ -121,15 +121,20 @@ pub trait KernelView {
 
 /// What a signal asks of the kernel side beyond counting into
 /// `struct sp_counters`. `bpf/` adds the core hooks every signal shares
-/// (`sys_enter`, process exit and exec, cgroup creation).
+/// (`sys_enter` when some signal counts syscalls, process exit and exec,
+/// cgroup creation).
 pub struct KernelNeeds {
     /// Tracepoint hooks only this signal counts at, in report order.
     pub hooks: &'static [Hook],
     /// Syscalls it counts at the `sys_enter` hook on this architecture;
     /// each has an fentry program `sys_enter_fentry_<name>` in the object.
+    /// Two signals may count at the same syscall (it is hooked while either
+    /// runs).
     pub syscalls: &'static [&'static str],
     /// Its settings in the object's read-only data, made once per start
-    /// from its flags and the kernel's BTF.
+    /// from its flags and the kernel's BTF; among them the switches
+    /// (`count_*`) of the syscall groups it counts, which stay off unless
+    /// a signal sets them.
     pub rodata: Option<fn(&SignalArgs, &KernelBtf) -> RodataPatch>,
     /// Keeps the object's writable data current, on every pass of the BPF
     /// worker (at most 500 ms apart).
@@ -144,12 +149,19 @@ pub struct KernelNeeds {
 pub type MapSizes = fn(&SignalArgs) -> Vec<(&'static str, u32)>;
 
 /// What every signal asks of the kernel side, for `bpf::load` (and for the
-/// check of the embedded object against it).
+/// check of the embedded object against it): a syscall two signals count
+/// at is named once.
 pub fn kernel_setup(args: &SignalArgs, btf: &KernelBtf) -> KernelSetup {
     let needs = || SIGNALS.iter().map(|s| &s.kernel);
+    let mut fentry_syscalls: Vec<&'static str> = Vec::new();
+    for &syscall in needs().flat_map(|k| k.syscalls) {
+        if !fentry_syscalls.contains(&syscall) {
+            fentry_syscalls.push(syscall);
+        }
+    }
     KernelSetup {
         hooks: needs().flat_map(|k| k.hooks.iter().copied()).collect(),
-        fentry_syscalls: needs().flat_map(|k| k.syscalls.iter().copied()).collect(),
+        fentry_syscalls,
         rodata: needs()
             .filter_map(|k| k.rodata)
             .map(|patch| patch(args, btf))
