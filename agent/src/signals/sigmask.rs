@@ -44,7 +44,7 @@ const SIGPROCMASK: Family = Family {
 };
 
 pub const SIGNAL: Signal = Signal {
-    name: "rt_sigprocmask",
+    name: "sigmask",
     families: &[&SIGPROCMASK],
     export,
     diagnose,
