@@ -273,11 +273,23 @@ __s64 tai_offset_ns = 0;
  * (struct sp_counters.timer_hot_windows); the agent sets it from
  * --timer.loop-threshold. */
 const volatile __u32 timer_hot_wakeups = 200;
+/* Which syscall groups the sys_enter hook and its fentry twins count, one
+ * switch per group, set by the signals that count them (the agent leaves a
+ * switched-off collector's switch false; the verifier then prunes its
+ * branches). nanosleep and clock_nanosleep are entered when either the
+ * sleep signal (their calls, count_sleep_calls, and requested lengths) or
+ * the timer signal (their timeouts, as timed waits) counts them. */
+const volatile bool count_clock_reads = false;	/* clock_gettime, gettimeofday, time */
+const volatile bool count_sigprocmask = false;	/* rt_sigprocmask */
+const volatile bool count_sleeps = false;	/* nanosleep, clock_nanosleep */
+const volatile bool count_sleep_calls = false;	/* their calls by clock and mode */
+const volatile bool count_timed_waits = false;	/* futex, epoll, poll, select */
 /* Where a task's user registers sit in its kernel stack (task_pt_regs()
  * minus task->stack: the same for every task), learned by the raw_tp
  * sys_enter program from its own arguments; raw_tp programs cannot call
  * bpf_task_pt_regs() on a task they did not get as a BTF pointer. 0 until
- * the first counted syscall. */
+ * the first counted syscall (and for good when no collector counts
+ * syscalls, so sys_enter is not attached). */
 __u64 pt_regs_offset = 0;
 
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
@@ -507,13 +519,15 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 
 	if (syscall >= SP_SLEEP_SYSCALL_COUNT)
 		return;
-	/* one flat, bounds-checked index into sleep_calls[syscall][clock][mode] */
-	calls = &p->c.sleep_calls[syscall][0][0];
-	slot = clock * SP_SLEEP_MODE_COUNT + mode;
-	barrier_var(slot);
-	if (slot >= SP_CLOCK_COUNT * SP_SLEEP_MODE_COUNT)
-		return;
-	__sync_fetch_and_add(&calls[slot], 1);
+	if (count_sleep_calls) {
+		/* one flat, bounds-checked index into sleep_calls[syscall][clock][mode] */
+		calls = &p->c.sleep_calls[syscall][0][0];
+		slot = clock * SP_SLEEP_MODE_COUNT + mode;
+		barrier_var(slot);
+		if (slot >= SP_CLOCK_COUNT * SP_SLEEP_MODE_COUNT)
+			return;
+		__sync_fetch_and_add(&calls[slot], 1);
+	}
 	/* enum sp_sleep_syscall and enum sp_wait agree on the two sleeps */
 	timeout_from_user(p, syscall, rqtp, mode == SP_SLEEP_ABSOLUTE ? (int)clock : -1, false);
 }
@@ -756,16 +770,19 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 	return 0;
 }
 
-static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id, const bool btf)
+/* Whether syscall `id` is one of ours and its group is switched on. */
+static __always_inline bool syscall_counted(long id)
 {
-	/* Untraced syscalls leave here: this is the cost every syscall pays. */
 	switch (id) {
 	case SP_NR_clock_gettime:
 	case SP_NR_gettimeofday:
 	case SP_NR_time:
+		return count_clock_reads;
 	case SP_NR_rt_sigprocmask:
+		return count_sigprocmask;
 	case SP_NR_nanosleep:
 	case SP_NR_clock_nanosleep:
+		return count_sleeps;
 	case SP_NR_futex:
 	case SP_NR_futex_waitv:
 	case SP_NR_epoll_wait:
@@ -775,10 +792,16 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	case SP_NR_ppoll:
 	case SP_NR_select:
 	case SP_NR_pselect6:
-		break;
-	default:
-		return 0;
+		return count_timed_waits;
 	}
+	return false;
+}
+
+static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id, const bool btf)
+{
+	/* Untraced syscalls leave here: this is the cost every syscall pays. */
+	if (!syscall_counted(id))
+		return 0;
 	if (!wait_is_timed(regs, id, btf))
 		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	if (in_compat_syscall(btf))
@@ -822,6 +845,8 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
 	{                                                                      \
 		probe_ran(SP_PROBE_SYS_ENTER);                                 \
+		if (!syscall_counted(SP_NR_##name))                            \
+			return 0;                                              \
 		if (!wait_is_timed(regs, SP_NR_##name, true))                 \
 			return 0;                                              \
 		return count_syscall(ctx, regs, SP_NR_##name, true);           \

@@ -371,6 +371,35 @@ mod tests {
         assert!(!cli.pid_label);
         assert_eq!(cli.signals.clock.canary_interval, Duration::from_secs(15));
         assert_eq!(cli.attach_type, None);
+        assert_eq!(
+            cli.signals.collectors,
+            crate::signals::Collectors::default()
+        );
+    }
+
+    #[test]
+    fn collectors_switch_off_for_the_agent_and_the_doctor() {
+        for args in [
+            &["slowpath", "--no-collector.timer", "--no-collector.clock"][..],
+            &[
+                "slowpath",
+                "doctor",
+                "--no-collector.timer",
+                "--no-collector.clock",
+            ],
+            &[
+                "slowpath",
+                "--no-collector.timer",
+                "doctor",
+                "--no-collector.clock",
+            ],
+        ] {
+            let cli = Cli::try_parse_from(args).unwrap();
+            let on: Vec<&str> = cli.signals.enabled().map(|s| s.name).collect();
+            assert_eq!(on, ["sigmask", "sleep", "memory"], "{args:?}");
+        }
+        let err = Cli::try_parse_from(["slowpath", "--no-collector.nosuch"]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::UnknownArgument);
     }
 
     #[test]
@@ -384,6 +413,12 @@ mod tests {
             let long = arg.get_long().unwrap();
             let want = match long {
                 "help" | "version" => continue,
+                // SLOWPATH_COLLECTOR_<NAME>=false is the switch-off flag's
+                // variable: its twin --collector.<name> has it
+                off if off.starts_with("no-collector.") => {
+                    assert_eq!(arg.get_env(), None, "--{long}");
+                    continue;
+                }
                 // the names every Kubernetes tool and manifest uses
                 "kubeconfig" => "KUBECONFIG".to_string(),
                 "kubernetes.node-name" => "NODE_NAME".to_string(),

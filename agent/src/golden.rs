@@ -7,6 +7,7 @@
 // Fixtures set a few counters of a zeroed block, one per line.
 #![allow(clippy::field_reassign_with_default)]
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use prometheus::core::{Collector, Desc};
@@ -22,7 +23,7 @@ use crate::labels::PodLabels;
 use crate::signals::clock::benchmark::{with_costs, BENCHMARK_CLOCKS};
 use crate::signals::clock::canary::{CanaryReading, CanaryReadings};
 use crate::signals::timer::wakeup_cost::WakeupCost;
-use crate::signals::{read_node_settings, Observation, SignalArgs};
+use crate::signals::{Collectors, Observation, SignalArgs};
 use crate::snapshot::{Cgroup, Series, SeriesKey, Snapshot};
 
 const NANOSLEEP: usize = slot!(sp_sleep_syscall::SP_SLEEP_NANOSLEEP);
@@ -344,17 +345,32 @@ fn exposition(families: Vec<MetricFamily>) -> String {
     String::from_utf8(out).unwrap()
 }
 
+/// Every signal's node settings under `sysfs`, all collectors on.
+fn read_node_settings(sysfs: &Path) -> crate::node::NodeFacts {
+    crate::signals::read_node_settings(sysfs, &Collectors::default())
+}
+
 #[test]
 fn golden_exposition_with_pid_and_pod_labels() {
     let snap = snapshot(recorded(), true, true);
-    let fams = crate::metrics::families(&snap, read_node_settings(&tsc_thp_always()), Some(true));
+    let fams = crate::metrics::families(
+        &snap,
+        read_node_settings(&tsc_thp_always()),
+        Some(true),
+        &Collectors::default(),
+    );
     check("metrics-pid-pods.prom", &exposition(fams));
 }
 
 #[test]
 fn golden_exposition_plain() {
     let snap = snapshot(recorded(), false, false);
-    let fams = crate::metrics::families(&snap, read_node_settings(&hpet_thp_madvise()), None);
+    let fams = crate::metrics::families(
+        &snap,
+        read_node_settings(&hpet_thp_madvise()),
+        None,
+        &Collectors::default(),
+    );
     check("metrics-plain.prom", &exposition(fams));
 }
 
@@ -368,6 +384,7 @@ fn golden_exposition_of_a_failed_read() {
         &snap,
         read_node_settings(Path::new("/nonexistent")),
         Some(false),
+        &Collectors::default(),
     );
     check("metrics-empty.prom", &exposition(fams));
 }
@@ -396,7 +413,7 @@ fn doctor_json(sysfs: &Path, filter: crate::doctor::Filter, canary_falls_back: b
     early[0].counters = sp_counters::default();
     early[0].counters.clock_gettime[slot!(sp_clock::SP_CLOCK_MONOTONIC)] = 100_000;
     let before = snapshot(early, true, false);
-    let report = golden_report(&before, &after, sysfs, filter);
+    let report = golden_report(&before, &after, sysfs, filter, &SignalArgs::default());
     serde_json::to_string_pretty(&report).unwrap() + "\n"
 }
 
@@ -407,6 +424,7 @@ fn golden_report(
     after: &Snapshot,
     sysfs: &Path,
     filter: crate::doctor::Filter,
+    args: &SignalArgs,
 ) -> crate::doctor::Report {
     let mut node = read_node_settings(sysfs);
     node.extend(after.checks.iter().cloned());
@@ -423,7 +441,7 @@ fn golden_report(
         deltas: &deltas,
         secs: 10.0,
         node: &node,
-        args: &SignalArgs::default(),
+        args,
     };
     crate::doctor::report_from(after, &obs, false, ("node-1".into(), "6.1.0-test".into()))
 }
@@ -468,4 +486,73 @@ fn golden_doctor_one_pid() {
         "doctor-hpet-pid.json",
         &doctor_json(&hpet_thp_madvise(), filter, true),
     );
+}
+
+/// The collectors with only the signals named `on` switched on.
+fn only(on: &[&str]) -> Collectors {
+    (crate::signals::SIGNALS.iter())
+        .filter(|s| !on.contains(&s.name))
+        .fold(Collectors::default(), |c, s| c.with(s.name, false))
+}
+
+#[test]
+fn a_collector_switched_off_exports_none_of_its_families() {
+    let snap = snapshot(recorded(), true, true);
+    let names = |collectors: &Collectors| -> BTreeSet<String> {
+        let settings = crate::signals::read_node_settings(&tsc_thp_always(), collectors);
+        let families = crate::metrics::families(&snap, settings, Some(true), collectors);
+        families.iter().map(|f| f.name().to_string()).collect()
+    };
+    let all = names(&Collectors::default());
+    let agent_only = names(&only(&[]));
+    assert!(agent_only.is_subset(&all) && agent_only.contains("slowpath_probe_attached"));
+    for signal in crate::signals::SIGNALS {
+        let own: BTreeSet<String> = signal.families.iter().map(|f| f.name.into()).collect();
+        let without = names(&Collectors::default().with(signal.name, false));
+        assert!(without.is_disjoint(&own), "{}", signal.name);
+        assert_eq!(&all - &without, &all & &own, "{}", signal.name);
+        assert!(
+            !(&all & &own).is_empty(),
+            "{}: nothing in the fixture",
+            signal.name
+        );
+        assert_eq!(names(&only(&[signal.name])), &agent_only | &(&all & &own));
+    }
+}
+
+#[test]
+fn a_collector_switched_off_runs_none_of_its_rules() {
+    let before = snapshot(Vec::new(), true, false);
+    let after = snapshot(recorded(), true, false);
+    let ids = |collectors: Collectors| -> BTreeSet<&'static str> {
+        let args = SignalArgs {
+            collectors,
+            ..Default::default()
+        };
+        let report = golden_report(
+            &before,
+            &after,
+            &tsc_thp_always(),
+            Default::default(),
+            &args,
+        );
+        report.findings.iter().map(|f| f.id).collect()
+    };
+    let all = ids(Collectors::default());
+    assert!(
+        all.contains("timer_loop") && all.contains("thp_faults"),
+        "{all:?}"
+    );
+    for signal in crate::signals::SIGNALS {
+        let own = ids(only(&[signal.name]));
+        let without = ids(Collectors::default().with(signal.name, false));
+        assert!(
+            own.is_disjoint(&without),
+            "{}: {own:?} {without:?}",
+            signal.name
+        );
+        assert_eq!(&own | &without, all, "{}", signal.name);
+    }
+    assert_eq!(ids(only(&["timer"])), BTreeSet::from(["timer_loop"]));
+    assert!(ids(only(&[])).is_empty());
 }

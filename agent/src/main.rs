@@ -100,7 +100,7 @@ fn run(cli: Cli) -> Result<()> {
     };
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
-    preflight::warn_if_sysfs_unreadable(&cli.sysfs);
+    preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -111,7 +111,7 @@ fn run(cli: Cli) -> Result<()> {
     let stack_tables = worker.take_stack_tables();
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
-    log_attached(&probes);
+    log_attached(&probes, &cli.signals);
     let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
     let registry = registry(worker.clone(), &cli, kubernetes_up)?;
     let callsites = stack_tables
@@ -198,7 +198,12 @@ fn registry(
     kubernetes_up: Option<Arc<std::sync::atomic::AtomicBool>>,
 ) -> Result<Registry> {
     let registry = Registry::new();
-    let collector = metrics::SlowpathCollector::new(worker, cli.sysfs.clone(), kubernetes_up)?;
+    let collector = metrics::SlowpathCollector::new(
+        worker,
+        cli.sysfs.clone(),
+        cli.signals.collectors,
+        kubernetes_up,
+    )?;
     registry.register(Box::new(collector))?;
     registry.register(Box::new(
         prometheus::process_collector::ProcessCollector::for_self(),
@@ -222,15 +227,18 @@ fn start_call_sites(
     Ok((folded, thread))
 }
 
-/// One info line naming every attached probe and its attach type.
-fn log_attached(probes: &[bpf::ProbeStatus]) {
+/// One info line naming every attached probe and its attach type and the
+/// signals that run, then one line per collector switched off, saying
+/// which hooks and syscalls it leaves out.
+fn log_attached(probes: &[bpf::ProbeStatus], args: &signals::SignalArgs) {
     let attached: Vec<String> = probes
         .iter()
         .filter(|p| p.attached())
         .map(|p| format!("{}={}", p.probe, p.attach_type))
         .collect();
-    let signals: Vec<&str> = signals::SIGNALS.iter().map(|s| s.name).collect();
+    let signals: Vec<&str> = args.enabled().map(|s| s.name).collect();
     info!(attached = %attached.join(" "), signals = %signals.join(" "), "BPF programs attached");
+    signals::log_left_out(&args.collectors);
 }
 
 /// The series bounds from the flags.
@@ -278,7 +286,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         cost: doctor_cost_options(args.duration),
     };
     let mut worker = Worker::start(options, kernel, btf)?;
-    log_attached(worker.probes());
+    log_attached(worker.probes(), &cli.signals);
     preflight::warn_if_cannot_symbolize("doctor");
     let stacks = worker.take_stack_tables();
     let opts = doctor::DoctorOptions {

@@ -1,6 +1,7 @@
 //! Prometheus metrics: a custom [`Collector`] that, at scrape time, asks the
 //! worker for a [`Snapshot`], reads the node's sysfs settings, and lets each
-//! signal (`signals::SIGNALS`) encode its families; the agent's own health
+//! enabled signal (`signals::SIGNALS`, less those switched off with
+//! `--no-collector.<name>`) encode its families; the agent's own health
 //! families (build, probes, table fill, lost events, Kubernetes watch) are
 //! here. Per-process series are emitted only once non-zero, so an idle
 //! process costs no series.
@@ -16,7 +17,7 @@ use tracing::error;
 use crate::exposition::{counter, family, gauge, Family};
 use crate::node::NodeFacts;
 use crate::procs::LIMIT_NAMES;
-use crate::signals::{self, Scrape, SIGNALS};
+use crate::signals::{self, Collectors, Scrape};
 use crate::snapshot::{Snapshot, LOST_REASON_NAMES};
 use crate::worker::Worker;
 
@@ -25,6 +26,8 @@ const BUILD_INFO: Family = Family {
     help: "Build of the running slowpath agent, value 1",
     kind: MetricType::GAUGE,
 };
+/// The hooks of a collector switched off have no series: they were not
+/// asked for, and 0 means a failure (the alert on it, `/readyz`).
 const PROBE_ATTACHED: Family = Family {
     name: "slowpath_probe_attached",
     help: "1 when the BPF program for this kernel hook is attached, 0 when it failed (see the agent log); attach_type is fentry, tp_btf or raw_tp",
@@ -96,6 +99,8 @@ const SCRAPE_ERRORS: Family = Family {
 pub struct SlowpathCollector {
     worker: Arc<Worker>,
     sysfs: PathBuf,
+    /// Which signals run.
+    collectors: Collectors,
     /// The pod watch's health, when Kubernetes is enabled.
     kubernetes_up: Option<Arc<AtomicBool>>,
     descs: Vec<Desc>,
@@ -106,9 +111,12 @@ impl SlowpathCollector {
     pub fn new(
         worker: Arc<Worker>,
         sysfs: PathBuf,
+        collectors: Collectors,
         kubernetes_up: Option<Arc<AtomicBool>>,
     ) -> prometheus::Result<Self> {
-        let descs = signals::families()
+        let descs = collectors
+            .enabled()
+            .flat_map(|s| s.families.iter().copied())
             .chain(AGENT_FAMILIES)
             .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], Default::default()))
             .collect::<prometheus::Result<Vec<_>>>()?;
@@ -122,6 +130,7 @@ impl SlowpathCollector {
         Ok(Self {
             worker,
             sysfs,
+            collectors,
             kubernetes_up,
             descs,
             errors,
@@ -150,30 +159,34 @@ impl Collector for SlowpathCollector {
             .kubernetes_up
             .as_ref()
             .map(|up| up.load(Ordering::Relaxed));
-        let node = signals::read_node_settings(&self.sysfs);
+        let node = signals::read_node_settings(&self.sysfs, &self.collectors);
         if !node.unreadable.is_empty() {
             // Warned about at start (preflight); counted on every scrape.
             self.errors.with_label_values(&["sysfs"]).inc();
         }
-        let mut out = families(&snapshot, node, kubernetes_up);
+        let mut out = families(&snapshot, node, kubernetes_up, &self.collectors);
         // After this scrape's failures are counted, so that it reports them.
         out.extend(self.errors.collect());
         out
     }
 }
 
-/// Every family of one scrape: each signal's from `snapshot`, the node's
-/// `settings` and the worker's last node checks, then the agent's own state.
-/// Empty families are left out.
+/// Every family of one scrape: each enabled signal's from `snapshot`, the
+/// node's `settings` and the worker's last node checks, then the agent's
+/// own state. Empty families are left out.
 pub fn families(
     snapshot: &Snapshot,
     settings: NodeFacts,
     kubernetes_up: Option<bool>,
+    collectors: &Collectors,
 ) -> Vec<MetricFamily> {
     let mut node = settings;
     node.extend(snapshot.checks.iter().cloned());
     let scrape = Scrape::new(snapshot, &node);
-    let mut out: Vec<MetricFamily> = SIGNALS.iter().flat_map(|s| (s.export)(&scrape)).collect();
+    let mut out: Vec<MetricFamily> = collectors
+        .enabled()
+        .flat_map(|s| (s.export)(&scrape))
+        .collect();
     out.extend(agent_families(snapshot));
     if let Some(up) = kubernetes_up {
         let value = if up { 1.0 } else { 0.0 };

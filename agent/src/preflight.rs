@@ -98,13 +98,16 @@ pub fn check_capabilities() -> Result<()> {
     )
 }
 
-/// Warn, once per file at start, about the signals' node settings files
+/// Warn, once per file at start, about the enabled signals' node settings files
 /// (`NodeNeeds::settings`) that cannot be read under `sysfs` (`--path.sysfs`): their
 /// metrics will be missing, and each scrape counts
 /// `slowpath_scrape_errors_total{source="sysfs"}`. Not fatal: every per-process
 /// signal still works.
-pub fn warn_if_sysfs_unreadable(sysfs: &Path) {
-    for file in crate::signals::read_node_settings(sysfs).unreadable.iter() {
+pub fn warn_if_sysfs_unreadable(sysfs: &Path, collectors: &crate::signals::Collectors) {
+    for file in crate::signals::read_node_settings(sysfs, collectors)
+        .unreadable
+        .iter()
+    {
         warn!(
             path = %file.path.display(),
             error = %file.error,

@@ -56,7 +56,8 @@ VALUE_SETS = {
         "image": {"repository": "registry.example.com/slowpath", "digest": "sha256:" + "0" * 64},
         "imagePullSecrets": [{"name": "regcred"}],
         "seccompProfile": {"type": "RuntimeDefault"},
-        "agent": {"logLevel": "debug", "pidLabel": True, "maxProcesses": 65536, "debugCallsites": True},
+        "agent": {"logLevel": "debug", "pidLabel": True, "maxProcesses": 65536, "debugCallsites": True,
+                  "collectors": {"timer": False, "memory": False}},
         "kubernetes": {"enabled": False},
         "extraArgs": ["--bpf.attach-type=raw-tp"],
         "extraEnv": [{"name": "SLOWPATH_BPF_RINGBUF_BYTES", "value": "4194304"}],
@@ -352,6 +353,7 @@ def test_daemonset_environment_probes_and_scheduling(tools, tmp_path):
     assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9891"
     assert "SLOWPATH_METRICS_PID_LABEL" not in env
     assert "SLOWPATH_DEBUG_CALLSITES" not in env  # off by default
+    assert not [name for name in env if name.startswith("SLOWPATH_COLLECTOR_")]  # all on
     assert pod["automountServiceAccountToken"] is True  # the pod watch needs the token
     assert "args" not in c  # flags an older agent does not know would be fatal
 
@@ -398,6 +400,9 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert env["SLOWPATH_KUBERNETES_ENABLED"]["value"] == "false"
     assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9100"
     assert env["SLOWPATH_BPF_RINGBUF_BYTES"]["value"] == "4194304"
+    # only the collectors switched off are passed
+    collectors = {name: e["value"] for name, e in env.items() if name.startswith("SLOWPATH_COLLECTOR_")}
+    assert collectors == {"SLOWPATH_COLLECTOR_TIMER": "false", "SLOWPATH_COLLECTOR_MEMORY": "false"}
     assert c["ports"][0]["containerPort"] == 9100
     assert c["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
@@ -406,6 +411,17 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert {d["kind"] for d in docs}.isdisjoint({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"})
     svc = only(docs, "Service")
     assert svc["spec"].get("clusterIP") != "None" and svc["spec"]["ports"][0]["port"] == 9100
+
+
+@pytest.mark.parametrize("collectors, error", [
+    ({"thp": False}, "agent.collectors.thp: no such collector"),
+    ({"timer": "false"}, "agent.collectors.timer: true or false, not false"),
+])
+def test_unknown_or_misspelt_collectors_are_refused(tools, tmp_path, collectors, error):
+    path = tmp_path / "values-collectors.yaml"
+    path.write_text(yaml.safe_dump({"agent": {"collectors": collectors}}))
+    res = run([tools.helm, "template", "slowpath", CHART, "--namespace", NAMESPACE, "-f", path])
+    assert res.returncode != 0 and error in res.stderr, res.stderr
 
 
 def test_web_config_secret_is_mounted_and_probes_and_monitors_follow_it(tools, tmp_path):

@@ -3,8 +3,9 @@
 //!
 //! The table is an input, not a constant: the signals declare the hooks
 //! they need ([`KernelSetup`]) and this module only adds the core hooks that
-//! serve every signal (the syscall hook, process exit and exec, cgroup
-//! creation) around them. Nothing here knows a signal.
+//! serve every signal (the syscall hook when some signal counts syscalls,
+//! process exit and exec, cgroup creation) around them. Nothing here knows
+//! a signal.
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -45,7 +46,8 @@ pub struct KernelSetup {
     /// Syscall names (`"clock_gettime"`, ...) of this architecture whose
     /// kernel functions have an fentry twin of the `sys_enter` hook:
     /// programs `sys_enter_fentry_<name>`, `SEC("fentry/__x64_sys_<name>")`
-    /// on x86_64, `__arm64_sys_<name>` on arm64.
+    /// on x86_64, `__arm64_sys_<name>` on arm64. These are the syscalls the
+    /// signals count: without any, the `sys_enter` hook is left out.
     pub fentry_syscalls: Vec<&'static str>,
     /// Settings of the object's read-only data, applied in this order.
     pub rodata: Vec<RodataPatch>,
@@ -55,11 +57,11 @@ pub struct KernelSetup {
 }
 
 /// The core hook of the counted syscalls; the only one with fentry twins.
-pub(super) const SYS_ENTER: &str = "sys_enter";
+pub const SYS_ENTER: &str = "sys_enter";
 
-/// Core hooks reported before the signals' hooks.
-const CORE_FIRST: [Hook; 3] = [
-    Hook::new(SYS_ENTER),
+/// Core hooks reported before the signals' hooks (the syscall hook first,
+/// when the setup has syscalls to count).
+const CORE_FIRST: [Hook; 2] = [
     Hook::new("sched_process_exit"),
     Hook::new("sched_process_exec"),
 ];
@@ -135,8 +137,10 @@ pub(super) struct HookTable {
 
 impl HookTable {
     pub(super) fn new(setup: &KernelSetup) -> Self {
-        let hooks = CORE_FIRST
+        let sys_enter = Some(Hook::new(SYS_ENTER)).filter(|_| !setup.fentry_syscalls.is_empty());
+        let hooks = sys_enter
             .iter()
+            .chain(&CORE_FIRST)
             .chain(&setup.hooks)
             .chain(&CORE_LAST)
             .copied()
@@ -205,11 +209,15 @@ impl HookTable {
 
     /// `sys_enter_btf` -> (index of `sys_enter`, TpBtf);
     /// `sys_enter_fentry_time` -> (index of `sys_enter`, Fentry). Errors for
-    /// a name that is none of these or names a hook not in the table.
+    /// a name that is none of these, names a hook not in the table or a
+    /// syscall not in the setup (a program of a signal switched off).
     pub(super) fn classify(&self, program: &OsStr) -> Result<(usize, AttachType)> {
         let name = program.to_string_lossy();
-        let found = if name.starts_with(FENTRY_PROGRAM_PREFIX) {
-            self.index(SYS_ENTER).map(|idx| (idx, AttachType::Fentry))
+        let found = if let Some(syscall) = name.strip_prefix(FENTRY_PROGRAM_PREFIX) {
+            let target = fentry_target(syscall);
+            self.index(SYS_ENTER)
+                .filter(|_| self.fentry_targets.contains(&target))
+                .map(|idx| (idx, AttachType::Fentry))
         } else {
             [AttachType::TpBtf, AttachType::RawTp]
                 .into_iter()
@@ -219,7 +227,7 @@ impl HookTable {
             Some(found) => Ok(found),
             None => bail!(
                 "BPF program {name} is not named <probe>_btf, <probe>_raw or \
-                 sys_enter_fentry_<syscall>"
+                 sys_enter_fentry_<syscall> of a hook or syscall of this setup"
             ),
         }
     }
@@ -272,6 +280,27 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn without_syscalls_to_count_there_is_no_syscall_hook() {
+        let mut setup = setup();
+        setup.fentry_syscalls.clear();
+        let table = HookTable::new(&setup);
+        assert_eq!(
+            table.names(),
+            [
+                "sched_process_exit",
+                "sched_process_exec",
+                "mm_page_alloc",
+                "mm_compaction_end",
+                "cgroup_mkdir"
+            ]
+        );
+        assert!(table.classify(OsStr::new("sys_enter_btf")).is_err());
+        assert!(table
+            .classify(OsStr::new("sys_enter_fentry_futex"))
+            .is_err());
+    }
+
+    #[test]
     fn program_names_split_into_probe_and_attach_type() {
         let table = HookTable::new(&setup());
         let classify = |n: &str| table.classify(OsStr::new(n));
@@ -287,6 +316,7 @@ pub(super) mod tests {
         assert!(classify("handler").is_err());
         assert!(classify("unknown_btf").is_err());
         assert!(classify("sched_waking_btf").is_err()); // not in this table
+        assert!(classify("sys_enter_fentry_poll").is_err()); // not in this setup
     }
 
     #[test]

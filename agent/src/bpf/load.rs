@@ -139,7 +139,7 @@ fn open_and_load<'obj>(
     size_signal_maps(&mut open, setup)?;
     write_rodata(&mut open, opts, setup);
     size_stack_tables(&mut open, opts.capture_stacks)?;
-    choose_programs(&mut open, search)?;
+    choose_programs(&mut open, search);
     open.load()
         .context("loading the BPF programs into the kernel")
 }
@@ -221,11 +221,12 @@ fn size_stack_tables(open: &mut OpenSlowpathSkel<'_>, capture_stacks: bool) -> R
     Ok(())
 }
 
-/// Load only the programs the plan picks for the hooks not left out.
-fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) -> Result<()> {
+/// Load only the programs the plan picks for the hooks not left out; the
+/// programs of hooks and syscalls the setup does not name (those of a
+/// signal switched off) are not loaded either.
+fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) {
     for mut prog in open.open_object_mut().progs_mut() {
-        let (idx, attach_type) = search.table().classify(prog.name())?;
-        prog.set_autoload(search.wants(idx, attach_type));
+        let wanted = search.table().classify(prog.name()).ok();
+        prog.set_autoload(wanted.is_some_and(|(idx, attach_type)| search.wants(idx, attach_type)));
     }
-    Ok(())
 }

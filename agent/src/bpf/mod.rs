@@ -14,8 +14,9 @@
 //! (`slowpath_probe_attached` 0, the log) and the others keep working.
 //!
 //! Which hooks there are is an input ([`KernelSetup`]): the signals declare
-//! theirs, this module adds the core hooks that serve them all and knows no
-//! signal. One concern per file: `hooks` (the hook table and program
+//! theirs (only the enabled ones: the programs of the others are not
+//! loaded), this module adds the core hooks that serve them all and knows
+//! no signal. One concern per file: `hooks` (the hook table and program
 //! names), `btf` (the kernel's BTF), `plan` (attach plans, pure), `load`
 //! (shaping and loading the object), `attach`, `libbpf_log` (reading
 //! libbpf's messages), `stats` (what the kernel counts about the programs),
@@ -69,7 +70,7 @@ pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
 pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
-pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch};
+pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
 pub use load::{load, LoadOptions, Loaded, ObjectStorage};
 pub use stats::recursion_misses;
 

@@ -36,7 +36,7 @@ use crate::cli::Format;
 use crate::finding::{rank, Delta, Finding};
 use crate::node::NodeFacts;
 use crate::procs::sub_counters;
-use crate::signals::{self, Observation, SignalArgs, SIGNALS};
+use crate::signals::{self, Observation, SignalArgs};
 use crate::snapshot::{SeriesKey, Snapshot};
 use crate::worker::Worker;
 
@@ -284,9 +284,9 @@ fn build_report(
             .trim()
             .to_string()
     };
-    let mut node = signals::read_node_settings(sysfs);
+    let mut node = signals::read_node_settings(sysfs, &args.collectors);
     node.extend(snapshot.checks.iter().cloned());
-    for measure in SIGNALS.iter().filter_map(|s| s.node.measure) {
+    for measure in args.enabled().filter_map(|s| s.node.measure) {
         let fact = measure(&node);
         node.extend([fact]);
     }
@@ -303,8 +303,8 @@ fn build_report(
     report_from(snapshot, &observation, true, names)
 }
 
-/// The report of `obs` and `(node, kernel)` names. Every signal's rules
-/// run, in [`SIGNALS`] order; with `live` (the processes still run),
+/// The report of `obs` and `(node, kernel)` names. Every enabled signal's
+/// rules run, in `SIGNALS` order; with `live` (the processes still run),
 /// signals may also look at them (`Signal::enrich`).
 pub(crate) fn report_from(
     snapshot: &Snapshot,
@@ -313,7 +313,7 @@ pub(crate) fn report_from(
     (node_name, kernel): (String, String),
 ) -> Report {
     let mut findings = Vec::new();
-    for signal in SIGNALS {
+    for signal in obs.args.enabled() {
         let mut found = (signal.diagnose)(obs);
         if let Some(enrich) = signal.enrich.filter(|_| live) {
             found.iter_mut().for_each(enrich);

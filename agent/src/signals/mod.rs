@@ -11,6 +11,10 @@
 //! interface and names no signal. Adding a signal: its counters and hook in
 //! `bpf/`, one module here, one line in [`SIGNALS`] (and in [`SignalArgs`]
 //! if it has flags), its tests and docs (see ARCHITECTURE.md).
+//!
+//! Each signal can be switched off (`--no-collector.<name>`,
+//! [`Collectors`]): the agent then runs only the enabled ones
+//! ([`SignalArgs::enabled`]) and asks the kernel side only for their needs.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -24,7 +28,10 @@ use crate::finding::{Delta, Finding, ProcessRate};
 use crate::node::{Fact, NodeFacts, SettingsReader};
 use crate::snapshot::{Series, Snapshot};
 
+pub use collectors::{log_left_out, Collectors};
+
 pub mod clock;
+mod collectors;
 pub mod memory;
 pub mod sigmask;
 pub mod sleep;
@@ -121,15 +128,20 @@ pub trait KernelView {
 
 /// What a signal asks of the kernel side beyond counting into
 /// `struct sp_counters`. `bpf/` adds the core hooks every signal shares
-/// (`sys_enter`, process exit and exec, cgroup creation).
+/// (`sys_enter` when some signal counts syscalls, process exit and exec,
+/// cgroup creation). A signal switched off asks none of it.
 pub struct KernelNeeds {
     /// Tracepoint hooks only this signal counts at, in report order.
     pub hooks: &'static [Hook],
     /// Syscalls it counts at the `sys_enter` hook on this architecture;
     /// each has an fentry program `sys_enter_fentry_<name>` in the object.
+    /// Two signals may count at the same syscall (it is hooked while either
+    /// runs).
     pub syscalls: &'static [&'static str],
     /// Its settings in the object's read-only data, made once per start
-    /// from its flags and the kernel's BTF.
+    /// from its flags and the kernel's BTF; among them the switches
+    /// (`count_*`) of the syscall groups it counts, which stay off for a
+    /// signal switched off.
     pub rodata: Option<fn(&SignalArgs, &KernelBtf) -> RodataPatch>,
     /// Keeps the object's writable data current, on every pass of the BPF
     /// worker (at most 500 ms apart).
@@ -143,13 +155,20 @@ pub struct KernelNeeds {
 /// its flags.
 pub type MapSizes = fn(&SignalArgs) -> Vec<(&'static str, u32)>;
 
-/// What every signal asks of the kernel side, for `bpf::load` (and for the
-/// check of the embedded object against it).
+/// What every enabled signal asks of the kernel side, for `bpf::load` (and
+/// for the check of the embedded object against it): a syscall two signals
+/// count at is named once.
 pub fn kernel_setup(args: &SignalArgs, btf: &KernelBtf) -> KernelSetup {
-    let needs = || SIGNALS.iter().map(|s| &s.kernel);
+    let needs = || args.enabled().map(|s| &s.kernel);
+    let mut fentry_syscalls: Vec<&'static str> = Vec::new();
+    for &syscall in needs().flat_map(|k| k.syscalls) {
+        if !fentry_syscalls.contains(&syscall) {
+            fentry_syscalls.push(syscall);
+        }
+    }
     KernelSetup {
         hooks: needs().flat_map(|k| k.hooks.iter().copied()).collect(),
-        fentry_syscalls: needs().flat_map(|k| k.syscalls.iter().copied()).collect(),
+        fentry_syscalls,
         rodata: needs()
             .filter_map(|k| k.rodata)
             .map(|patch| patch(args, btf))
@@ -192,16 +211,26 @@ impl Observation<'_> {
     }
 }
 
-/// The signals' flags, flattened into the agent's command line (each
-/// signal's own `Args` struct; every flag also has an environment variable).
+/// The signals' flags, flattened into the agent's command line (which
+/// signals run, then each signal's own `Args` struct; every flag also has an
+/// environment variable).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct SignalArgs {
+    #[command(flatten)]
+    pub collectors: Collectors,
     #[command(flatten)]
     pub timer: timer::TimerArgs,
     #[command(flatten)]
     pub clock: clock::ClockArgs,
     #[command(flatten)]
     pub memory: memory::MemoryArgs,
+}
+
+impl SignalArgs {
+    /// The signals switched on, in [`SIGNALS`] order.
+    pub fn enabled(&self) -> impl Iterator<Item = &'static Signal> + '_ {
+        self.collectors.enabled()
+    }
 }
 
 /// Every signal, in the order the doctor runs their rules.
@@ -214,18 +243,15 @@ pub const SIGNALS: [&Signal; 5] = [
 ];
 
 /// Every family of every signal.
+#[cfg(test)]
 pub fn families() -> impl Iterator<Item = &'static Family> {
     SIGNALS.into_iter().flat_map(|s| s.families.iter().copied())
 }
 
-/// The sysfs settings every signal reads, in [`SIGNALS`] order.
-pub fn settings_readers() -> impl Iterator<Item = SettingsReader> {
-    SIGNALS.into_iter().filter_map(|s| s.node.settings)
-}
-
-/// Every signal's node settings, read under the sysfs root `sysfs`.
-pub fn read_node_settings(sysfs: &std::path::Path) -> NodeFacts {
-    NodeFacts::read_settings(sysfs, settings_readers())
+/// The node settings of every enabled signal, read under the sysfs root
+/// `sysfs`, in [`SIGNALS`] order.
+pub fn read_node_settings(sysfs: &std::path::Path, collectors: &Collectors) -> NodeFacts {
+    NodeFacts::read_settings(sysfs, collectors.enabled().filter_map(|s| s.node.settings))
 }
 
 /// Names of the call kinds, indexed by `enum sp_callsite_kind` ("?" for a
@@ -246,13 +272,145 @@ mod tests {
 
     /// The setup of the default flags on the running kernel.
     fn setup() -> KernelSetup {
+        setup_without(&[])
+    }
+
+    /// The setup on the running kernel with the signals named `off`
+    /// switched off.
+    fn setup_without(off: &[&str]) -> KernelSetup {
         let btf = KernelBtf::open(std::path::Path::new(crate::bpf::KERNEL_BTF)).unwrap();
-        kernel_setup(&SignalArgs::default(), &btf)
+        let collectors = (off.iter()).fold(Collectors::default(), |c, name| c.with(name, false));
+        let args = SignalArgs {
+            collectors,
+            ..Default::default()
+        };
+        kernel_setup(&args, &btf)
+    }
+
+    fn hook_names(setup: &KernelSetup) -> Vec<&'static str> {
+        setup.hooks.iter().map(|h| h.name).collect()
     }
 
     #[test]
     fn the_embedded_object_has_the_programs_the_signals_declare() {
         assert_eq!(crate::bpf::check_object(&setup()), Ok(()));
+    }
+
+    #[test]
+    fn every_signal_name_is_a_unique_collector_name() {
+        let mut names = std::collections::HashSet::new();
+        for s in SIGNALS {
+            assert!(names.insert(s.name), "{} twice", s.name);
+            assert!(s.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'));
+        }
+    }
+
+    #[test]
+    fn a_signal_switched_off_asks_for_none_of_its_own_hooks_syscalls_or_maps() {
+        let all = setup();
+        for signal in SIGNALS {
+            let without = setup_without(&[signal.name]);
+            let others = || SIGNALS.into_iter().filter(|s| s.name != signal.name);
+            for hook in signal.kernel.hooks {
+                assert!(
+                    !without.hooks.contains(hook),
+                    "{}: {}",
+                    signal.name,
+                    hook.name
+                );
+            }
+            for syscall in signal.kernel.syscalls {
+                let shared = others().any(|s| s.kernel.syscalls.contains(syscall));
+                let hooked = without.fentry_syscalls.contains(syscall);
+                assert_eq!(hooked, shared, "{}: {syscall}", signal.name);
+            }
+            let own_maps = signal
+                .kernel
+                .map_sizes
+                .map_or(0, |m| m(&SignalArgs::default()).len());
+            assert_eq!(without.map_sizes.len(), all.map_sizes.len() - own_maps);
+            let own_patch = usize::from(signal.kernel.rodata.is_some());
+            assert_eq!(without.rodata.len(), all.rodata.len() - own_patch);
+        }
+        let no_timer = setup_without(&["timer"]);
+        assert_eq!(
+            hook_names(&no_timer),
+            ["mm_page_alloc", "mm_compaction_begin", "mm_compaction_end"]
+        );
+        assert!(!no_timer.fentry_syscalls.contains(&"futex"));
+        assert!(no_timer.fentry_syscalls.contains(&"nanosleep")); // the sleep signal's
+        let no_memory = setup_without(&["memory"]);
+        let timer_hooks = [
+            "hrtimer_expire_entry",
+            "hrtimer_expire_exit",
+            "sched_waking",
+        ];
+        assert_eq!(hook_names(&no_memory), timer_hooks);
+        assert!(no_memory.map_sizes.is_empty());
+        let no_sleeps = setup_without(&["sleep", "timer"]);
+        assert!(!no_sleeps.fentry_syscalls.contains(&"nanosleep"));
+        let only_memory = setup_without(&["clock", "sigmask", "sleep", "timer"]);
+        assert!(only_memory.fentry_syscalls.is_empty()); // so no sys_enter hook
+    }
+
+    #[test]
+    fn a_syscall_two_signals_count_at_is_named_once() {
+        let all = setup();
+        let mut seen = std::collections::HashSet::new();
+        for syscall in &all.fentry_syscalls {
+            assert!(seen.insert(syscall), "{syscall} twice");
+        }
+        assert_eq!(&all.fentry_syscalls[..6], CLOCK_THEN_SIGMASK_THEN_SLEEPS);
+    }
+
+    /// The first syscalls of the default setup, in signal order.
+    #[cfg(target_arch = "x86_64")]
+    const CLOCK_THEN_SIGMASK_THEN_SLEEPS: [&str; 6] = [
+        "clock_gettime",
+        "gettimeofday",
+        "time",
+        "rt_sigprocmask",
+        "nanosleep",
+        "clock_nanosleep",
+    ];
+    #[cfg(target_arch = "aarch64")]
+    const CLOCK_THEN_SIGMASK_THEN_SLEEPS: [&str; 6] = [
+        "clock_gettime",
+        "gettimeofday",
+        "rt_sigprocmask",
+        "nanosleep",
+        "clock_nanosleep",
+        "futex",
+    ];
+
+    #[test]
+    fn the_syscall_groups_are_switched_on_by_the_signals_that_count_them() {
+        let switches = |off: &[&str]| {
+            // SAFETY: the generated struct holds only integers, bools and
+            // integer arrays, for which all zeroes is a valid value (false, 0).
+            let mut rodata: crate::bpf::types::rodata = unsafe { std::mem::zeroed() };
+            for patch in setup_without(off).rodata {
+                patch(&mut rodata);
+            }
+            [
+                rodata.count_clock_reads,
+                rodata.count_sigprocmask,
+                rodata.count_sleeps,
+                rodata.count_sleep_calls,
+                rodata.count_timed_waits,
+            ]
+        };
+        assert_eq!(switches(&[]), [true; 5]);
+        assert_eq!(switches(&["clock"]), [false, true, true, true, true]);
+        assert_eq!(switches(&["sigmask"]), [true, false, true, true, true]);
+        // a sleep is a timed wait to the timer signal: its length still counts
+        assert_eq!(switches(&["sleep"]), [true, true, true, false, true]);
+        assert_eq!(switches(&["timer"]), [true, true, true, true, false]);
+        assert_eq!(
+            switches(&["sleep", "timer"]),
+            [true, true, false, false, false]
+        );
+        assert_eq!(switches(&["memory"]), [true; 5]);
     }
 
     #[test]

@@ -15,9 +15,10 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op};
+use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 /// Number of `enum sp_sigmask_op` slots.
@@ -43,7 +44,7 @@ const SIGPROCMASK: Family = Family {
 };
 
 pub const SIGNAL: Signal = Signal {
-    name: "rt_sigprocmask",
+    name: "sigmask",
     families: &[&SIGPROCMASK],
     export,
     diagnose,
@@ -53,11 +54,16 @@ pub const SIGNAL: Signal = Signal {
     kernel: KernelNeeds {
         hooks: &[],
         syscalls: &["rt_sigprocmask"],
-        rodata: None,
+        rodata: Some(count_sigprocmask),
         upkeep: None,
         map_sizes: None,
     },
 };
+
+/// Switch on the counting of `rt_sigprocmask` in the syscall hook.
+fn count_sigprocmask(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
+    Box::new(|rodata| rodata.count_sigprocmask = true)
+}
 
 const RUBY_GAIN: &str =
     "Ruby 1.8.7 ran ~40 % faster without --enable-pthread (20M rt_sigprocmask calls gone)";

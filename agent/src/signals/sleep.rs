@@ -13,10 +13,11 @@ use crate::bpf::slot;
 use crate::bpf::types::{
     bss, sp_callsite_kind, sp_counters, sp_sleep_bucket, sp_sleep_mode, sp_sleep_syscall, sp_wait,
 };
+use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
 use crate::signals::clock::{CLOCK_COUNT, CLOCK_NAMES};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
 
 const SYSCALL_COUNT: usize = slot!(sp_sleep_syscall::SP_SLEEP_SYSCALL_COUNT);
 const MODE_COUNT: usize = slot!(sp_sleep_mode::SP_SLEEP_MODE_COUNT);
@@ -68,18 +69,29 @@ pub const SIGNAL: Signal = Signal {
     kernel: KernelNeeds {
         hooks: &[],
         syscalls: &["nanosleep", "clock_nanosleep"],
-        rodata: None,
+        rodata: Some(count_sleeps),
         upkeep: Some(update_clock_offsets),
         map_sizes: None,
     },
 };
 
+/// Switch on the sleeps in the syscall hook: their calls by clock and mode
+/// (`count_sleep_calls`, this signal's alone) and their requested lengths
+/// (`count_sleeps`, which the timer signal also switches on: to it a sleep
+/// is a timed wait).
+fn count_sleeps(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
+    Box::new(|rodata| {
+        rodata.count_sleeps = true;
+        rodata.count_sleep_calls = true;
+    })
+}
+
 /// Tell the BPF side how far CLOCK_REALTIME and CLOCK_TAI are ahead of
 /// CLOCK_MONOTONIC, to turn absolute deadlines on them into lengths (the
-/// requested sleeps here, and the timer signal's requested timeouts). Kept
-/// current on every pass of the worker (at most 500 ms apart), so a clock
-/// step is off for at most that long.
-fn update_clock_offsets(bss: &mut bss) {
+/// requested sleeps here, and the timer signal's requested timeouts, whose
+/// upkeep this is too). Kept current on every pass of the worker (at most
+/// 500 ms apart), so a clock step is off for at most that long.
+pub(in crate::signals) fn update_clock_offsets(bss: &mut bss) {
     let now = |clock| {
         let mut ts = libc::timespec {
             tv_sec: 0,

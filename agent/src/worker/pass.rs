@@ -16,7 +16,7 @@ use super::{Request, Rings, WorkerOptions, DRAIN_INTERVAL, SWEEP_INTERVAL};
 use crate::bpf::{self, types};
 use crate::node::Fact;
 use crate::procs::Aggregator;
-use crate::signals::{KernelView, NodeCheck, SIGNALS};
+use crate::signals::{KernelView, NodeCheck};
 use crate::snapshot::{Snapshot, LOST_REASON_COUNT};
 use crate::wakeup::Doorbell;
 
@@ -30,8 +30,10 @@ struct DueCheck {
 /// The worker's state between passes.
 pub(super) struct Loop {
     agg: Aggregator,
-    /// Each signal's node check, with its last result in `results`.
+    /// Each enabled signal's node check, with its last result in `results`.
     checks: Vec<DueCheck>,
+    /// Each enabled signal's upkeep of the object's writable data.
+    upkeeps: Vec<fn(&mut types::bss)>,
     results: Vec<Option<Fact>>,
     next_sweep: Instant,
     lost_seen: [u64; LOST_REASON_COUNT],
@@ -46,8 +48,7 @@ pub(super) struct Loop {
 impl Loop {
     pub(super) fn new(opts: &WorkerOptions, loaded: &bpf::Loaded<'_>) -> Self {
         let now = Instant::now();
-        let checks: Vec<DueCheck> = SIGNALS
-            .iter()
+        let checks: Vec<DueCheck> = (opts.signals.enabled())
             .filter_map(|s| s.node.check.as_ref())
             .map(|check| DueCheck {
                 check,
@@ -61,13 +62,16 @@ impl Loop {
             agg: Aggregator::new(opts.pid_label, opts.limits.clone()),
             results: vec![None; checks.len()],
             checks,
+            upkeeps: (opts.signals.enabled())
+                .filter_map(|s| s.kernel.upkeep)
+                .collect(),
             next_sweep: now + SWEEP_INTERVAL,
             lost_seen: [0; LOST_REASON_COUNT],
             flagged_seen: 0,
             sys_enter_attached: loaded
                 .probes
                 .iter()
-                .any(|p| p.probe == "sys_enter" && p.attached()),
+                .any(|p| p.probe == bpf::SYS_ENTER && p.attached()),
             cost: bpf::CostMeter::new(loaded, opts.cost),
         }
     }
@@ -84,7 +88,7 @@ impl Loop {
         doorbell: &Doorbell,
     ) {
         loop {
-            upkeep(&mut loaded);
+            upkeep(&mut loaded, &self.upkeeps);
             self.cost.tick(&loaded);
             self.run_due_checks(&loaded);
             self.sweep_if_due(&loaded);
@@ -225,10 +229,11 @@ impl KernelView for View<'_, '_> {
     }
 }
 
-/// Each signal's upkeep of the object's writable data (`KernelNeeds::upkeep`).
-fn upkeep(loaded: &mut bpf::Loaded<'_>) {
+/// The enabled signals' upkeep of the object's writable data
+/// (`KernelNeeds::upkeep`).
+fn upkeep(loaded: &mut bpf::Loaded<'_>, upkeeps: &[fn(&mut types::bss)]) {
     if let Some(bss) = loaded.skel.maps.bss_data.as_deref_mut() {
-        for upkeep in SIGNALS.iter().filter_map(|s| s.kernel.upkeep) {
+        for upkeep in upkeeps {
             upkeep(bss);
         }
     }

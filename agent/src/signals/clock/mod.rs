@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
+use crate::bpf::{KernelBtf, RodataPatch};
 use crate::cli::parse_duration;
 use crate::exposition::{family, gauge, push_nonzero, with, Family, Labels};
 use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs};
@@ -143,11 +144,16 @@ pub const SIGNAL: Signal = Signal {
     kernel: KernelNeeds {
         hooks: &[],
         syscalls: CLOCK_SYSCALLS_NAMES,
-        rodata: None,
+        rodata: Some(count_clock_reads),
         upkeep: None,
         map_sizes: None,
     },
 };
+
+/// Switch on the counting of the clock syscalls in the syscall hook.
+fn count_clock_reads(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
+    Box::new(|rodata| rodata.count_clock_reads = true)
+}
 
 /// The clock syscalls it counts (arm64 has no time syscall).
 #[cfg(target_arch = "x86_64")]

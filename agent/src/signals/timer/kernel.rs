@@ -1,8 +1,8 @@
 //! What the timer signal asks of the kernel side: its hooks, and the
 //! settings of its BPF code (`bpf/slowpath.bpf.c`, "timer wakeups") in the
-//! object's read-only data: the timer-loop threshold per kernel window, and
-//! on kernels without `bpf_snprintf()` the addresses of the hrtimer
-//! callbacks it names.
+//! object's read-only data: the switches of the timed waits in the syscall
+//! hook, the timer-loop threshold per kernel window, and on kernels without
+//! `bpf_snprintf()` the addresses of the hrtimer callbacks it names.
 
 use tracing::{info, warn};
 
@@ -29,7 +29,8 @@ pub const HOOKS: [Hook; 3] = [
     },
 ];
 
-/// The settings of the timer hooks: `timer_hot_wakeups` from
+/// The settings of the timer hooks: the timed waits (sleeps included)
+/// switched on in the syscall hook, `timer_hot_wakeups` from
 /// `loop_per_sec` (`--timer.loop-threshold`, wakeups per second of one
 /// process), and on a kernel whose BTF (`btf`) has no `bpf_snprintf()` the
 /// callbacks' kallsyms addresses (`timer_fn_addrs`, read from
@@ -43,6 +44,8 @@ pub fn rodata(args: &SignalArgs, btf: &KernelBtf) -> RodataPatch {
             rodata.timer_fn_addrs = addrs;
         }
         rodata.timer_hot_wakeups = hot_wakeups;
+        rodata.count_timed_waits = true;
+        rodata.count_sleeps = true;
     })
 }
 

@@ -108,15 +108,21 @@ pub const SIGNAL: Signal = Signal {
         hooks: &kernel::HOOKS,
         syscalls: TIMED_WAITS,
         rodata: Some(kernel::rodata),
-        upkeep: None,
+        // absolute deadlines on CLOCK_REALTIME and CLOCK_TAI (futex, futex_waitv)
+        upkeep: Some(crate::signals::sleep::update_clock_offsets),
         map_sizes: None,
     },
 };
 
 /// The timed waits whose timeouts the kernel side reads at `sys_enter`
-/// (arm64 has no epoll_wait, poll or select syscall).
+/// (arm64 has no epoll_wait, poll or select syscall). The sleeps are timed
+/// waits too (the first two `wait` kinds of the requested-timeout
+/// histograms); the sleep signal counts at them as well, so they are hooked
+/// while either signal runs.
 #[cfg(target_arch = "x86_64")]
 const TIMED_WAITS: &[&str] = &[
+    "nanosleep",
+    "clock_nanosleep",
     "futex",
     "futex_waitv",
     "epoll_wait",
@@ -129,6 +135,8 @@ const TIMED_WAITS: &[&str] = &[
 ];
 #[cfg(target_arch = "aarch64")]
 const TIMED_WAITS: &[&str] = &[
+    "nanosleep",
+    "clock_nanosleep",
     "futex",
     "futex_waitv",
     "epoll_pwait",

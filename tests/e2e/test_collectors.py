@@ -1,0 +1,276 @@
+"""Collectors switched off (`--no-collector.<name>`, node_exporter's
+convention), one signal at a time: the real agent attaches none of the hooks
+only that signal needs and loads none of its syscalls' fentry programs (seen
+in the agent's own BPF file descriptors: its programs with bpftool, its
+links' tracepoints in fdinfo), its `sys_enter` program does not count those
+syscalls (the kernel table itself, dumped with bpftool, after this test
+process made them), the scrape has none of its families and no
+`slowpath_probe_attached` series for its hooks, the log says what it left
+out, and the other signals still count their workloads.
+
+sleep and timer share nanosleep/clock_nanosleep: with sleep off the timer
+signal still reads the sleeps' requested lengths (its `wait="clock_nanosleep"`
+histograms), with timer off the sleep signal still does."""
+
+import ctypes
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Agent, bpf_fd_ids, our_program_ids, run_workload, wait_unloaded
+
+# What only each signal asks of the kernel (on x86_64), and its families.
+SIGNALS = {
+    "clock": {
+        "hooks": [],
+        "syscalls": ["clock_gettime", "gettimeofday", "time"],
+        "families": ["slowpath_clock_syscalls_total", "slowpath_clocksource_current_info",
+                     "slowpath_clocksource_available_info", "slowpath_vdso_fallback",
+                     "slowpath_clock_read_seconds"],
+    },
+    "sigmask": {
+        "hooks": [],
+        "syscalls": ["rt_sigprocmask"],
+        "families": ["slowpath_rt_sigprocmask_calls_total"],
+    },
+    "sleep": {
+        "hooks": [],
+        "syscalls": [],  # nanosleep, clock_nanosleep: the timer signal's too
+        "families": ["slowpath_sleep_calls_total", "slowpath_sleep_requested_seconds"],
+    },
+    "timer": {
+        "hooks": ["hrtimer_expire_entry", "hrtimer_expire_exit", "sched_waking"],
+        "syscalls": ["futex", "futex_waitv", "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
+                     "ppoll", "select", "pselect6"],
+        "families": ["slowpath_timer_wakeups_total", "slowpath_timer_requested_seconds",
+                     "slowpath_node_timer_requested_seconds"],
+    },
+    "memory": {
+        "hooks": ["mm_page_alloc", "mm_compaction_begin", "mm_compaction_end"],
+        "syscalls": [],
+        "families": ["slowpath_thp_fault_allocs_total", "slowpath_thp_fault_fallbacks_total",
+                     "slowpath_compaction_runs_total", "slowpath_compaction_seconds_total",
+                     "slowpath_thp_settings_info"],
+    },
+}
+CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
+SYSCALL_SIGNALS = ["clock", "sigmask", "sleep", "timer"]
+N = 1000
+
+
+def thp_enabled():
+    return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+
+
+@pytest.fixture(autouse=True)
+def on_x86_64():
+    if os.uname().machine != "x86_64":
+        pytest.skip("the syscall lists and numbers here are x86_64's")
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_attached():
+    before = our_program_ids()
+    yield
+    assert wait_unloaded(our_program_ids() - before), "a test left BPF programs loaded"
+
+
+def start(agent_bin, tmp_path, *flags):
+    return Agent(agent_bin, ["--metrics.pid-label", *flags], tmp_path / "agent.log")
+
+
+def bpftool_json(*args):
+    return json.loads(subprocess.run(["bpftool", "-j", *args], check=True, capture_output=True,
+                                     text=True).stdout)
+
+
+def kernel_side(agent):
+    """(names of the BPF programs the agent holds, the hooks they attach to:
+    their links' tracepoints, and sys_enter when there are fentry programs of
+    it, which attach to the syscalls' kernel functions)."""
+    pid = agent.proc.pid
+    programs = {bpftool_json("prog", "show", "id", str(i))["name"] for i in bpf_fd_ids(pid, "prog")}
+    tracepoints = set()
+    for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
+        try:
+            text = fd.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("tp_name:"):
+                tracepoints.add(line.split()[1])
+    if any(p.startswith("sys_enter_fentry_") for p in programs):
+        tracepoints.add("sys_enter")
+    return programs, tracepoints
+
+
+def kernel_entry(agent, tgid):
+    """The agent's kernel table entry of `tgid` (struct sp_proc as bpftool
+    formats it with the object's BTF), or None."""
+    for i in bpf_fd_ids(agent.proc.pid, "map"):
+        if bpftool_json("map", "show", "id", str(i))["name"] == "procs":
+            for entry in bpftool_json("map", "dump", "id", str(i)):
+                if entry["formatted"]["key"] == tgid:
+                    return entry["formatted"]["value"]
+            return None
+    raise AssertionError("the agent holds no procs map")
+
+
+def flat(value):
+    if isinstance(value, list):
+        return sum(flat(v) for v in value)
+    return value
+
+
+libc = ctypes.CDLL(None, use_errno=True)
+SYS_clock_gettime = 228  # x86_64
+
+
+def own_syscalls():
+    """Make, in this process, calls each syscall signal counts: raw
+    clock_gettime, rt_sigprocmask, clock_nanosleep (time.sleep) and a futex
+    wait with a timeout that expires (threading.Event.wait)."""
+    ts = (ctypes.c_long * 2)()
+    for _ in range(N):
+        libc.syscall(SYS_clock_gettime, 1, ts)
+        signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    for _ in range(20):
+        time.sleep(0.001)
+        threading.Event().wait(0.001)
+
+
+# What this process's own calls leave in its kernel entry, per signal.
+COUNTED = {
+    "clock": lambda c: c["clock_gettime"][1] >= N,  # monotonic
+    "sigmask": lambda c: flat(c["sigprocmask"]) >= N,
+    "sleep": lambda c: flat(c["sleep_calls"]) >= 20,
+    # futex timeouts (enum sp_wait 2) and timer wakeups
+    "timer": lambda c: flat(c["timeout_buckets"][2]) >= 20 and flat(c["timer_wakeups"]) > 0,
+}
+
+
+def workload_counts(scrape_of, workload_bin):
+    """Run one workload per signal and return, per signal, whether the scrape
+    after it counted it: {signal: bool}."""
+    pids = {
+        "clock": run_workload(workload_bin, "clock-raw", N),
+        "sigmask": run_workload(workload_bin, "raw-sigmask", N // 2),
+        "sleep": run_workload(workload_bin, "sleep", 20, 1000),
+        "timer": run_workload(workload_bin, "wait", "futex", 20, 1000),
+    }
+    pids["memory"] = run_workload(workload_bin, "thp", 64)
+    scrape = scrape_of()
+
+    def own(name, signal, **labels):
+        return scrape.value(name, comm="sp-workload", pid=pids[signal], **labels)
+
+    return scrape, {
+        "clock": own("slowpath_clock_syscalls_total", "clock", syscall="clock_gettime") == N,
+        "sigmask": own("slowpath_rt_sigprocmask_calls_total", "sigmask") == N,
+        "sleep": own("slowpath_sleep_calls_total", "sleep") == 20
+        and own("slowpath_sleep_requested_seconds_count", "sleep") == 20,
+        # a few waits in 500 resume with no timer wakeup (test_timer_wakeups.py)
+        "timer": 15 <= own("slowpath_timer_wakeups_total", "timer", wait="futex") <= 20,
+        # one fault per 2 MiB of the 64 MiB region
+        "memory": own("slowpath_thp_fault_allocs_total", "memory")
+        + own("slowpath_thp_fault_fallbacks_total", "memory") == 32,
+    }
+
+
+@pytest.mark.parametrize("attach", ["probed", "raw-tp"])
+@pytest.mark.parametrize("off", list(SIGNALS))
+def test_a_collector_switched_off(agent_bin, workload_bin, tmp_path, off, attach):
+    flags = [] if attach == "probed" else [f"--bpf.attach-type={attach}"]
+    agent = start(agent_bin, tmp_path, f"--no-collector.{off}", *flags)
+    try:
+        gone = SIGNALS[off]
+        programs, tracepoints = kernel_side(agent)
+        # its hooks: no program loaded, no link attached
+        for hook in gone["hooks"]:
+            assert not {f"{hook}_btf", f"{hook}_raw"} & programs, programs
+            assert hook not in tracepoints, tracepoints
+        # its syscalls: no fentry program (and the sys_enter program skips them: below)
+        for syscall in gone["syscalls"]:
+            assert f"sys_enter_fentry_{syscall}" not in programs, programs
+        # the other signals' hooks, the core hooks and the syscall hook are there
+        others = {h for name, s in SIGNALS.items() if name != off for h in s["hooks"]}
+        assert tracepoints == others | CORE_HOOKS | {"sys_enter"}
+
+        scrape = agent.scrape()
+        probes = {s.labels["probe"]: s.value for s in scrape.select("slowpath_probe_attached")}
+        assert probes == dict.fromkeys(others | CORE_HOOKS | {"sys_enter"}, 1), probes
+        assert f"collector {off} disabled" in agent.log_text()
+        if gone["hooks"]:
+            assert f"collector {off} disabled: hooks {', '.join(gone['hooks'])} not attached" \
+                in agent.log_text()
+        status, body = agent.get("/readyz")
+        assert (status, body) == (200, "ready\n")
+
+        # the kernel table: this process's own calls of the switched-off
+        # syscalls are not counted, the others' are
+        own_syscalls()
+        entry = kernel_entry(agent, os.getpid())
+        assert entry is not None
+        for name, counted in COUNTED.items():
+            if name == off:
+                assert not counted(entry["c"]), (name, entry["c"])
+            else:
+                assert counted(entry["c"]), (name, entry["c"])
+        # either signal reads the sleeps' lengths (clock_nanosleep: enum sp_wait 1)
+        assert flat(entry["c"]["timeout_buckets"][1]) >= 20
+
+        scrape, counted = workload_counts(agent.scrape, workload_bin)
+        families = {s.name for s in scrape.samples}
+        for family in gone["families"]:
+            assert f"# HELP {family} " not in scrape.text
+            assert not {n for n in families if n.startswith(family)}, family
+        for name, ok in counted.items():
+            if name == "memory" and not thp_enabled():
+                continue
+            assert ok == (name != off), (name, counted)
+        if off == "sleep":  # the sleeps' lengths in the timer signal's histogram
+            assert scrape.value("slowpath_node_timer_requested_seconds_count",
+                                wait="clock_nanosleep") >= 20
+    finally:
+        assert agent.stop() == 0, agent.log_text()
+
+
+def test_without_a_syscall_collector_there_is_no_syscall_hook(agent_bin, workload_bin, tmp_path):
+    flags = [f"--no-collector.{name}" for name in SYSCALL_SIGNALS]
+    agent = start(agent_bin, tmp_path, *flags)
+    try:
+        programs, tracepoints = kernel_side(agent)
+        assert not [p for p in programs if p.startswith("sys_enter")], programs
+        assert tracepoints == CORE_HOOKS | set(SIGNALS["memory"]["hooks"])
+        scrape = agent.scrape()
+        probes = {s.labels["probe"] for s in scrape.select("slowpath_probe_attached")}
+        assert probes == tracepoints
+        assert "no enabled collector counts syscalls: hook sys_enter not attached" in agent.log_text()
+        scrape, counted = workload_counts(agent.scrape, workload_bin)
+        assert counted == {**dict.fromkeys(SYSCALL_SIGNALS, False), "memory": counted["memory"]}
+        assert counted["memory"] or not thp_enabled()
+        assert scrape.select("slowpath_thp_settings_info")
+    finally:
+        assert agent.stop() == 0, agent.log_text()
+
+
+def test_the_environment_switches_a_collector_off_and_a_flag_wins(agent_bin, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLOWPATH_COLLECTOR_MEMORY", "false")
+    monkeypatch.setenv("SLOWPATH_COLLECTOR_TIMER", "false")
+    agent = start(agent_bin, tmp_path, "--collector.timer")
+    try:
+        _, tracepoints = kernel_side(agent)
+        assert not tracepoints & set(SIGNALS["memory"]["hooks"])
+        assert set(SIGNALS["timer"]["hooks"]) <= tracepoints
+        scrape = agent.scrape()
+        assert not scrape.select("slowpath_thp_settings_info")
+        assert "collector memory disabled" in agent.log_text()
+        assert "collector timer disabled" not in agent.log_text()
+    finally:
+        assert agent.stop() == 0, agent.log_text()
