@@ -395,16 +395,15 @@ static __always_inline bool task_in_compat_syscall(struct task_struct *p)
 #endif
 }
 
-static __always_inline bool in_compat_syscall(const bool btf)
+/* The same for a BTF task pointer (tp_btf, fentry): a direct load, no
+ * helper call. */
+static __always_inline bool task_btf_in_compat_syscall(struct task_struct *p)
 {
 #if defined(__TARGET_ARCH_x86)
-	if (btf)
-		return bpf_get_current_task_btf()->thread_info.status & SP_TS_COMPAT;
+	return p->thread_info.status & SP_TS_COMPAT;
 #else
-	if (btf)
-		return bpf_get_current_task_btf()->thread_info.flags & SP_TIF_32BIT;
+	return p->thread_info.flags & SP_TIF_32BIT;
 #endif
-	return task_in_compat_syscall((struct task_struct *)bpf_get_current_task());
 }
 
 /* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`. */
@@ -688,14 +687,16 @@ static __always_inline __u32 callsite_kind(long id)
 	return SP_CALLSITE_SLEEP; /* sleeps and timed waits */
 }
 
-/* Count one of our syscalls, `id`, entered with user registers `regs`; a
- * wait only when `wait_is_timed()`, which the callers check first. */
-static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, const bool btf)
+/* Count one of our syscalls, `id`, entered with user registers `regs` by
+ * the current task, of thread group `tgid`; a wait only when
+ * `wait_is_timed()`, which the callers check first. */
+static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, __u32 tgid,
+					 const bool btf)
 {
 	struct sp_proc *p;
 	__u32 idx;
 
-	p = proc_current();
+	p = proc_of(tgid, NULL);
 	if (!p)
 		return 0;
 	if (capture_stacks && stack_due(p))
@@ -737,6 +738,8 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 
 static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
+	struct task_struct *task;
+
 	/* Untraced syscalls leave here: this is the cost every syscall pays. */
 	switch (id) {
 	case SP_NR_clock_gettime:
@@ -760,12 +763,21 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	}
 	if (!wait_is_timed(regs, id, btf))
 		return 0; /* the untimed futex, poll, epoll and select calls leave here */
-	if (in_compat_syscall(btf))
+	if (btf) {
+		/* one helper call: the compat flag and the tgid are direct loads */
+		task = bpf_get_current_task_btf();
+		if (task_btf_in_compat_syscall(task))
+			return 0;
+		return count_syscall(ctx, regs, id, task->tgid, true);
+	}
+	/* raw_tp cannot dereference the task: probe reads, and the tgid from
+	 * bpf_get_current_pid_tgid() (one call, cheaper than a probe read) */
+	task = (struct task_struct *)bpf_get_current_task();
+	if (task_in_compat_syscall(task))
 		return 0;
-	if (!btf && !pt_regs_offset)
-		pt_regs_offset = (__u64)regs - (__u64)BPF_CORE_READ(
-			(struct task_struct *)bpf_get_current_task(), stack);
-	return count_syscall(ctx, regs, id, btf);
+	if (!pt_regs_offset)
+		pt_regs_offset = (__u64)regs - (__u64)BPF_CORE_READ(task, stack);
+	return count_syscall(ctx, regs, id, bpf_get_current_pid_tgid() >> 32, false);
 }
 
 SEC("tp_btf/sys_enter")
@@ -787,7 +799,8 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
  * compat syscalls enter other functions (__ia32_sys_*, __arm64_compat_sys_*).
  * The argument is the user register set, as for sys_enter. arm64 has
  * fentry from 6.0 (its BPF trampoline), and no time, epoll_wait, poll or
- * select syscall.
+ * select syscall. The tgid is read from bpf_get_current_task_btf(): one
+ * call like bpf_get_current_pid_tgid(), and one the arm64 JIT inlines.
  */
 #if defined(__TARGET_ARCH_x86)
 #define SP_SYSCALL_FN_PREFIX "__x64_sys_"
@@ -800,7 +813,8 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 	{                                                                      \
 		if (!wait_is_timed(regs, SP_NR_##name, true))                 \
 			return 0;                                              \
-		return count_syscall(ctx, regs, SP_NR_##name, true);           \
+		return count_syscall(ctx, regs, SP_NR_##name,                  \
+				     bpf_get_current_task_btf()->tgid, true);  \
 	}
 
 SP_SYSCALL_FENTRY(clock_gettime)
@@ -1145,7 +1159,7 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 	 */
 	if (failed && (gfp & SP_GFP_THISNODE) && (gfp & SP_GFP_DIRECT_RECLAIM))
 		return 0;
-	p = proc_current();
+	p = proc_of(btf ? task->tgid : bpf_get_current_pid_tgid() >> 32, NULL);
 	if (!p)
 		return 0;
 	/* The user stack of a fault is the code that touched the page (a JVM
