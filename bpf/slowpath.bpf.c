@@ -42,6 +42,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_pselect6 270
 #define SP_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h: in an ia32 syscall */
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#define SP_SYSCALL_NR_BTF(regs) ((regs)->orig_ax) /* a BTF pointer: direct load */
 #elif defined(__TARGET_ARCH_arm64)
 #define SP_NR_rt_sigprocmask 135
 #define SP_NR_nanosleep 101
@@ -61,6 +62,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_select (-1003) /* only pselect6 */
 #define SP_NR_pselect6 72
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#define SP_SYSCALL_NR_BTF(regs) ((regs)->syscallno) /* a BTF pointer: direct load */
 /* arch/arm64/include/asm/thread_info.h (4.x to 6.12): an AArch32 task, whose
  * syscalls use the arm numbers */
 #define SP_TIF_32BIT (1UL << 22)
@@ -904,6 +906,27 @@ static __noinline __u32 timer_fn_kind(__u64 fn)
 	return kind;
 }
 
+/* enum sp_timer_fn of the hrtimer callback at `fn`, from this CPU's cache
+ * in `t` (a few compares, no call), else from timer_fn_kind() (a hash
+ * lookup, or a format on the first expiry of `fn`), then cached. */
+static __always_inline __u32 timer_fn_kind_cached(struct sp_timer_cpu *t, __u64 fn)
+{
+	__u32 slot, kind;
+
+#pragma unroll
+	for (int i = 0; i < SP_TIMER_FN_CACHE; i++)
+		if (t->fn_addr[i] == fn)
+			return t->fn_kind[i];
+	kind = timer_fn_kind(fn);
+	slot = t->fn_next++ & (SP_TIMER_FN_CACHE - 1);
+	barrier_var(slot);
+	if (slot < SP_TIMER_FN_CACHE) {
+		t->fn_addr[slot] = fn;
+		t->fn_kind[slot] = kind;
+	}
+	return kind;
+}
+
 /* The innermost timer expiring on this CPU, or NULL; drops frames whose
  * _exit was never seen (SP_TIMER_FRAME_MAX_NS), so one lost event cannot
  * make every later wakeup on the CPU look like a timer's. */
@@ -924,11 +947,11 @@ static __always_inline struct sp_timer_frame *timer_top(struct sp_timer_cpu *t, 
 	return &t->frames[top];
 }
 
-static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer)
+static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer, const bool btf)
 {
 	struct sp_timer_cpu *t;
 	__u32 zero = 0, depth;
-	__u64 now;
+	__u64 now, fn;
 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t)
@@ -939,9 +962,10 @@ static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer)
 	barrier_var(depth);
 	if (depth >= SP_TIMER_MAX_DEPTH)
 		return 0; /* deeper than hrtimer callbacks nest */
+	fn = btf ? (__u64)timer->function : (__u64)BPF_CORE_READ(timer, function);
 	t->frames[depth].hrtimer = (__u64)timer;
 	t->frames[depth].start_ns = now;
-	t->frames[depth].fn = timer_fn_kind((__u64)BPF_CORE_READ(timer, function));
+	t->frames[depth].fn = timer_fn_kind_cached(t, fn);
 	t->depth = depth + 1;
 	return 0;
 }
@@ -977,20 +1001,22 @@ static __always_inline struct pt_regs *task_user_regs(struct task_struct *task, 
 	return (struct pt_regs *)((__u64)BPF_CORE_READ(task, stack) + pt_regs_offset);
 }
 
-/* The syscall a sleeping task `p` waits in, from its user registers. */
+/* The syscall a sleeping task `p` waits in, from its user registers:
+ * direct loads from BTF pointers under tp_btf (no helper call but
+ * bpf_task_pt_regs()), probe reads under raw_tp. */
 static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 {
 	struct pt_regs *regs;
 	long nr;
 
-	if (BPF_CORE_READ(p, flags) & SP_PF_KTHREAD)
+	if ((btf ? p->flags : BPF_CORE_READ(p, flags)) & SP_PF_KTHREAD)
 		return SP_WAIT_OTHER; /* no user registers */
-	if (task_in_compat_syscall(p))
+	if (btf ? task_btf_in_compat_syscall(p) : task_in_compat_syscall(p))
 		return SP_WAIT_OTHER; /* ia32 or AArch32 syscall numbers */
 	regs = task_user_regs(p, btf);
 	if (!regs)
 		return SP_WAIT_OTHER; /* no syscall counted yet */
-	nr = SP_SYSCALL_NR(regs);
+	nr = btf ? SP_SYSCALL_NR_BTF(regs) : SP_SYSCALL_NR(regs);
 	switch (nr) {
 	case SP_NR_nanosleep:
 		return SP_WAIT_NANOSLEEP;
@@ -1014,11 +1040,12 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 }
 
 /* Count `hot` windows: the first time a process reaches timer_hot_wakeups
- * wakeups in a ~1 s window. Plain stores: a race between CPUs can only
- * shift one wakeup between windows. */
-static __always_inline void timer_window(struct sp_proc *p)
+ * wakeups in a ~1 s window. `now`: bpf_ktime_get_ns(), the read that
+ * timer_top() used. Plain stores: a race between CPUs can only shift one
+ * wakeup between windows. */
+static __always_inline void timer_window(struct sp_proc *p, __u64 now)
 {
-	__u32 window = bpf_ktime_get_ns() >> 30;
+	__u32 window = now >> 30;
 
 	if (p->timer_window != window) {
 		p->timer_window = window;
@@ -1034,11 +1061,13 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	struct sp_timer_cpu *t;
 	struct sp_proc *proc;
 	__u32 zero = 0, wait, tgid;
+	__u64 now;
 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t || t->depth == 0)
 		return 0; /* every wakeup not made by a timer leaves here */
-	top = timer_top(t, bpf_ktime_get_ns());
+	now = bpf_ktime_get_ns();
+	top = timer_top(t, now);
 	if (!top)
 		return 0;
 	switch (top->fn) {
@@ -1054,25 +1083,25 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	default:
 		wait = SP_WAIT_OTHER;
 	}
-	tgid = BPF_CORE_READ(p, tgid);
+	tgid = btf ? p->tgid : BPF_CORE_READ(p, tgid);
 	proc = proc_of(tgid, p); /* counts a full table as lost */
 	if (!proc)
 		return 0;
 	SP_INC_AT(proc->c.timer_wakeups, wait);
-	timer_window(proc);
+	timer_window(proc, now);
 	return 0;
 }
 
 SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(hrtimer_expire_entry_btf, struct hrtimer *timer)
 {
-	return on_hrtimer_expire_entry(timer);
+	return on_hrtimer_expire_entry(timer, true);
 }
 
 SEC("raw_tp/hrtimer_expire_entry")
 int BPF_PROG(hrtimer_expire_entry_raw, struct hrtimer *timer)
 {
-	return on_hrtimer_expire_entry(timer);
+	return on_hrtimer_expire_entry(timer, false);
 }
 
 SEC("tp_btf/hrtimer_expire_exit")

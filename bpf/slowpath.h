@@ -264,11 +264,20 @@ struct sp_timer_frame {
 /* hrtimer callbacks may nest once: a hard-irq timer inside a softirq one. */
 #define SP_TIMER_MAX_DEPTH 2
 
-/* Value of the per-CPU `timer_cpu` array: the timers expiring now. */
+/* Entries of the per-CPU cache of hrtimer callback kinds (struct
+ * sp_timer_cpu): a CPU expires few distinct callbacks (the tick, sleepers,
+ * a timerfd or two), so an expiry is mostly a compare, not a lookup in the
+ * `timer_fns` hash. A power of two. */
+#define SP_TIMER_FN_CACHE 8
+
+/* Value of the per-CPU `timer_cpu` array: the timers expiring now, and the
+ * kinds of the callbacks expired last (a cache of `timer_fns`). */
 struct sp_timer_cpu {
 	__u32 depth;
-	__u32 _pad;
+	__u32 fn_next; /* cache slot replaced at the next miss (mod SP_TIMER_FN_CACHE) */
 	struct sp_timer_frame frames[SP_TIMER_MAX_DEPTH];
+	__u64 fn_addr[SP_TIMER_FN_CACHE]; /* hrtimer->function; 0: empty */
+	__u32 fn_kind[SP_TIMER_FN_CACHE]; /* enum sp_timer_fn of fn_addr[i] */
 };
 
 /* Value of `compaction_starts`, keyed by tid: a run in progress. */
