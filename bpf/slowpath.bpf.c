@@ -928,8 +928,9 @@ static __always_inline __u32 timer_fn_kind_cached(struct sp_timer_cpu *t, __u64 
 }
 
 /* The innermost timer expiring on this CPU, or NULL; drops frames whose
- * _exit was never seen (SP_TIMER_FRAME_MAX_NS), so one lost event cannot
- * make every later wakeup on the CPU look like a timer's. */
+ * _exit was never seen (SP_TIMER_FRAME_MAX_JIFFIES), so one lost event
+ * cannot make every later wakeup on the CPU look like a timer's. `now`:
+ * bpf_jiffies64(). */
 static __always_inline struct sp_timer_frame *timer_top(struct sp_timer_cpu *t, __u64 now)
 {
 	__u32 depth = t->depth, top;
@@ -940,7 +941,7 @@ static __always_inline struct sp_timer_frame *timer_top(struct sp_timer_cpu *t, 
 	barrier_var(top);
 	if (top >= SP_TIMER_MAX_DEPTH)
 		return NULL;
-	if (now - t->frames[top].start_ns > SP_TIMER_FRAME_MAX_NS) {
+	if (now - t->frames[top].start_jiffies > SP_TIMER_FRAME_MAX_JIFFIES) {
 		t->depth = 0;
 		return NULL;
 	}
@@ -956,7 +957,7 @@ static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer, const 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t)
 		return 0;
-	now = bpf_ktime_get_ns();
+	now = bpf_jiffies64();
 	timer_top(t, now); /* drop stale frames first */
 	depth = t->depth;
 	barrier_var(depth);
@@ -964,7 +965,7 @@ static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer, const 
 		return 0; /* deeper than hrtimer callbacks nest */
 	fn = btf ? (__u64)timer->function : (__u64)BPF_CORE_READ(timer, function);
 	t->frames[depth].hrtimer = (__u64)timer;
-	t->frames[depth].start_ns = now;
+	t->frames[depth].start_jiffies = now;
 	t->frames[depth].fn = timer_fn_kind_cached(t, fn);
 	t->depth = depth + 1;
 	return 0;
@@ -1039,14 +1040,25 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 	return SP_WAIT_OTHER;
 }
 
-/* Count `hot` windows: the first time a process reaches timer_hot_wakeups
- * wakeups in a ~1 s window. `now`: bpf_ktime_get_ns(), the read that
- * timer_top() used. Plain stores: a race between CPUs can only shift one
- * wakeup between windows. */
-static __always_inline void timer_window(struct sp_proc *p, __u64 now)
-{
-	__u32 window = now >> 30;
+/* The kernel's HZ, from its config (libbpf reads /proc/config.gz or
+ * /boot/config-$(uname -r)); 0 when neither is there. */
+extern unsigned int CONFIG_HZ __kconfig __weak;
 
+/* Count `hot` windows: the first time a process reaches timer_hot_wakeups
+ * wakeups in a ~1 s window (2^30 ns: the agent scales the threshold to
+ * it). The window comes from `jiffies` (bpf_jiffies64(), the same load as
+ * the timer frames'), converted to ns with CONFIG_HZ: no clock read per
+ * wakeup. Without the kernel config, from bpf_ktime_get_ns() (the verifier
+ * prunes the branch not taken: CONFIG_HZ is a read-only constant). Plain
+ * stores: a race between CPUs can only shift one wakeup between windows. */
+static __always_inline void timer_window(struct sp_proc *p, __u64 jiffies)
+{
+	__u32 window;
+
+	if (CONFIG_HZ)
+		window = (jiffies * (1000000000 / CONFIG_HZ)) >> 30;
+	else
+		window = bpf_ktime_get_ns() >> 30;
 	if (p->timer_window != window) {
 		p->timer_window = window;
 		p->timer_window_wakeups = 0;
@@ -1066,7 +1078,7 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t || t->depth == 0)
 		return 0; /* every wakeup not made by a timer leaves here */
-	now = bpf_ktime_get_ns();
+	now = bpf_jiffies64();
 	top = timer_top(t, now);
 	if (!top)
 		return 0;

@@ -159,7 +159,7 @@ struct sp_proc {
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
 	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
-	__u32 timer_window; /* bpf_ktime_get_ns() >> 30 of the current timer window */
+	__u32 timer_window; /* ns >> 30 of the current timer window (timer_window() in slowpath.bpf.c) */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
 	__u32 tgid;	 /* set when parked (SP_PARKED_KEY_BASE): its key is not the tgid then */
 };
@@ -250,16 +250,23 @@ struct sp_cgroup_event {
 
 /* An hrtimer expiring on this CPU (between hrtimer_expire_entry and _exit). */
 struct sp_timer_frame {
-	__u64 hrtimer;	/* struct hrtimer * */
-	__u64 start_ns; /* bpf_ktime_get_ns() at expire_entry */
-	__u32 fn;	/* enum sp_timer_fn */
+	__u64 hrtimer;	     /* struct hrtimer * */
+	__u64 start_jiffies; /* bpf_jiffies64() at expire_entry */
+	__u32 fn;	     /* enum sp_timer_fn */
 	__u32 _pad;
 };
 
-/* A frame older than this was left by an _exit event that was never seen
- * (a program attached between a callback's entry and exit, or skipped by
- * the kernel's recursion guard): callbacks run for microseconds. */
-#define SP_TIMER_FRAME_MAX_NS 1000000
+/* A frame older than this many jiffies was left by an _exit event that was
+ * never seen (a program attached between a callback's entry and exit, or
+ * skipped by the kernel's recursion guard): callbacks run for microseconds.
+ * Jiffies, not a clock read: bpf_jiffies64() is a plain load where
+ * bpf_ktime_get_ns() is a helper call (and a clocksource read) on every
+ * expiry and timer wakeup. The price: a stale frame is dropped 2 to 3
+ * jiffies after its entry (2-3 ms at HZ=1000, 8-12 ms at HZ=250) instead of
+ * 1 ms, and a callback is taken for stale only if jiffies advanced 3 times
+ * while it ran (not two ticks of a callback a few microseconds long; the
+ * vCPU descheduled for that long would have passed 1 ms as well). */
+#define SP_TIMER_FRAME_MAX_JIFFIES 2
 
 /* hrtimer callbacks may nest once: a hard-irq timer inside a softirq one. */
 #define SP_TIMER_MAX_DEPTH 2
