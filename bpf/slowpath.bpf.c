@@ -1040,25 +1040,17 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 	return SP_WAIT_OTHER;
 }
 
-/* The kernel's HZ, from its config (libbpf reads /proc/config.gz or
- * /boot/config-$(uname -r)); 0 when neither is there. */
-extern unsigned int CONFIG_HZ __kconfig __weak;
-
 /* Count `hot` windows: the first time a process reaches timer_hot_wakeups
  * wakeups in a ~1 s window (2^30 ns: the agent scales the threshold to
- * it). The window comes from `jiffies` (bpf_jiffies64(), the same load as
- * the timer frames'), converted to ns with CONFIG_HZ: no clock read per
- * wakeup. Without the kernel config, from bpf_ktime_get_ns() (the verifier
- * prunes the branch not taken: CONFIG_HZ is a read-only constant). Plain
- * stores: a race between CPUs can only shift one wakeup between windows. */
-static __always_inline void timer_window(struct sp_proc *p, __u64 jiffies)
+ * it). One clock read, on a counted timer wakeup only: windows from
+ * `jiffies` would need HZ, and libbpf gets CONFIG_HZ (__kconfig) only from
+ * a kernel config file, refusing the whole object where there is none (even
+ * for a __weak extern). Plain stores: a race between CPUs can only shift one
+ * wakeup between windows. */
+static __always_inline void timer_window(struct sp_proc *p)
 {
-	__u32 window;
+	__u32 window = bpf_ktime_get_ns() >> 30;
 
-	if (CONFIG_HZ)
-		window = (jiffies * (1000000000 / CONFIG_HZ)) >> 30;
-	else
-		window = bpf_ktime_get_ns() >> 30;
 	if (p->timer_window != window) {
 		p->timer_window = window;
 		p->timer_window_wakeups = 0;
@@ -1100,7 +1092,7 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	if (!proc)
 		return 0;
 	SP_INC_AT(proc->c.timer_wakeups, wait);
-	timer_window(proc, now);
+	timer_window(proc);
 	return 0;
 }
 

@@ -159,7 +159,7 @@ struct sp_proc {
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
 	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
-	__u32 timer_window; /* ns >> 30 of the current timer window (timer_window() in slowpath.bpf.c) */
+	__u32 timer_window; /* bpf_ktime_get_ns() >> 30 of the current timer window */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
 	__u32 tgid;	 /* set when parked (SP_PARKED_KEY_BASE): its key is not the tgid then */
 };
