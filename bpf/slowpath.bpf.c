@@ -42,6 +42,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_pselect6 270
 #define SP_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h: in an ia32 syscall */
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
+#define SP_SYSCALL_NR_BTF(regs) ((regs)->orig_ax) /* a BTF pointer: direct load */
 #elif defined(__TARGET_ARCH_arm64)
 #define SP_NR_rt_sigprocmask 135
 #define SP_NR_nanosleep 101
@@ -61,6 +62,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_select (-1003) /* only pselect6 */
 #define SP_NR_pselect6 72
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
+#define SP_SYSCALL_NR_BTF(regs) ((regs)->syscallno) /* a BTF pointer: direct load */
 /* arch/arm64/include/asm/thread_info.h (4.x to 6.12): an AArch32 task, whose
  * syscalls use the arm numbers */
 #define SP_TIF_32BIT (1UL << 22)
@@ -428,16 +430,15 @@ static __always_inline bool task_in_compat_syscall(struct task_struct *p)
 #endif
 }
 
-static __always_inline bool in_compat_syscall(const bool btf)
+/* The same for a BTF task pointer (tp_btf, fentry): a direct load, no
+ * helper call. */
+static __always_inline bool task_btf_in_compat_syscall(struct task_struct *p)
 {
 #if defined(__TARGET_ARCH_x86)
-	if (btf)
-		return bpf_get_current_task_btf()->thread_info.status & SP_TS_COMPAT;
+	return p->thread_info.status & SP_TS_COMPAT;
 #else
-	if (btf)
-		return bpf_get_current_task_btf()->thread_info.flags & SP_TIF_32BIT;
+	return p->thread_info.flags & SP_TIF_32BIT;
 #endif
-	return task_in_compat_syscall((struct task_struct *)bpf_get_current_task());
 }
 
 /* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`. */
@@ -723,14 +724,16 @@ static __always_inline __u32 callsite_kind(long id)
 	return SP_CALLSITE_SLEEP; /* sleeps and timed waits */
 }
 
-/* Count one of our syscalls, `id`, entered with user registers `regs`; a
- * wait only when `wait_is_timed()`, which the callers check first. */
-static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, const bool btf)
+/* Count one of our syscalls, `id`, entered with user registers `regs` by
+ * the current task, of thread group `tgid`; a wait only when
+ * `wait_is_timed()`, which the callers check first. */
+static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, __u32 tgid,
+					 const bool btf)
 {
 	struct sp_proc *p;
 	__u32 idx;
 
-	p = proc_current();
+	p = proc_of(tgid, NULL);
 	if (!p)
 		return 0;
 	if (capture_stacks && stack_due(p))
@@ -799,17 +802,28 @@ static __always_inline bool syscall_counted(long id)
 
 static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
+	struct task_struct *task;
+
 	/* Untraced syscalls leave here: this is the cost every syscall pays. */
 	if (!syscall_counted(id))
 		return 0;
 	if (!wait_is_timed(regs, id, btf))
 		return 0; /* the untimed futex, poll, epoll and select calls leave here */
-	if (in_compat_syscall(btf))
+	if (btf) {
+		/* one helper call: the compat flag and the tgid are direct loads */
+		task = bpf_get_current_task_btf();
+		if (task_btf_in_compat_syscall(task))
+			return 0;
+		return count_syscall(ctx, regs, id, task->tgid, true);
+	}
+	/* raw_tp cannot dereference the task: probe reads, and the tgid from
+	 * bpf_get_current_pid_tgid() (one call, cheaper than a probe read) */
+	task = (struct task_struct *)bpf_get_current_task();
+	if (task_in_compat_syscall(task))
 		return 0;
-	if (!btf && !pt_regs_offset)
-		pt_regs_offset = (__u64)regs - (__u64)BPF_CORE_READ(
-			(struct task_struct *)bpf_get_current_task(), stack);
-	return count_syscall(ctx, regs, id, btf);
+	if (!pt_regs_offset)
+		pt_regs_offset = (__u64)regs - (__u64)BPF_CORE_READ(task, stack);
+	return count_syscall(ctx, regs, id, bpf_get_current_pid_tgid() >> 32, false);
 }
 
 SEC("tp_btf/sys_enter")
@@ -833,7 +847,8 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
  * compat syscalls enter other functions (__ia32_sys_*, __arm64_compat_sys_*).
  * The argument is the user register set, as for sys_enter. arm64 has
  * fentry from 6.0 (its BPF trampoline), and no time, epoll_wait, poll or
- * select syscall.
+ * select syscall. The tgid is read from bpf_get_current_task_btf(): one
+ * call like bpf_get_current_pid_tgid(), and one the arm64 JIT inlines.
  */
 #if defined(__TARGET_ARCH_x86)
 #define SP_SYSCALL_FN_PREFIX "__x64_sys_"
@@ -849,7 +864,8 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 			return 0;                                              \
 		if (!wait_is_timed(regs, SP_NR_##name, true))                 \
 			return 0;                                              \
-		return count_syscall(ctx, regs, SP_NR_##name, true);           \
+		return count_syscall(ctx, regs, SP_NR_##name,                  \
+				     bpf_get_current_task_btf()->tgid, true);  \
 	}
 
 SP_SYSCALL_FENTRY(clock_gettime)
@@ -939,9 +955,31 @@ static __noinline __u32 timer_fn_kind(__u64 fn)
 	return kind;
 }
 
+/* enum sp_timer_fn of the hrtimer callback at `fn`, from this CPU's cache
+ * in `t` (a few compares, no call), else from timer_fn_kind() (a hash
+ * lookup, or a format on the first expiry of `fn`), then cached. */
+static __always_inline __u32 timer_fn_kind_cached(struct sp_timer_cpu *t, __u64 fn)
+{
+	__u32 slot, kind;
+
+#pragma unroll
+	for (int i = 0; i < SP_TIMER_FN_CACHE; i++)
+		if (t->fn_addr[i] == fn)
+			return t->fn_kind[i];
+	kind = timer_fn_kind(fn);
+	slot = t->fn_next++ & (SP_TIMER_FN_CACHE - 1);
+	barrier_var(slot);
+	if (slot < SP_TIMER_FN_CACHE) {
+		t->fn_addr[slot] = fn;
+		t->fn_kind[slot] = kind;
+	}
+	return kind;
+}
+
 /* The innermost timer expiring on this CPU, or NULL; drops frames whose
- * _exit was never seen (SP_TIMER_FRAME_MAX_NS), so one lost event cannot
- * make every later wakeup on the CPU look like a timer's. */
+ * _exit was never seen (SP_TIMER_FRAME_MAX_JIFFIES), so one lost event
+ * cannot make every later wakeup on the CPU look like a timer's. `now`:
+ * bpf_jiffies64(). */
 static __always_inline struct sp_timer_frame *timer_top(struct sp_timer_cpu *t, __u64 now)
 {
 	__u32 depth = t->depth, top;
@@ -952,31 +990,32 @@ static __always_inline struct sp_timer_frame *timer_top(struct sp_timer_cpu *t, 
 	barrier_var(top);
 	if (top >= SP_TIMER_MAX_DEPTH)
 		return NULL;
-	if (now - t->frames[top].start_ns > SP_TIMER_FRAME_MAX_NS) {
+	if (now - t->frames[top].start_jiffies > SP_TIMER_FRAME_MAX_JIFFIES) {
 		t->depth = 0;
 		return NULL;
 	}
 	return &t->frames[top];
 }
 
-static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer)
+static __always_inline int on_hrtimer_expire_entry(struct hrtimer *timer, const bool btf)
 {
 	struct sp_timer_cpu *t;
 	__u32 zero = 0, depth;
-	__u64 now;
+	__u64 now, fn;
 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t)
 		return 0;
-	now = bpf_ktime_get_ns();
+	now = bpf_jiffies64();
 	timer_top(t, now); /* drop stale frames first */
 	depth = t->depth;
 	barrier_var(depth);
 	if (depth >= SP_TIMER_MAX_DEPTH)
 		return 0; /* deeper than hrtimer callbacks nest */
+	fn = btf ? (__u64)timer->function : (__u64)BPF_CORE_READ(timer, function);
 	t->frames[depth].hrtimer = (__u64)timer;
-	t->frames[depth].start_ns = now;
-	t->frames[depth].fn = timer_fn_kind((__u64)BPF_CORE_READ(timer, function));
+	t->frames[depth].start_jiffies = now;
+	t->frames[depth].fn = timer_fn_kind_cached(t, fn);
 	t->depth = depth + 1;
 	return 0;
 }
@@ -1012,20 +1051,22 @@ static __always_inline struct pt_regs *task_user_regs(struct task_struct *task, 
 	return (struct pt_regs *)((__u64)BPF_CORE_READ(task, stack) + pt_regs_offset);
 }
 
-/* The syscall a sleeping task `p` waits in, from its user registers. */
+/* The syscall a sleeping task `p` waits in, from its user registers:
+ * direct loads from BTF pointers under tp_btf (no helper call but
+ * bpf_task_pt_regs()), probe reads under raw_tp. */
 static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 {
 	struct pt_regs *regs;
 	long nr;
 
-	if (BPF_CORE_READ(p, flags) & SP_PF_KTHREAD)
+	if ((btf ? p->flags : BPF_CORE_READ(p, flags)) & SP_PF_KTHREAD)
 		return SP_WAIT_OTHER; /* no user registers */
-	if (task_in_compat_syscall(p))
+	if (btf ? task_btf_in_compat_syscall(p) : task_in_compat_syscall(p))
 		return SP_WAIT_OTHER; /* ia32 or AArch32 syscall numbers */
 	regs = task_user_regs(p, btf);
 	if (!regs)
 		return SP_WAIT_OTHER; /* no syscall counted yet */
-	nr = SP_SYSCALL_NR(regs);
+	nr = btf ? SP_SYSCALL_NR_BTF(regs) : SP_SYSCALL_NR(regs);
 	switch (nr) {
 	case SP_NR_nanosleep:
 		return SP_WAIT_NANOSLEEP;
@@ -1049,8 +1090,12 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 }
 
 /* Count `hot` windows: the first time a process reaches timer_hot_wakeups
- * wakeups in a ~1 s window. Plain stores: a race between CPUs can only
- * shift one wakeup between windows. */
+ * wakeups in a ~1 s window (2^30 ns: the agent scales the threshold to
+ * it). One clock read, on a counted timer wakeup only: windows from
+ * `jiffies` would need HZ, and libbpf gets CONFIG_HZ (__kconfig) only from
+ * a kernel config file, refusing the whole object where there is none (even
+ * for a __weak extern). Plain stores: a race between CPUs can only shift one
+ * wakeup between windows. */
 static __always_inline void timer_window(struct sp_proc *p)
 {
 	__u32 window = bpf_ktime_get_ns() >> 30;
@@ -1069,11 +1114,13 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	struct sp_timer_cpu *t;
 	struct sp_proc *proc;
 	__u32 zero = 0, wait, tgid;
+	__u64 now;
 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t || t->depth == 0)
 		return 0; /* every wakeup not made by a timer leaves here */
-	top = timer_top(t, bpf_ktime_get_ns());
+	now = bpf_jiffies64();
+	top = timer_top(t, now);
 	if (!top)
 		return 0;
 	switch (top->fn) {
@@ -1089,7 +1136,7 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	default:
 		wait = SP_WAIT_OTHER;
 	}
-	tgid = BPF_CORE_READ(p, tgid);
+	tgid = btf ? p->tgid : BPF_CORE_READ(p, tgid);
 	proc = proc_of(tgid, p); /* counts a full table as lost */
 	if (!proc)
 		return 0;
@@ -1102,14 +1149,14 @@ SEC("tp_btf/hrtimer_expire_entry")
 int BPF_PROG(hrtimer_expire_entry_btf, struct hrtimer *timer)
 {
 	probe_ran(SP_PROBE_HRTIMER_EXPIRE_ENTRY);
-	return on_hrtimer_expire_entry(timer);
+	return on_hrtimer_expire_entry(timer, true);
 }
 
 SEC("raw_tp/hrtimer_expire_entry")
 int BPF_PROG(hrtimer_expire_entry_raw, struct hrtimer *timer)
 {
 	probe_ran(SP_PROBE_HRTIMER_EXPIRE_ENTRY);
-	return on_hrtimer_expire_entry(timer);
+	return on_hrtimer_expire_entry(timer, false);
 }
 
 SEC("tp_btf/hrtimer_expire_exit")
@@ -1200,7 +1247,7 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 	 */
 	if (failed && (gfp & SP_GFP_THISNODE) && (gfp & SP_GFP_DIRECT_RECLAIM))
 		return 0;
-	p = proc_current();
+	p = proc_of(btf ? task->tgid : bpf_get_current_pid_tgid() >> 32, NULL);
 	if (!p)
 		return 0;
 	/* The user stack of a fault is the code that touched the page (a JVM

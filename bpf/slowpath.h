@@ -269,25 +269,41 @@ struct sp_cgroup_event {
 
 /* An hrtimer expiring on this CPU (between hrtimer_expire_entry and _exit). */
 struct sp_timer_frame {
-	__u64 hrtimer;	/* struct hrtimer * */
-	__u64 start_ns; /* bpf_ktime_get_ns() at expire_entry */
-	__u32 fn;	/* enum sp_timer_fn */
+	__u64 hrtimer;	     /* struct hrtimer * */
+	__u64 start_jiffies; /* bpf_jiffies64() at expire_entry */
+	__u32 fn;	     /* enum sp_timer_fn */
 	__u32 _pad;
 };
 
-/* A frame older than this was left by an _exit event that was never seen
- * (a program attached between a callback's entry and exit, or skipped by
- * the kernel's recursion guard): callbacks run for microseconds. */
-#define SP_TIMER_FRAME_MAX_NS 1000000
+/* A frame older than this many jiffies was left by an _exit event that was
+ * never seen (a program attached between a callback's entry and exit, or
+ * skipped by the kernel's recursion guard): callbacks run for microseconds.
+ * Jiffies, not a clock read: bpf_jiffies64() is a plain load where
+ * bpf_ktime_get_ns() is a helper call (and a clocksource read) on every
+ * expiry and timer wakeup. The price: a stale frame is dropped 2 to 3
+ * jiffies after its entry (2-3 ms at HZ=1000, 8-12 ms at HZ=250) instead of
+ * 1 ms, and a callback is taken for stale only if jiffies advanced 3 times
+ * while it ran (not two ticks of a callback a few microseconds long; the
+ * vCPU descheduled for that long would have passed 1 ms as well). */
+#define SP_TIMER_FRAME_MAX_JIFFIES 2
 
 /* hrtimer callbacks may nest once: a hard-irq timer inside a softirq one. */
 #define SP_TIMER_MAX_DEPTH 2
 
-/* Value of the per-CPU `timer_cpu` array: the timers expiring now. */
+/* Entries of the per-CPU cache of hrtimer callback kinds (struct
+ * sp_timer_cpu): a CPU expires few distinct callbacks (the tick, sleepers,
+ * a timerfd or two), so an expiry is mostly a compare, not a lookup in the
+ * `timer_fns` hash. A power of two. */
+#define SP_TIMER_FN_CACHE 8
+
+/* Value of the per-CPU `timer_cpu` array: the timers expiring now, and the
+ * kinds of the callbacks expired last (a cache of `timer_fns`). */
 struct sp_timer_cpu {
 	__u32 depth;
-	__u32 _pad;
+	__u32 fn_next; /* cache slot replaced at the next miss (mod SP_TIMER_FN_CACHE) */
 	struct sp_timer_frame frames[SP_TIMER_MAX_DEPTH];
+	__u64 fn_addr[SP_TIMER_FN_CACHE]; /* hrtimer->function; 0: empty */
+	__u32 fn_kind[SP_TIMER_FN_CACHE]; /* enum sp_timer_fn of fn_addr[i] */
 };
 
 /* Value of `compaction_starts`, keyed by tid: a run in progress. */

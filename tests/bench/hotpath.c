@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+/*
+ * hotpath: a fixed number of the events whose in-kernel cost hotpath.sh
+ * compares, so that every configuration runs exactly the same load.
+ *
+ *   hotpath waits THREADS N USEC   each thread makes N futex waits
+ *                                  (FUTEX_WAIT_PRIVATE) of USEC us that only
+ *                                  their timeout ends: per wait one timed
+ *                                  futex sys_enter, one hrtimer_wakeup expiry
+ *                                  and one timer wakeup (sched_waking)
+ *   hotpath clock N                N raw syscall(SYS_clock_gettime): the
+ *                                  traced syscall the vDSO would otherwise hide
+ *   hotpath stats                  keep the kernel's BPF run-time statistics
+ *                                  on (BPF_ENABLE_STATS, 5.8+) until SIGTERM:
+ *                                  the kernel counts while any such descriptor
+ *                                  is open, whatever kernel.bpf_stats_enabled
+ *                                  says or another user sets it to, and stops
+ *                                  when the last one closes
+ *
+ * Output: "calls N" ("stats on" for stats).
+ */
+#define _GNU_SOURCE
+#include <linux/bpf.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static long n_calls, usec;
+
+static void *waiter(void *arg)
+{
+	struct timespec timeout = { .tv_sec = usec / 1000000, .tv_nsec = usec % 1000000 * 1000 };
+	int word = 0;
+
+	(void)arg;
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0); /* expire at the timeout, not 50 us later */
+	for (long i = 0; i < n_calls; i++)
+		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &timeout, NULL, 0);
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc == 5 && !strcmp(argv[1], "waits")) {
+		int threads = atoi(argv[2]);
+		pthread_t th[64];
+
+		n_calls = atol(argv[3]);
+		usec = atol(argv[4]);
+		if (threads < 1 || threads > 64 || n_calls < 1 || usec < 1)
+			goto usage;
+		for (int i = 0; i < threads; i++)
+			pthread_create(&th[i], NULL, waiter, NULL);
+		for (int i = 0; i < threads; i++)
+			pthread_join(th[i], NULL);
+		printf("calls %ld\n", threads * n_calls);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "clock")) {
+		struct timespec ts;
+
+		n_calls = atol(argv[2]);
+		for (long i = 0; i < n_calls; i++)
+			syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+		printf("calls %ld\n", n_calls);
+		return 0;
+	}
+	if (argc == 2 && !strcmp(argv[1], "stats")) {
+		union bpf_attr attr;
+		int fd;
+
+		memset(&attr, 0, sizeof(attr));
+		attr.enable_stats.type = BPF_STATS_RUN_TIME;
+		fd = syscall(SYS_bpf, BPF_ENABLE_STATS, &attr, sizeof(attr));
+		if (fd < 0) {
+			perror("hotpath: BPF_ENABLE_STATS");
+			return 1;
+		}
+		printf("stats on\n");
+		fflush(stdout);
+		pause(); /* SIGTERM ends the process and closes fd */
+		return 0;
+	}
+usage:
+	fprintf(stderr, "usage: hotpath waits THREADS N USEC | hotpath clock N | hotpath stats\n");
+	return 2;
+}
