@@ -1089,17 +1089,27 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 	return SP_WAIT_OTHER;
 }
 
+/* Jiffies in one timer-loop window: HZ, so one second, set by the agent
+ * (the resolution of CLOCK_MONOTONIC_COARSE is one jiffy: kernel/time/
+ * posix-timers.c, LOW_RES_NSEC). 0 when the agent could not tell: windows
+ * of 2^30 ns from the clock then. Not CONFIG_HZ through __kconfig: libbpf
+ * reads that only from a kernel config file and refuses the whole object
+ * where there is none, even for a __weak extern. */
+const volatile __u32 timer_window_jiffies = 0;
+
 /* Count `hot` windows: the first time a process reaches timer_hot_wakeups
- * wakeups in a ~1 s window (2^30 ns: the agent scales the threshold to
- * it). One clock read, on a counted timer wakeup only: windows from
- * `jiffies` would need HZ, and libbpf gets CONFIG_HZ (__kconfig) only from
- * a kernel config file, refusing the whole object where there is none (even
- * for a __weak extern). Plain stores: a race between CPUs can only shift one
- * wakeup between windows. */
+ * wakeups in a one-second window (the agent scales the threshold to a
+ * 2^30 ns one without HZ). bpf_jiffies64() is a load (inlined on 64-bit
+ * arches): no clock read on the wakeup path. Plain stores: a race between
+ * CPUs can only shift one wakeup between windows. */
 static __always_inline void timer_window(struct sp_proc *p)
 {
-	__u32 window = bpf_ktime_get_ns() >> 30;
+	__u32 window;
 
+	if (timer_window_jiffies)
+		window = bpf_jiffies64() / timer_window_jiffies;
+	else
+		window = bpf_ktime_get_ns() >> 30;
 	if (p->timer_window != window) {
 		p->timer_window = window;
 		p->timer_window_wakeups = 0;

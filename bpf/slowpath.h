@@ -149,7 +149,7 @@ struct sp_counters {
 	/* Wakeups by an expiring timer, by enum sp_wait, counted for the woken
 	 * process (timer:hrtimer_expire_entry .. _exit, sched:sched_waking). */
 	__u64 timer_wakeups[SP_WAIT_COUNT];
-	/* ~1 s windows (2^30 ns) in which the process was woken by timers at
+	/* 1 s windows (HZ jiffies; 2^30 ns without HZ) in which the process was woken by timers at
 	 * least `timer_hot_wakeups` times: non-zero marks a timer loop, whose
 	 * requested timeouts get per-process series. */
 	__u64 timer_hot_windows;
@@ -178,7 +178,7 @@ struct sp_proc {
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
 	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
-	__u32 timer_window; /* bpf_ktime_get_ns() >> 30 of the current timer window */
+	__u32 timer_window; /* number of the current timer window: jiffies / HZ (or ns >> 30) */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
 	__u32 tgid;	 /* set when parked (SP_PARKED_KEY_BASE): its key is not the tgid then */
 };

@@ -36,7 +36,8 @@ pub const HOOKS: [Hook; 3] = [
 /// callbacks' kallsyms addresses (`timer_fn_addrs`, read from
 /// /proc/kallsyms once, now, with a log line saying how it went).
 pub fn rodata(args: &SignalArgs, btf: &KernelBtf) -> RodataPatch {
-    let hot_wakeups = hot_window_wakeups(args.timer.loop_threshold);
+    let hz = jiffies_per_second();
+    let hot_wakeups = hot_window_wakeups(args.timer.loop_threshold, hz);
     let addrs = timer_fn_addresses(btf);
     Box::new(move |rodata| {
         if let Some(addrs) = addrs {
@@ -44,6 +45,7 @@ pub fn rodata(args: &SignalArgs, btf: &KernelBtf) -> RodataPatch {
             rodata.timer_fn_addrs = addrs;
         }
         rodata.timer_hot_wakeups = hot_wakeups;
+        rodata.timer_window_jiffies = hz.unwrap_or(0);
         rodata.count_timed_waits = true;
         rodata.count_sleeps = true;
     })
@@ -105,14 +107,39 @@ fn kallsyms_addresses(kallsyms: &str, names: &[&str; 4]) -> [u64; 4] {
     out
 }
 
-/// Length of the kernel's timer-loop window: `bpf_ktime_get_ns() >> 30`.
-const HOT_WINDOW_SECONDS: f64 = (1u64 << 30) as f64 / 1e9;
+/// Length of the kernel's timer-loop window without HZ: `bpf_ktime_get_ns() >> 30`.
+const CLOCK_WINDOW_SECONDS: f64 = (1u64 << 30) as f64 / 1e9;
 
-/// Wakeups per kernel window for a rate of `per_second` (at least 1).
-fn hot_window_wakeups(per_second: f64) -> u32 {
-    (per_second * HOT_WINDOW_SECONDS)
-        .ceil()
-        .clamp(1.0, u32::MAX as f64) as u32
+/// Wakeups per kernel window for a rate of `per_second` (at least 1): the
+/// window is one second with `hz` known (`jiffies / HZ`), else 2^30 ns.
+fn hot_window_wakeups(per_second: f64, hz: Option<u32>) -> u32 {
+    let window = if hz.is_some() { 1.0 } else { CLOCK_WINDOW_SECONDS };
+    (per_second * window).ceil().clamp(1.0, u32::MAX as f64) as u32
+}
+
+/// The kernel's HZ: one jiffy is the resolution of `CLOCK_MONOTONIC_COARSE`
+/// (`LOW_RES_NSEC`, kernel/time/posix-timers.c). `None` when the clock has
+/// no resolution or it is no tick length of a kernel (HZ 24 to 10,000).
+fn jiffies_per_second() -> Option<u32> {
+    let mut res = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `res` is a valid, writable timespec; clock_getres only writes it.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut res) };
+    if rc != 0 {
+        return None;
+    }
+    hz_of_tick(res.tv_sec as u64 * 1_000_000_000 + res.tv_nsec as u64)
+}
+
+/// HZ from one jiffy in ns (TICK_NSEC, rounded: 4,000,000 -> 250; 3,333,333 -> 300).
+fn hz_of_tick(tick_ns: u64) -> Option<u32> {
+    if tick_ns == 0 {
+        return None;
+    }
+    let hz = (1_000_000_000 + tick_ns / 2) / tick_ns;
+    (24..=10_000).contains(&hz).then_some(hz as u32)
 }
 
 #[cfg(test)]
@@ -143,9 +170,22 @@ mod tests {
     }
 
     #[test]
-    fn hot_window_is_the_threshold_over_2_to_the_30_ns() {
-        assert_eq!(hot_window_wakeups(200.0), 215);
-        assert_eq!(hot_window_wakeups(1e-9), 1);
+    fn hot_window_is_the_threshold_over_one_second_or_2_to_the_30_ns() {
+        assert_eq!(hot_window_wakeups(200.0, None), 215);
+        assert_eq!(hot_window_wakeups(200.0, Some(250)), 200);
+        assert_eq!(hot_window_wakeups(1e-9, None), 1);
+    }
+
+    #[test]
+    fn hz_is_one_second_over_a_jiffy() {
+        assert_eq!(hz_of_tick(4_000_000), Some(250));
+        assert_eq!(hz_of_tick(1_000_000), Some(1000));
+        assert_eq!(hz_of_tick(3_333_333), Some(300));
+        assert_eq!(hz_of_tick(10_000_000), Some(100));
+        assert_eq!(hz_of_tick(0), None);
+        assert_eq!(hz_of_tick(1), None); // a high-resolution clock, no tick
+        // this machine's coarse clock ticks at its HZ
+        assert!(jiffies_per_second().is_some());
     }
 
     /// `enum sp_timer_fn` of `bpf/slowpath.h`: constant name -> value.
