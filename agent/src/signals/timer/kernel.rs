@@ -113,7 +113,11 @@ const CLOCK_WINDOW_SECONDS: f64 = (1u64 << 30) as f64 / 1e9;
 /// Wakeups per kernel window for a rate of `per_second` (at least 1): the
 /// window is one second with `hz` known (`jiffies / HZ`), else 2^30 ns.
 fn hot_window_wakeups(per_second: f64, hz: Option<u32>) -> u32 {
-    let window = if hz.is_some() { 1.0 } else { CLOCK_WINDOW_SECONDS };
+    let window = if hz.is_some() {
+        1.0
+    } else {
+        CLOCK_WINDOW_SECONDS
+    };
     (per_second * window).ceil().clamp(1.0, u32::MAX as f64) as u32
 }
 
@@ -184,6 +188,7 @@ mod tests {
         assert_eq!(hz_of_tick(10_000_000), Some(100));
         assert_eq!(hz_of_tick(0), None);
         assert_eq!(hz_of_tick(1), None); // a high-resolution clock, no tick
+
         // this machine's coarse clock ticks at its HZ
         assert!(jiffies_per_second().is_some());
     }
