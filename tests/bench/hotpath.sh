@@ -42,6 +42,8 @@ CLOCKS=${CLOCKS:-3000000}
 PROGS=${PROGS:-sys_enter|hrtimer_expire|sched_waking|^-$}
 
 die() { echo "hotpath.sh: $*" >&2; exit 1; }
+# shellcheck source=tests/bench/common.sh
+source "$here/common.sh"
 (( $# == 2 )) || die "usage: hotpath.sh BIN_A BIN_B"
 [[ -x $1 && -x $2 ]] || die "not executable: $1 or $2"
 bins=("$1" "$2")
@@ -75,21 +77,10 @@ gcc -O2 -Wall -pthread -o "$work/hotpath" "$here/hotpath.c"
 gcc -O2 -Wall -o "$work/floor" "$here/floor.c"
 
 echo "== machine"
-echo "cpu: $(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo), $(nproc) CPUs; kernel $(uname -r)"
-for f in /sys/devices/system/cpu/vulnerabilities/*; do
-    printf '  %-28s %s\n' "${f##*/}" "$(cat "$f")"
-done
+echo "cpu: $(cpu_model), $(nproc) CPUs; kernel $(uname -r)"
+mitigations
 for i in 0 1; do echo "${labels[$i]}: ${bins[$i]}"; done
 echo "load: waits $THREADS x $WAITS x ${USEC}us, clock $CLOCKS; $ROUNDS rounds"
-
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 40000))
-        [[ -z $(ss -Htln "sport = :$p") ]] && { echo "$p"; return; }
-    done
-    die "no free port found"
-}
 
 # Start configuration $1 ("floor" or "LABEL/ATTACH"); sets pid, waits until ready.
 start() {

@@ -49,6 +49,8 @@ tracepoint:sched:sched_waking /@depth[cpu] > 0/ { @wakeups[args->pid] = count();
 BT_PROBES=5
 
 die() { echo "run.sh: $*" >&2; exit 1; }
+# shellcheck source=tests/bench/common.sh
+source "$here/common.sh"
 [[ $(id -u) -eq 0 ]] || die "needs root (loads BPF programs)"
 for t in gcc curl bpftrace bpftool ss mountpoint; do
     command -v "$t" >/dev/null || die "missing tool: $t"
@@ -105,15 +107,6 @@ trap 'exit 143' TERM
 # Record the BPF programs a process holds (from its fds), to check at exit.
 note_prog_ids() {
     grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' >>"$work/our_prog_ids" || true
-}
-
-free_port() {
-    local p
-    for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 40000))
-        [[ -z $(ss -Htln "sport = :$p") ]] && { echo "$p"; return; }
-    done
-    die "no free port found"
 }
 
 # Poll the command "$@" every 0.1 s for up to 30 s while process $1 lives;
@@ -189,16 +182,8 @@ if [[ ! -x $AGENT ]]; then
 fi
 echo "agent: $AGENT"
 echo "bpftrace: $(bpftrace --version)   kernel: $(uname -r)   cpus: $nproc_   pinned to cpu $CPU"
-# Absolute ns depend on the CPU and on its mitigations (AMD's SRSO "Safe RET"
-# makes every call and return inside a BPF program expensive): print both.
-cpu_model=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-[[ -n $cpu_model ]] || cpu_model=$(lscpu 2>/dev/null | awk -F': +' '/^Model name/ { print $2; exit }')
-mitigations() {
-    local f
-    for f in /sys/devices/system/cpu/vulnerabilities/*; do
-        [[ -r $f ]] && printf '  %-26s %s\n' "$(basename "$f")" "$(cat "$f")"
-    done
-}
+# Absolute ns depend on the CPU and on its mitigations: print both.
+cpu_model=$(cpu_model)
 echo "cpu: $cpu_model"
 mitigations
 
