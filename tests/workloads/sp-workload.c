@@ -501,7 +501,9 @@ static void *end_waits_early(void *arg)
 			if (write(e->pipe[1], "x", 1) != 1)
 				return NULL;
 		} else {
-			__atomic_store_n(&e->word, 1, __ATOMIC_SEQ_CST);
+			/* a count of posts, not a flag: two posts before the
+			 * waiter looks must not collapse into one */
+			__atomic_add_fetch(&e->word, 1, __ATOMIC_SEQ_CST);
 			syscall(SYS_futex, &e->word, FUTEX_WAKE_PRIVATE, 1);
 		}
 	}
@@ -515,6 +517,7 @@ static int run_wait_early(const char *kind, long n)
 	struct pollfd pfd;
 	pthread_t t;
 	char c;
+	int v;
 
 	if (pipe(e.pipe))
 		return 1;
@@ -527,9 +530,9 @@ static int run_wait_early(const char *kind, long n)
 				return 1;
 			continue;
 		}
-		while (!__atomic_load_n(&e.word, __ATOMIC_SEQ_CST))
-			syscall(SYS_futex, &e.word, FUTEX_WAIT_PRIVATE, 0, &second);
-		__atomic_store_n(&e.word, 0, __ATOMIC_SEQ_CST);
+		/* wait for post i + 1 (one already there ends the wait at once) */
+		while ((v = __atomic_load_n(&e.word, __ATOMIC_SEQ_CST)) <= i)
+			syscall(SYS_futex, &e.word, FUTEX_WAIT_PRIVATE, v, &second);
 	}
 	pthread_join(t, NULL);
 	return 0;
