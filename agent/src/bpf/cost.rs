@@ -13,7 +13,7 @@
 //! and charges every run to the time per run of the latest window. Runs in a
 //! window are charged at that window's own measured time.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -23,7 +23,7 @@ use tracing::{info, warn};
 
 use super::hooks::HookTable;
 use super::load::Loaded;
-use super::stats::prog_info;
+use super::stats::per_hook;
 
 /// Prefix of the `enum sp_probe` members (bpf/slowpath.h): the slot of hook
 /// `sys_enter` is `SP_PROBE_SYS_ENTER`.
@@ -260,20 +260,21 @@ fn enable_stats() -> Result<OwnedFd> {
 /// Each hook's (run_time_ns, run_cnt) summed over its loaded programs, in
 /// table order, as the kernel counts them while statistics are on.
 fn kernel_totals(loaded: &Loaded<'_>) -> Vec<(u64, u64)> {
-    let mut totals = vec![(0u64, 0u64); loaded.table.len()];
-    for prog in loaded.skel.object().progs() {
-        let Ok((idx, _)) = loaded.table.classify(prog.name()) else {
-            continue;
-        };
-        if !prog.autoload() {
-            continue;
-        }
-        if let Some(info) = prog_info(prog.as_fd().as_raw_fd()) {
-            totals[idx].0 += info.run_time_ns;
-            totals[idx].1 += info.run_cnt;
-        }
+    per_hook(loaded, |i| RunTotals(i.run_time_ns, i.run_cnt))
+        .into_iter()
+        .map(|t| t.map_or((0, 0), |RunTotals(ns, n)| (ns, n)))
+        .collect()
+}
+
+/// (run_time_ns, run_cnt), summable.
+#[derive(Default)]
+struct RunTotals(u64, u64);
+
+impl std::ops::AddAssign for RunTotals {
+    fn add_assign(&mut self, other: Self) {
+        self.0 += other.0;
+        self.1 += other.1;
     }
-    totals
 }
 
 /// Sum over the CPUs of slot `slot` of a per-CPU array of `u64`.

@@ -13,30 +13,39 @@ use super::load::Loaded;
 /// `recursion_misses` (kernel 5.12+; 0 before). Each is an event not counted.
 /// Summed per probe, in hook-table order; probes not loaded are left out.
 pub fn recursion_misses(loaded: &Loaded<'_>) -> Vec<(&'static str, u64)> {
-    let table = &loaded.table;
-    let mut out: Vec<(&'static str, u64)> = Vec::new();
+    per_hook(loaded, |i| i.recursion_misses)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(idx, misses)| Some((loaded.table.name(idx), misses?)))
+        .collect()
+}
+
+/// `f` of the `bpf_prog_info` of every loaded program, summed per hook, in
+/// hook-table order; `None` for a hook with no loaded program.
+pub(super) fn per_hook<T: Default + std::ops::AddAssign>(
+    loaded: &Loaded<'_>,
+    f: impl Fn(&libbpf_sys::bpf_prog_info) -> T,
+) -> Vec<Option<T>> {
+    let mut out: Vec<Option<T>> = (0..loaded.table.len()).map(|_| None).collect();
     for prog in loaded.skel.object().progs() {
-        let Ok((idx, _)) = table.classify(prog.name()) else {
+        let Ok((idx, _)) = loaded.table.classify(prog.name()) else {
             continue;
         };
         if !prog.autoload() {
             continue;
         }
-        let probe = table.name(idx);
-        let misses = prog_info(prog.as_fd().as_raw_fd()).map_or(0, |i| i.recursion_misses);
-        match out.iter_mut().find(|(p, _)| *p == probe) {
-            Some((_, n)) => *n += misses,
-            None => out.push((probe, misses)),
+        let sum = out[idx].get_or_insert_with(T::default);
+        if let Some(info) = prog_info(prog.as_fd().as_raw_fd()) {
+            *sum += f(&info);
         }
     }
-    out.sort_by_key(|(p, _)| table.index(p));
     out
 }
 
 /// The kernel's `bpf_prog_info` of the loaded program `fd` (`None` when
 /// the kernel does not give it): `recursion_misses` (5.12+), and
 /// `run_time_ns`/`run_cnt`, which grow only while run-time statistics are on.
-pub(super) fn prog_info(fd: RawFd) -> Option<libbpf_sys::bpf_prog_info> {
+fn prog_info(fd: RawFd) -> Option<libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of_val(&info) as u32;
     // SAFETY: `info` is a zeroed bpf_prog_info and `len` its size, as the
