@@ -142,6 +142,15 @@ struct {
 	__type(value, __u64);
 } probe_runs SEC(".maps");
 
+/* This CPU's combining slot (struct sp_slot). Used once the agent has
+ * checked that it can fold every CPU's slot (slots_on). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sp_slot);
+} sys_slots SEC(".maps");
+
 /* Compaction runs in progress, by tid (begin/end come from the same task). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -293,6 +302,9 @@ const volatile bool count_timed_waits = false;	/* futex, epoll, poll, select */
  * the first counted syscall (and for good when no collector counts
  * syscalls, so sys_enter is not attached). */
 __u64 pt_regs_offset = 0;
+/* Set by the agent once it has folded every CPU's slot (fold_cpu_slot):
+ * until then, and for good where it cannot, sys_enter counts in `procs`. */
+bool slots_on = false;
 
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
  * generates its Rust type (ring buffer records have no map value type). */
@@ -301,14 +313,25 @@ struct sp_cgroup_event sp_cgroup_event_btf_anchor SEC(".bss");
 /* Likewise for every enum of slowpath.h (see struct sp_enums). */
 struct sp_enums sp_enums_btf_anchor SEC(".bss");
 
+/* *ptr += v: atomic on a line other CPUs add to (`shared`: a `procs`
+ * entry), a plain add on this CPU's own combining slot (struct sp_slot).
+ * `shared` is a constant at every use, so one of the two is compiled. */
+#define SP_ADD(shared, ptr, v)                                                 \
+	do {                                                                   \
+		if (shared)                                                    \
+			__sync_fetch_and_add((ptr), (v));                      \
+		else                                                           \
+			*(ptr) += (v);                                         \
+	} while (0)
+
 /* arr[idx] += 1 with a bounds check the verifier can follow: barrier_var()
  * stops the compiler from checking one copy of idx and indexing with another. */
-#define SP_INC_AT(arr, idx)                                                    \
+#define SP_INC_AT(shared, arr, idx)                                            \
 	do {                                                                   \
 		__u32 __i = (idx);                                             \
 		barrier_var(__i);                                              \
 		if (__i < sizeof(arr) / sizeof((arr)[0]))                      \
-			__sync_fetch_and_add(&(arr)[__i], 1);                  \
+			SP_ADD(shared, &(arr)[__i], 1);                        \
 	} while (0)
 
 /* One more run of a program of hook `probe` (enum sp_probe) on this CPU. */
@@ -441,8 +464,10 @@ static __always_inline bool task_btf_in_compat_syscall(struct task_struct *p)
 #endif
 }
 
-/* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`. */
-static __always_inline void count_timeout(struct sp_proc *p, __u32 wait, __u64 rel_ns)
+/* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`
+ * in counters `c` (`shared`: see SP_ADD). */
+static __always_inline void count_timeout(struct sp_counters *c, const bool shared, __u32 wait,
+					  __u64 rel_ns)
 {
 	int b;
 
@@ -455,8 +480,8 @@ static __always_inline void count_timeout(struct sp_proc *p, __u32 wait, __u64 r
 	b = sp_sleep_bucket(rel_ns / SP_NSEC_PER_SEC, rel_ns % SP_NSEC_PER_SEC);
 	if (wait >= SP_WAIT_SYSCALL_COUNT || b < 0)
 		return;
-	SP_INC_AT(p->c.timeout_buckets[wait], b);
-	__sync_fetch_and_add(&p->c.timeout_ns[wait], rel_ns);
+	SP_INC_AT(shared, c->timeout_buckets[wait], b);
+	SP_ADD(shared, &c->timeout_ns[wait], rel_ns);
 }
 
 /* Now on `clock` (enum sp_clock) in ns, or -1 for a clock BPF cannot read. */
@@ -480,8 +505,8 @@ static __always_inline __s64 clock_now_ns(__u32 clock)
  * relative to the clock's time now; a deadline already past counts as 0).
  * `timeval`: the struct holds microseconds (select). Returns -1 when the
  * request is invalid or unreadable (the wait still counts as a call). */
-static __always_inline int timeout_from_user(struct sp_proc *p, __u32 wait, const void *uts,
-					     int abs_clock, bool timeval)
+static __always_inline int timeout_from_user(struct sp_counters *c, const bool shared, __u32 wait,
+					     const void *uts, int abs_clock, bool timeval)
 {
 	struct __kernel_timespec ts;
 	__s64 ns, now;
@@ -508,12 +533,12 @@ static __always_inline int timeout_from_user(struct sp_proc *p, __u32 wait, cons
 		}
 		ns = ns > now ? ns - now : 0;
 	}
-	count_timeout(p, wait, ns);
+	count_timeout(c, shared, wait, ns);
 	return 0;
 }
 
-static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 clock,
-					__u32 mode, const void *rqtp)
+static __always_inline void count_sleep(struct sp_counters *c, const bool shared, __u32 syscall,
+					__u32 clock, __u32 mode, const void *rqtp)
 {
 	__u64 *calls;
 	__u32 slot;
@@ -522,15 +547,15 @@ static __always_inline void count_sleep(struct sp_proc *p, __u32 syscall, __u32 
 		return;
 	if (count_sleep_calls) {
 		/* one flat, bounds-checked index into sleep_calls[syscall][clock][mode] */
-		calls = &p->c.sleep_calls[syscall][0][0];
+		calls = &c->sleep_calls[syscall][0][0];
 		slot = clock * SP_SLEEP_MODE_COUNT + mode;
 		barrier_var(slot);
 		if (slot >= SP_CLOCK_COUNT * SP_SLEEP_MODE_COUNT)
 			return;
-		__sync_fetch_and_add(&calls[slot], 1);
+		SP_ADD(shared, &calls[slot], 1);
 	}
 	/* enum sp_sleep_syscall and enum sp_wait agree on the two sleeps */
-	timeout_from_user(p, syscall, rqtp, mode == SP_SLEEP_ABSOLUTE ? (int)clock : -1, false);
+	timeout_from_user(c, shared, syscall, rqtp, mode == SP_SLEEP_ABSOLUTE ? (int)clock : -1, false);
 }
 
 /* futex(2) ops that wait with a timeout: the deadline's clock (enum sp_clock)
@@ -579,43 +604,43 @@ static __always_inline bool wait_is_timed(struct pt_regs *regs, long id, const b
 }
 
 /* The requested timeout of a timed wait (`wait_is_timed()`). */
-static __always_inline void count_wait(struct sp_proc *p, struct pt_regs *regs, long id,
-				       const bool btf)
+static __always_inline void count_wait(struct sp_counters *c, const bool shared,
+				       struct pt_regs *regs, long id, const bool btf)
 {
 	__s32 ms;
 
 	switch (id) {
 	case SP_NR_futex:
-		timeout_from_user(p, SP_WAIT_FUTEX, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
+		timeout_from_user(c, shared, SP_WAIT_FUTEX, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
 				  futex_timeout_clock(SP_SYSCALL_ARG(btf, regs, 2)), false);
 		break;
 	case SP_NR_futex_waitv:
-		timeout_from_user(p, SP_WAIT_FUTEX, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
+		timeout_from_user(c, shared, SP_WAIT_FUTEX, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
 				  sp_classify_clockid((__s32)SP_SYSCALL_ARG(btf, regs, 5)), false);
 		break;
 	case SP_NR_epoll_wait:
 	case SP_NR_epoll_pwait:
 		ms = (__s32)SP_SYSCALL_ARG(btf, regs, 4);
-		count_timeout(p, SP_WAIT_EPOLL_WAIT, (__u64)ms * 1000000);
+		count_timeout(c, shared, SP_WAIT_EPOLL_WAIT, (__u64)ms * 1000000);
 		break;
 	case SP_NR_epoll_pwait2:
-		timeout_from_user(p, SP_WAIT_EPOLL_WAIT, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
+		timeout_from_user(c, shared, SP_WAIT_EPOLL_WAIT, (const void *)SP_SYSCALL_ARG(btf, regs, 4),
 				  -1, false);
 		break;
 	case SP_NR_poll:
 		ms = (__s32)SP_SYSCALL_ARG(btf, regs, 3);
-		count_timeout(p, SP_WAIT_POLL, (__u64)ms * 1000000);
+		count_timeout(c, shared, SP_WAIT_POLL, (__u64)ms * 1000000);
 		break;
 	case SP_NR_ppoll:
-		timeout_from_user(p, SP_WAIT_POLL, (const void *)SP_SYSCALL_ARG(btf, regs, 3), -1,
+		timeout_from_user(c, shared, SP_WAIT_POLL, (const void *)SP_SYSCALL_ARG(btf, regs, 3), -1,
 				  false);
 		break;
 	case SP_NR_select:
-		timeout_from_user(p, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
+		timeout_from_user(c, shared, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
 				  true);
 		break;
 	case SP_NR_pselect6:
-		timeout_from_user(p, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
+		timeout_from_user(c, shared, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
 				  false);
 		break;
 	}
@@ -724,53 +749,239 @@ static __always_inline __u32 callsite_kind(long id)
 	return SP_CALLSITE_SLEEP; /* sleeps and timed waits */
 }
 
-/* Count one of our syscalls, `id`, entered with user registers `regs` by
- * the current task, of thread group `tgid`; a wait only when
- * `wait_is_timed()`, which the callers check first. */
-static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, __u32 tgid,
-					 const bool btf)
+/* Count one of our syscalls, `id`, entered with user registers `regs`, in
+ * counters `c` (`shared`: see SP_ADD); a wait only when `wait_is_timed()`,
+ * which the callers check first. */
+static __always_inline void count_into(struct sp_counters *c, const bool shared,
+				       struct pt_regs *regs, long id, const bool btf)
 {
-	struct sp_proc *p;
 	__u32 idx;
-
-	p = proc_of(tgid, NULL);
-	if (!p)
-		return 0;
-	if (capture_stacks && stack_due(p))
-		sample_stack(ctx, p, callsite_kind(id), regs);
 
 	switch (id) {
 	case SP_NR_clock_gettime:
 		idx = sp_classify_clockid((__s32)SP_SYSCALL_ARG(btf, regs, 1));
-		SP_INC_AT(p->c.clock_gettime, idx);
+		SP_INC_AT(shared, c->clock_gettime, idx);
 		break;
 	case SP_NR_gettimeofday:
-		__sync_fetch_and_add(&p->c.gettimeofday, 1);
+		SP_ADD(shared, &c->gettimeofday, 1);
 		break;
 	case SP_NR_time:
-		__sync_fetch_and_add(&p->c.time, 1);
+		SP_ADD(shared, &c->time, 1);
 		break;
 	case SP_NR_rt_sigprocmask:
 		idx = sp_classify_sigmask((__s32)SP_SYSCALL_ARG(btf, regs, 1),
 					  SP_SYSCALL_ARG(btf, regs, 2) == 0);
-		SP_INC_AT(p->c.sigprocmask, idx);
+		SP_INC_AT(shared, c->sigprocmask, idx);
 		break;
 	case SP_NR_nanosleep: /* hrtimer_nanosleep(..., CLOCK_MONOTONIC) */
-		count_sleep(p, SP_SLEEP_NANOSLEEP, SP_CLOCK_MONOTONIC, SP_SLEEP_RELATIVE,
+		count_sleep(c, shared, SP_SLEEP_NANOSLEEP, SP_CLOCK_MONOTONIC, SP_SLEEP_RELATIVE,
 			    (const void *)SP_SYSCALL_ARG(btf, regs, 1));
 		break;
 	case SP_NR_clock_nanosleep:
-		count_sleep(p, SP_SLEEP_CLOCK_NANOSLEEP,
+		count_sleep(c, shared, SP_SLEEP_CLOCK_NANOSLEEP,
 			    sp_classify_clockid((__s32)SP_SYSCALL_ARG(btf, regs, 1)),
 			    (SP_SYSCALL_ARG(btf, regs, 2) & SP_TIMER_ABSTIME) ? SP_SLEEP_ABSOLUTE
 									      : SP_SLEEP_RELATIVE,
 			    (const void *)SP_SYSCALL_ARG(btf, regs, 3));
 		break;
 	default:
-		count_wait(p, regs, id, btf);
+		count_wait(c, shared, regs, id, btf);
 		break;
 	}
+}
+
+/* Count one of our syscalls in the `procs` entry of thread group `tgid`,
+ * with atomic adds: the path of raw_tp and fentry programs, of the doctor
+ * (which samples stacks per entry), and of a slot that cannot be taken. */
+static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long id, __u32 tgid,
+					 const bool btf)
+{
+	struct sp_proc *p;
+
+	p = proc_of(tgid, NULL);
+	if (!p)
+		return 0;
+	if (capture_stacks && stack_due(p))
+		sample_stack(ctx, p, callsite_kind(id), regs);
+	count_into(&p->c, true, regs, id, btf);
 	return 0;
+}
+
+/* ---- per-CPU combining slots ------------------------------------------- */
+
+/* The counters a slot holds (those sys_enter counts): struct sp_counters up
+ * to timer_wakeups, as __u64 words. */
+#define SP_SLOT_WORDS (__builtin_offsetof(struct sp_counters, timer_wakeups) / sizeof(__u64))
+
+/* Send the counts of slot `s`, whose image has no live entry any more, as
+ * a SP_EVENT_LATE record. False when the ring buffer is full. */
+static __always_inline bool slot_send_late(struct sp_slot *s)
+{
+	struct sp_proc_event *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
+	__u32 zero = 0;
+	struct sp_proc *tmpl;
+
+	if (!e)
+		return false;
+	/* the template's counters are all zero (see proc_scratch) */
+	tmpl = bpf_map_lookup_elem(&proc_scratch, &zero);
+	if (!tmpl) {
+		bpf_ringbuf_discard(e, 0);
+		return false;
+	}
+	bpf_probe_read_kernel(&e->proc, sizeof(e->proc), tmpl);
+	bpf_probe_read_kernel(&e->proc.c, SP_SLOT_WORDS * sizeof(__u64), &s->c);
+	bpf_probe_read_kernel(e->proc.comm, sizeof(e->proc.comm), s->comm);
+	e->tgid = s->tgid;
+	e->kind = SP_EVENT_LATE;
+	e->proc.start_boottime_ns = s->start_boottime_ns;
+	e->proc.exec_id = s->exec_id;
+	e->proc.cgroup_id = s->cgroup_id;
+	e->proc.flags = 0;
+	e->proc.tgid = s->tgid;
+	bpf_ringbuf_submit(e, ring_wakeup(&proc_events));
+	bpf_probe_read_kernel(&s->c, SP_SLOT_WORDS * sizeof(__u64), &tmpl->c);
+	return true;
+}
+
+/* Move the counts of slot `s` to its image's entry, with atomic adds of the
+ * words that are not zero (an image counts a few kinds of syscalls: a few
+ * adds), or, when that entry is gone, flagged or another image's, to a late
+ * record. The caller holds s->busy. False when nothing could move (the ring
+ * buffer is full): the counts stay, the slot keeps its owner. */
+static __noinline bool slot_fold(struct sp_slot *s)
+{
+	struct sp_proc *p;
+	__u32 tgid;
+	__u64 v;
+
+	if (!s || !s->pending)
+		return true;
+	tgid = s->tgid;
+	p = bpf_map_lookup_elem(&procs, &tgid);
+	if (p && !(p->flags & SP_PROC_EXITED) && p->start_boottime_ns == s->start_boottime_ns &&
+	    p->exec_id == s->exec_id) {
+		__u64 *from = (__u64 *)&s->c, *to = (__u64 *)&p->c;
+
+#pragma unroll
+		for (int i = 0; i < SP_SLOT_WORDS; i++) {
+			v = from[i];
+			if (v) {
+				__sync_fetch_and_add(&to[i], v);
+				from[i] = 0;
+			}
+		}
+	} else if (!slot_send_late(s)) {
+		return false;
+	}
+	s->pending = 0;
+	return true;
+}
+
+/* What slot_take() did. */
+enum sp_take {
+	SP_TAKEN = 0,	   /* the slot is the current image's */
+	SP_TAKE_ENTRY = 1, /* not taken: count in the image's entry */
+	SP_TAKE_LOST = 2,  /* no entry could be made: the event is counted as lost */
+};
+
+/* Give slot `s` to the current image (thread group `tgid`, its leader's
+ * start and exec id): fold what it holds, find or create the image's
+ * entry. Not taken when the fold could not move the counts or when the
+ * entry under `tgid` is another image's (only after an exec whose split did
+ * not fit the ring buffer). The caller holds s->busy. */
+static __noinline int slot_take(struct sp_slot *s, __u32 tgid, __u64 start, __u64 exec_id)
+{
+	struct sp_proc *p;
+
+	if (!s || !slot_fold(s))
+		return SP_TAKE_ENTRY;
+	p = proc_of(tgid, NULL);
+	if (!p)
+		return SP_TAKE_LOST; /* proc_create() counted it */
+	if (p->start_boottime_ns != start || p->exec_id != exec_id)
+		return SP_TAKE_ENTRY;
+	s->tgid = tgid;
+	s->start_boottime_ns = start;
+	s->exec_id = exec_id;
+	s->cgroup_id = p->cgroup_id;
+	__builtin_memcpy(s->comm, p->comm, sizeof(s->comm));
+	return SP_TAKEN;
+}
+
+/* Count one of our syscalls of the current task `task` (a BTF pointer) in
+ * this CPU's slot: while the same image keeps counting on this CPU, a few
+ * plain adds with no map lookup beyond the slot's (inlined on 6.10+) and no
+ * locked instruction. Only where the program cannot be preempted: tp_btf
+ * sys_enter (the kernel disables preemption around tracepoint programs;
+ * fentry programs run preemptible). s->busy keeps the fold program, which
+ * the agent runs on this CPU in an interrupt, off a slot being changed. */
+static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, long id,
+					      struct task_struct *task)
+{
+	struct task_struct *leader = task->group_leader;
+	__u64 start = leader->start_boottime;
+	__u64 exec_id = leader->self_exec_id;
+	__u32 tgid = task->tgid, zero = 0;
+	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
+	int took = SP_TAKEN;
+
+	if (!s || s->busy)
+		return count_syscall(ctx, regs, id, tgid, true);
+	s->busy = 1;
+	barrier();
+	if (s->tgid != tgid || s->start_boottime_ns != start || s->exec_id != exec_id)
+		took = slot_take(s, tgid, start, exec_id);
+	if (took == SP_TAKEN) {
+		count_into(&s->c, false, regs, id, true);
+		s->pending += 1;
+	}
+	barrier();
+	s->busy = 0;
+	if (took == SP_TAKE_ENTRY)
+		return count_syscall(ctx, regs, id, tgid, true);
+	return 0;
+}
+
+/* Fold this CPU's slot (the caller is not preemptible): at an exit or exec
+ * on this CPU, so that the final record carries the counts made here. */
+static __always_inline void slot_fold_here(void)
+{
+	__u32 zero = 0;
+	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
+
+	if (!s || s->busy)
+		return;
+	s->busy = 1;
+	barrier();
+	slot_fold(s);
+	barrier();
+	s->busy = 0;
+}
+
+/* Run by the agent on every CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU:
+ * in an interrupt on that CPU, or here with preemption off when it is the
+ * agent's own) before it reads `procs`, so that a read sees every event
+ * counted before it. Returns 0 when folded, 1 when the slot is busy (a
+ * program on that CPU is changing it: the agent tries again), 2 when the
+ * ring buffer had no room for a late record (the counts wait in the slot). */
+SEC("raw_tp")
+int fold_cpu_slot(void *ctx)
+{
+	__u32 zero = 0;
+	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
+	bool folded;
+
+	if (!s)
+		return 0;
+	if (s->busy)
+		return 1;
+	s->busy = 1;
+	barrier();
+	folded = slot_fold(s);
+	barrier();
+	s->busy = 0;
+	return folded ? 0 : 2;
 }
 
 /* Whether syscall `id` is one of ours and its group is switched on. */
@@ -814,7 +1025,9 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 		task = bpf_get_current_task_btf();
 		if (task_btf_in_compat_syscall(task))
 			return 0;
-		return count_syscall(ctx, regs, id, task->tgid, true);
+		if (capture_stacks || !slots_on)
+			return count_syscall(ctx, regs, id, task->tgid, true);
+		return count_syscall_slot(ctx, regs, id, task);
 	}
 	/* raw_tp cannot dereference the task: probe reads, and the tgid from
 	 * bpf_get_current_pid_tgid() (one call, cheaper than a probe read) */
@@ -1150,7 +1363,7 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	proc = proc_of(tgid, p); /* counts a full table as lost */
 	if (!proc)
 		return 0;
-	SP_INC_AT(proc->c.timer_wakeups, wait);
+	SP_INC_AT(true, proc->c.timer_wakeups, wait);
 	timer_window(proc);
 	return 0;
 }
@@ -1416,6 +1629,7 @@ static __always_inline int on_process_exit(struct task_struct *task)
 	 * means this was the last thread of the group. */
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
 		return 0;
+	slot_fold_here();
 	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXIT);
 	return 0;
 }
@@ -1436,6 +1650,7 @@ int BPF_PROG(sched_process_exit_raw, struct task_struct *task)
 
 static __always_inline int on_process_exec(struct task_struct *task)
 {
+	slot_fold_here();
 	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXEC);
 	return 0;
 }

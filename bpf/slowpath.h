@@ -192,6 +192,25 @@ enum sp_proc_key {
 };
 #define SP_PARKED_KEY_BASE (1u << SP_PARKED_KEY_SHIFT)
 
+/* A CPU's combining slot (`sys_slots`, one per CPU): the syscall counters
+ * of the process image that last counted on this CPU, added without atomics
+ * and without a `procs` lookup while the same image keeps counting here. They
+ * move to the image's entry (or, when it is gone, to a SP_EVENT_LATE record)
+ * when another image takes the slot, when the image exits or execs on this
+ * CPU, and before every read of `procs` by the agent, which runs the fold
+ * program on each CPU (fold_cpu_slot). Only the counters up to
+ * `timer_wakeups` (the ones sys_enter counts) are ever non-zero here. */
+struct sp_slot {
+	__u32 tgid;  /* owner's thread group; 0: none */
+	__u32 busy;  /* non-zero while a program on this CPU changes the slot */
+	__u64 start_boottime_ns; /* owner's group leader start: with exec_id, */
+	__u64 exec_id;		 /* the identity of the image (as in sp_proc) */
+	__u64 cgroup_id;	 /* the owner entry's, for a late record */
+	__u64 pending;		 /* events counted since the last fold */
+	char comm[16];		 /* the owner entry's, for a late record */
+	struct sp_counters c;
+};
+
 /* What a sampled call site was doing (callsites map key). */
 enum sp_callsite_kind {
 	SP_CALLSITE_CLOCK = 0,	   /* clock_gettime, gettimeofday, time */
@@ -244,10 +263,15 @@ struct sp_stack_copy {
 enum sp_proc_event_kind {
 	SP_EVENT_EXIT = 1, /* the whole thread group exited */
 	SP_EVENT_EXEC = 2, /* the group exec'd: counts so far belong to the old image */
+	/* Counts of an image that is gone (exited, exec'd, or its entry parked
+	 * or swept), found later in a CPU's combining slot (struct sp_slot):
+	 * they add to that image's final counts. Sent any number of times. */
+	SP_EVENT_LATE = 3,
 };
 
 /* Ring buffer record: the final counts of a process image, sent once when
- * it exits or execs, before its `procs` entry is deleted. */
+ * it exits or execs, before its `procs` entry is deleted; or its late
+ * counts (SP_EVENT_LATE), whose record holds the syscall counters only. */
 struct sp_proc_event {
 	__u32 tgid;
 	__u32 kind; /* enum sp_proc_event_kind */

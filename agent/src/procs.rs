@@ -27,7 +27,9 @@ use anyhow::{Context, Result};
 use libbpf_rs::{MapCore, MapFlags};
 use tracing::debug;
 
-use crate::bpf::types::{sp_counters, sp_proc, sp_proc_event, sp_proc_flag, sp_proc_key};
+use crate::bpf::types::{
+    sp_counters, sp_proc, sp_proc_event, sp_proc_event_kind, sp_proc_flag, sp_proc_key,
+};
 use crate::labels::cgroup::CgroupResolver;
 use crate::snapshot::{comm_to_string, Cgroup, SeriesKey};
 
@@ -146,10 +148,12 @@ pub struct Aggregator {
     /// Series key of each image seen live and not yet retired, so its
     /// record gets the same key even if its cgroup is removed meanwhile.
     keys: HashMap<ImageId, SeriesKey>,
-    /// Images whose final record was folded recently. The kernel deletes an
-    /// entry just after submitting its record, so a table read can still see
-    /// an entry whose record a drain already folded: skip those.
-    recently_retired: HashMap<ImageId, Instant>,
+    /// Images whose final record was folded recently, with their series.
+    /// The kernel deletes an entry just after submitting its record, so a
+    /// table read can still see an entry whose record a drain already
+    /// folded: skip those. Their late counts (`SP_EVENT_LATE`) join the
+    /// same series.
+    recently_retired: HashMap<ImageId, (Instant, SeriesKey)>,
     /// Images folded into an over-the-limit series, by [`Limit`].
     folded: [u64; 2],
     clk_tck: u64,
@@ -192,14 +196,19 @@ impl Aggregator {
         if let Some(key) = self.keys.get(&id) {
             return key.clone();
         }
+        let key = self.new_key(tgid, p);
+        self.keys.insert(id, key.clone());
+        key
+    }
+
+    /// The series an image not seen before goes to, by its comm and cgroup.
+    fn new_key(&mut self, tgid: u32, p: &sp_proc) -> SeriesKey {
         let key = SeriesKey {
             comm: comm_to_string(&p.comm),
             cgroup: self.cgroup(p.cgroup_id),
             pid: self.pid_label.then_some(tgid),
         };
-        let key = self.admit(key);
-        self.keys.insert(id, key.clone());
-        key
+        self.admit(key)
     }
 
     /// `key` if it is kept or fits the limits (then it is kept from now
@@ -267,13 +276,36 @@ impl Aggregator {
     /// (a recycled pid) while a table read folds it too.
     fn retire(&mut self, tgid: u32, p: &sp_proc) {
         let id = image_id(tgid, p);
-        if self.recently_retired.insert(id, Instant::now()).is_some() {
+        if self.recently_retired.contains_key(&id) {
             return;
         }
         let key = self.key_for(tgid, p);
-        self.keys.remove(&image_id(tgid, p));
-        if let Some(state) = self.series.get_mut(&key) {
-            add_counters(&mut state.retired, &p.c);
+        self.keys.remove(&id);
+        self.recently_retired
+            .insert(id, (Instant::now(), key.clone()));
+        self.add_retired(&key, &p.c);
+    }
+
+    /// Add the late counts of an image that is gone (`SP_EVENT_LATE`: the
+    /// kernel found them in a CPU's combining slot after the image's entry
+    /// went) to its series: the one it retired into, the one it still has
+    /// (its flagged entry not folded yet), or the one its comm and cgroup
+    /// name. Every late record counts: they are disjoint.
+    fn add_late(&mut self, tgid: u32, p: &sp_proc) {
+        let id = image_id(tgid, p);
+        let known = (self.recently_retired.get(&id).map(|(_, key)| key))
+            .or_else(|| self.keys.get(&id))
+            .cloned();
+        let key = match known {
+            Some(key) => key,
+            None => self.new_key(tgid, p),
+        };
+        self.add_retired(&key, &p.c);
+    }
+
+    fn add_retired(&mut self, key: &SeriesKey, c: &sp_counters) {
+        if let Some(state) = self.series.get_mut(key) {
+            add_counters(&mut state.retired, c);
             state.changed = Instant::now();
         }
     }
@@ -296,10 +328,14 @@ impl Aggregator {
         let records = std::mem::take(&mut *pending.borrow_mut());
         let now = Instant::now();
         for event in &records {
-            self.retire(event.tgid, &event.proc);
+            if event.kind == sp_proc_event_kind::SP_EVENT_LATE.0 {
+                self.add_late(event.tgid, &event.proc);
+            } else {
+                self.retire(event.tgid, &event.proc);
+            }
         }
         self.recently_retired
-            .retain(|_, at| now.duration_since(*at) < RECENT_RETIREMENT);
+            .retain(|_, (at, _)| now.duration_since(*at) < RECENT_RETIREMENT);
     }
 
     /// Fold and delete the entries the kernel flagged as exited (their exit

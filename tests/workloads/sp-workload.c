@@ -15,6 +15,12 @@
  *   cputime N             N libc clock_gettime of PROCESS_CPUTIME, THREAD_CPUTIME
  *                         and a pthread_getcpuclockid() clock (N each)
  *   threads T N           T threads, each N raw clock_gettime(MONOTONIC)
+ *   clock-yield N         N raw clock_gettime(MONOTONIC), each followed by
+ *                         sched_yield(): processes sharing a CPU take turns
+ *   exec-split N M PATH   N raw clock_gettime(MONOTONIC) on each CPU (one thread
+ *                         pinned to each of the first two), then execv PATH
+ *                         (this binary under another name) as
+ *                         "PATH clock-raw M": the same process, a new image
  *   context N             N getcontext()+setcontext() pairs (the Ruby case)
  *   getcontext N          N getcontext() alone: one rt_sigprocmask query each
  *   sigsetjmp N           N sigsetjmp(env, 1)+siglongjmp() pairs: the saved mask
@@ -117,6 +123,40 @@ static int run_threads(long threads, long n)
 	for (long i = 0; i < threads; i++)
 		pthread_join(tids[i], NULL);
 	return 0;
+}
+
+/* A thread of exec-split: n raw clock reads pinned to one CPU. */
+struct pinned {
+	long n;
+	int cpu;
+};
+
+static void *pinned_main(void *arg)
+{
+	struct pinned *p = arg;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set); /* best effort on 1 CPU */
+	raw_clock_loop(p->n, CLOCK_MONOTONIC);
+	return NULL;
+}
+
+static int run_exec_split(long n, long m, const char *path)
+{
+	struct pinned a = {n, 0}, b = {n, 1};
+	char count[32];
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, pinned_main, &b) != 0)
+		return 1;
+	pinned_main(&a);
+	pthread_join(t, NULL);
+	snprintf(count, sizeof(count), "%ld", m);
+	execl(path, path, "clock-raw", count, (char *)NULL);
+	perror("sp-workload: execl");
+	return 1;
 }
 
 static int run_cputime(long n)
@@ -589,6 +629,15 @@ int main(int argc, char **argv)
 		raw_clock_loop(n, argc > 3 ? (clockid_t)m : CLOCK_MONOTONIC);
 		return 0;
 	}
+	if (!strcmp(mode, "clock-yield")) {
+		for (long i = 0; i < n; i++) {
+			syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+			sched_yield();
+		}
+		return 0;
+	}
+	if (!strcmp(mode, "exec-split") && argc > 4)
+		return run_exec_split(n, m, argv[4]);
 	if (!strcmp(mode, "gettimeofday-libc")) {
 		for (long i = 0; i < n; i++)
 			gettimeofday(&tv, NULL);

@@ -226,6 +226,9 @@ fn size_stack_tables(open: &mut OpenSlowpathSkel<'_>, capture_stacks: bool) -> R
 /// signal switched off) are not loaded either.
 fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) {
     for mut prog in open.open_object_mut().progs_mut() {
+        if prog.name() == super::slots::FOLD_PROGRAM {
+            continue; // run, never attached: always loaded
+        }
         let wanted = search.table().classify(prog.name()).ok();
         prog.set_autoload(wanted.is_some_and(|(idx, attach_type)| search.wants(idx, attach_type)));
     }

@@ -20,7 +20,8 @@
 //! names), `btf` (the kernel's BTF), `plan` (attach plans, pure), `load`
 //! (shaping and loading the object), `attach`, `libbpf_log` (reading
 //! libbpf's messages), `stats` (what the kernel counts about the programs),
-//! `cost` (the programs' own runs and in-kernel time, per hook),
+//! `cost` (the programs' own runs and in-kernel time, per hook), `slots`
+//! (the per-CPU combining slots of the syscall counters and their fold),
 //! `check` (the object against a setup, in the unit tests), `fault`
 //! (test-only fault injection, with the cargo feature `fault-injection`).
 
@@ -39,6 +40,7 @@ mod hooks;
 mod libbpf_log;
 mod load;
 mod plan;
+mod slots;
 mod stats;
 
 mod skel {
@@ -72,6 +74,7 @@ pub use check::check_object;
 pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
 pub use load::{load, LoadOptions, Loaded, ObjectStorage};
+pub use slots::{enable_slots, fold_slots};
 pub use stats::recursion_misses;
 
 /// Where the kernel exposes its own BTF.

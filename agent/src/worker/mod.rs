@@ -199,7 +199,10 @@ fn start<'obj>(
 ) -> Result<(bpf::Loaded<'obj>, Rings, Ready)> {
     let loaded = bpf::load(storage, &opts.load, &kernel, &btf);
     drop(btf); // megabytes, needed only to plan the load
-    let loaded = loaded?;
+    let mut loaded = loaded?;
+    if !opts.load.capture_stacks {
+        bpf::enable_slots(&mut loaded);
+    }
     let pending: PendingRecords = Rc::new(RefCell::new(Vec::new()));
     let new_cgroups: PendingCgroups = Rc::new(RefCell::new(Vec::new()));
     let (ring, waiter) = open_rings(&loaded, &pending, &new_cgroups, doorbell)?;

@@ -145,6 +145,7 @@ impl Loop {
         if now < self.next_sweep {
             return;
         }
+        bpf::fold_slots(loaded);
         match self.agg.sweep_dead(&loaded.skel.maps.procs) {
             Ok(0) => {}
             Ok(n) => info!(
@@ -192,6 +193,7 @@ impl Loop {
         if let Some(pods) = &opts.pods {
             drop_deleted_pods(&mut self.agg, pods);
         }
+        bpf::fold_slots(loaded);
         let refreshed = self.agg.refresh(
             &loaded.skel.maps.procs,
             || rings.ring.consume().map_err(Into::into),
@@ -224,8 +226,10 @@ struct View<'a, 'obj> {
 
 impl KernelView for View<'_, '_> {
     fn own_counters(&self) -> Option<types::sp_counters> {
-        self.sys_enter_attached
-            .then(|| own_counters(&self.loaded.skel.maps.procs, std::process::id()))
+        self.sys_enter_attached.then(|| {
+            bpf::fold_slots(self.loaded);
+            own_counters(&self.loaded.skel.maps.procs, std::process::id())
+        })
     }
 }
 

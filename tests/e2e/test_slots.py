@@ -1,0 +1,71 @@
+"""Exact counts where the per-CPU combining slots of the syscall counters
+change hands (struct sp_slot in bpf/slowpath.h): processes taking turns on
+one CPU, a process whose threads counted on every CPU exiting on one of
+them, an exec whose old image still has counts in another CPU's slot. Only
+the tp_btf sys_enter program uses the slots; under raw_tp the same cases
+check the plain path. The oracle is strace -c (each workload's own calls)."""
+
+import os
+import subprocess
+
+from conftest import run_workload, strace_counts
+
+CLOCK = "slowpath_clock_syscalls_total"
+
+
+def clock_calls(scrape, pid, comm="sp-workload"):
+    return scrape.value(CLOCK, comm=comm, pid=pid)
+
+
+def test_slots_are_switched_on_after_a_fold_of_every_cpu(agent):
+    # the agent switches them on only after running the fold on every CPU;
+    # only the tp_btf program counts in them, but they are on either way
+    assert "per-CPU combining slots on" in agent.log_text()
+
+
+def test_processes_taking_turns_on_one_cpu_count_exactly(agent, workload_bin, tmp_path):
+    """Three processes on CPU 0, each yielding after every clock read: the
+    slot changes owner on nearly every call and folds each time."""
+    n = 20_000
+    procs = []
+    for i in range(3):
+        cmd = ["taskset", "-c", "0", "strace", "-f", "-c", "-o", str(tmp_path / f"st{i}"),
+               str(workload_bin), "clock-yield", str(n)]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+    pids = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        pids.append(int(out.split("pid=")[1].split()[0]))
+    scrape = agent.scrape()
+    for i, pid in enumerate(pids):
+        assert strace_counts((tmp_path / f"st{i}").read_text())["clock_gettime"] == n
+        assert clock_calls(scrape, pid) == n, pid
+
+
+def test_counts_left_on_other_cpus_reach_the_exited_process(agent, workload_bin):
+    """Threads on every CPU, then the process exits on one: what the other
+    CPUs' slots still hold arrives after the exit record (a late record)
+    and joins the same series. Repeated, so that some exits race the fold."""
+    for _ in range(5):
+        pid = run_workload(workload_bin, "threads", os.cpu_count() * 2, 10_000)
+        assert clock_calls(agent.scrape(), pid) == os.cpu_count() * 2 * 10_000
+
+
+def test_exec_splits_counts_between_images(agent, workload_bin, tmp_path):
+    """2 x N calls on two CPUs by the first image, then M by the image it
+    execs (named sp-after-exec, so its series differs): each image keeps
+    exactly its own, though the old image's last counts sit in a slot of
+    another CPU when the new one starts."""
+    n, m = 30_000, 7_000
+    renamed = tmp_path / "sp-after-exec"
+    renamed.symlink_to(workload_bin)
+    out = subprocess.run(
+        ["strace", "-f", "-c", "-o", str(tmp_path / "st"), str(workload_bin), "exec-split", str(n),
+         str(m), str(renamed)],
+        check=True, capture_output=True, text=True).stdout
+    pid = int(out.split("pid=")[1].split()[0])
+    assert strace_counts((tmp_path / "st").read_text())["clock_gettime"] == 2 * n + m
+    scrape = agent.scrape()
+    assert clock_calls(scrape, pid) == 2 * n
+    assert clock_calls(scrape, pid, comm="sp-after-exec") == m
