@@ -813,6 +813,89 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
  * to timer_wakeups, as __u64 words. */
 #define SP_SLOT_WORDS (__builtin_offsetof(struct sp_counters, timer_wakeups) / sizeof(__u64))
 
+/* Groups of slot counters, one bit each in sp_slot.dirty: a fold visits
+ * only the groups an image touched (a clock-reading process: 14 words, not
+ * all SP_SLOT_WORDS). */
+enum sp_dirty {
+	SP_DIRTY_CLOCK = 1 << 0,	 /* clock_gettime[] */
+	SP_DIRTY_TOD = 1 << 1,		 /* gettimeofday, time */
+	SP_DIRTY_SIGMASK = 1 << 2,	 /* sigprocmask[] */
+	SP_DIRTY_SLEEP_CALLS = 1 << 3, /* sleep_calls[0..1], SP_DIRTY_SLEEP_CALLS << syscall */
+	SP_DIRTY_TIMEOUTS = 1 << 5,	 /* timeout_buckets[w], SP_DIRTY_TIMEOUTS << w, and timeout_ns[] */
+};
+
+/* The dirty groups of syscall `id` (what count_into() may add to). */
+static __always_inline __u64 slot_dirty_bits(long id)
+{
+	switch (id) {
+	case SP_NR_clock_gettime:
+		return SP_DIRTY_CLOCK;
+	case SP_NR_gettimeofday:
+	case SP_NR_time:
+		return SP_DIRTY_TOD;
+	case SP_NR_rt_sigprocmask:
+		return SP_DIRTY_SIGMASK;
+	case SP_NR_nanosleep:
+		return (SP_DIRTY_SLEEP_CALLS << SP_SLEEP_NANOSLEEP) |
+		       (SP_DIRTY_TIMEOUTS << SP_WAIT_NANOSLEEP);
+	case SP_NR_clock_nanosleep:
+		return (SP_DIRTY_SLEEP_CALLS << SP_SLEEP_CLOCK_NANOSLEEP) |
+		       (SP_DIRTY_TIMEOUTS << SP_WAIT_CLOCK_NANOSLEEP);
+	case SP_NR_futex:
+	case SP_NR_futex_waitv:
+		return SP_DIRTY_TIMEOUTS << SP_WAIT_FUTEX;
+	case SP_NR_epoll_wait:
+	case SP_NR_epoll_pwait:
+	case SP_NR_epoll_pwait2:
+		return SP_DIRTY_TIMEOUTS << SP_WAIT_EPOLL_WAIT;
+	case SP_NR_poll:
+	case SP_NR_ppoll:
+		return SP_DIRTY_TIMEOUTS << SP_WAIT_POLL;
+	}
+	return SP_DIRTY_TIMEOUTS << SP_WAIT_SELECT; /* select, pselect6 */
+}
+
+/* Add the non-zero words of `from` to `to` (atomic: other CPUs add there
+ * too) and zero them; `n` is a constant, so the loop unrolls. */
+#define SP_FOLD_WORDS(from, to, n)                                             \
+	do {                                                                   \
+		__u64 *__f = (__u64 *)(from), *__t = (__u64 *)(to), __v;       \
+		_Pragma("unroll") for (int __i = 0; __i < (n); __i++)          \
+		{                                                              \
+			__v = __f[__i];                                        \
+			if (__v) {                                             \
+				__sync_fetch_and_add(&__t[__i], __v);          \
+				__f[__i] = 0;                                  \
+			}                                                      \
+		}                                                              \
+	} while (0)
+#define SP_WORDS(field) (sizeof(field) / sizeof(__u64))
+
+/* Fold the groups `dirty` names from counters `from` into `to`. */
+static __always_inline void fold_dirty(struct sp_counters *from, struct sp_counters *to,
+				       __u64 dirty)
+{
+	if (dirty & SP_DIRTY_CLOCK)
+		SP_FOLD_WORDS(from->clock_gettime, to->clock_gettime, SP_WORDS(from->clock_gettime));
+	if (dirty & SP_DIRTY_TOD) {
+		SP_FOLD_WORDS(&from->gettimeofday, &to->gettimeofday, 1);
+		SP_FOLD_WORDS(&from->time, &to->time, 1);
+	}
+	if (dirty & SP_DIRTY_SIGMASK)
+		SP_FOLD_WORDS(from->sigprocmask, to->sigprocmask, SP_WORDS(from->sigprocmask));
+	if (dirty & (SP_DIRTY_SLEEP_CALLS << SP_SLEEP_NANOSLEEP))
+		SP_FOLD_WORDS(from->sleep_calls[0], to->sleep_calls[0], SP_WORDS(from->sleep_calls[0]));
+	if (dirty & (SP_DIRTY_SLEEP_CALLS << SP_SLEEP_CLOCK_NANOSLEEP))
+		SP_FOLD_WORDS(from->sleep_calls[1], to->sleep_calls[1], SP_WORDS(from->sleep_calls[1]));
+#pragma unroll
+	for (int w = 0; w < SP_WAIT_SYSCALL_COUNT; w++)
+		if (dirty & (SP_DIRTY_TIMEOUTS << w))
+			SP_FOLD_WORDS(from->timeout_buckets[w], to->timeout_buckets[w],
+				      SP_WORDS(from->timeout_buckets[w]));
+	if (dirty & (((SP_DIRTY_TIMEOUTS << SP_WAIT_SYSCALL_COUNT) - 1) & ~(SP_DIRTY_TIMEOUTS - 1)))
+		SP_FOLD_WORDS(from->timeout_ns, to->timeout_ns, SP_WORDS(from->timeout_ns));
+}
+
 /* Send the counts of slot `s`, whose image has no live entry any more, as
  * a SP_EVENT_LATE record. False when the ring buffer is full. */
 static __always_inline bool slot_send_late(struct sp_slot *s)
@@ -845,36 +928,26 @@ static __always_inline bool slot_send_late(struct sp_slot *s)
 }
 
 /* Move the counts of slot `s` to its image's entry, with atomic adds of the
- * words that are not zero (an image counts a few kinds of syscalls: a few
- * adds), or, when that entry is gone, flagged or another image's, to a late
- * record. The caller holds s->busy. False when nothing could move (the ring
+ * words that are not zero in the groups it touched (an image counts a few
+ * kinds of syscalls: a few adds), or, when that entry is gone, flagged or
+ * another image's, to a late record. The caller holds s->busy. False when nothing could move (the ring
  * buffer is full): the counts stay, the slot keeps its owner. */
 static __noinline bool slot_fold(struct sp_slot *s)
 {
 	struct sp_proc *p;
 	__u32 tgid;
-	__u64 v;
 
 	if (!s || !s->pending)
 		return true;
 	tgid = s->tgid;
 	p = bpf_map_lookup_elem(&procs, &tgid);
 	if (p && !(p->flags & SP_PROC_EXITED) && p->start_boottime_ns == s->start_boottime_ns &&
-	    p->exec_id == s->exec_id) {
-		__u64 *from = (__u64 *)&s->c, *to = (__u64 *)&p->c;
-
-#pragma unroll
-		for (int i = 0; i < SP_SLOT_WORDS; i++) {
-			v = from[i];
-			if (v) {
-				__sync_fetch_and_add(&to[i], v);
-				from[i] = 0;
-			}
-		}
-	} else if (!slot_send_late(s)) {
+	    p->exec_id == s->exec_id)
+		fold_dirty(&s->c, &p->c, s->dirty);
+	else if (!slot_send_late(s))
 		return false;
-	}
 	s->pending = 0;
+	s->dirty = 0;
 	return true;
 }
 
@@ -909,6 +982,19 @@ static __noinline int slot_take(struct sp_slot *s, __u32 tgid, __u64 start, __u6
 	return SP_TAKEN;
 }
 
+/* Whether another image's call should take slot `s`. Taking costs a fold
+ * and a second `procs` lookup, worth it when images keep the CPU for more
+ * than a call each. Where they take turns call by call (processes that each
+ * make one timed wait and block), the owner has counted a single call since
+ * it took the slot: then only every SP_TAKE_EVERY-th such call takes it, the
+ * others count in their entry (the cost without slots, plus a few loads). */
+#define SP_TAKE_EVERY 8
+static __always_inline bool slot_worth_taking(struct sp_slot *s)
+{
+	s->misses += 1;
+	return s->pending > 1 || (s->misses % SP_TAKE_EVERY) == 0;
+}
+
 /* Count one of our syscalls of the current task `task` (a BTF pointer) in
  * this CPU's slot: while the same image keeps counting on this CPU, a few
  * plain adds with no map lookup beyond the slot's (inlined on 6.10+) and no
@@ -931,10 +1017,11 @@ static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, l
 	s->busy = 1;
 	barrier();
 	if (s->tgid != tgid || s->start_boottime_ns != start || s->exec_id != exec_id)
-		took = slot_take(s, tgid, start, exec_id);
+		took = slot_worth_taking(s) ? slot_take(s, tgid, start, exec_id) : SP_TAKE_ENTRY;
 	if (took == SP_TAKEN) {
 		count_into(&s->c, false, regs, id, true);
 		s->pending += 1;
+		s->dirty |= slot_dirty_bits(id);
 	}
 	barrier();
 	s->busy = 0;

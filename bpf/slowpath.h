@@ -207,6 +207,8 @@ struct sp_slot {
 	__u64 exec_id;		 /* the identity of the image (as in sp_proc) */
 	__u64 cgroup_id;	 /* the owner entry's, for a late record */
 	__u64 pending;		 /* events counted since the last fold */
+	__u64 dirty;		 /* groups of counters touched since then (SP_DIRTY_* in slowpath.bpf.c) */
+	__u64 misses;		 /* calls of other images that found the slot taken */
 	char comm[16];		 /* the owner entry's, for a late record */
 	struct sp_counters c;
 };

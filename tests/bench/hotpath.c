@@ -10,6 +10,13 @@
  *                                  and one timer wakeup (sched_waking)
  *   hotpath clock N                N raw syscall(SYS_clock_gettime): the
  *                                  traced syscall the vDSO would otherwise hide
+ *   hotpath turns PROCS N          PROCS processes on CPU 0, each N times a raw
+ *                                  clock_gettime then sched_yield(): the
+ *                                  processes take turns, so nearly every
+ *                                  counted call finds the CPU's combining slot
+ *                                  another process's (the worst case of the
+ *                                  slots); half the sys_enter runs are the
+ *                                  untraced sched_yield
  *   hotpath stats                  keep the kernel's BPF run-time statistics
  *                                  on (BPF_ENABLE_STATS, 5.8+) until SIGTERM:
  *                                  the kernel counts while any such descriptor
@@ -23,11 +30,13 @@
 #include <linux/bpf.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +80,32 @@ int main(int argc, char **argv)
 		printf("calls %ld\n", n_calls);
 		return 0;
 	}
+	if (argc == 4 && !strcmp(argv[1], "turns")) {
+		int procs = atoi(argv[2]);
+		cpu_set_t set;
+
+		n_calls = atol(argv[3]);
+		if (procs < 1 || procs > 64 || n_calls < 1)
+			goto usage;
+		CPU_ZERO(&set);
+		CPU_SET(0, &set);
+		for (int i = 0; i < procs; i++) {
+			if (fork() == 0) {
+				struct timespec ts;
+
+				sched_setaffinity(0, sizeof(set), &set);
+				for (long k = 0; k < n_calls; k++) {
+					syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+					sched_yield();
+				}
+				_exit(0);
+			}
+		}
+		while (wait(NULL) > 0)
+			;
+		printf("calls %ld\n", procs * n_calls);
+		return 0;
+	}
 	if (argc == 2 && !strcmp(argv[1], "stats")) {
 		union bpf_attr attr;
 		int fd;
@@ -88,6 +123,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 usage:
-	fprintf(stderr, "usage: hotpath waits THREADS N USEC | hotpath clock N | hotpath stats\n");
+	fprintf(stderr, "usage: hotpath waits THREADS N USEC | hotpath clock N | hotpath turns PROCS N | "
+			"hotpath stats\n");
 	return 2;
 }

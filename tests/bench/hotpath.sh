@@ -11,6 +11,9 @@
 #          timeout: a timed futex sys_enter, an hrtimer_wakeup expiry and a
 #          timer wakeup (sched_waking) per wait
 #   clock  CLOCKS raw clock_gettime syscalls
+#   turns  TURN_PROCS processes on CPU 0 taking turns, TURNS times each a raw
+#          clock_gettime then sched_yield: the counting path when another
+#          process had the CPU last (half the sys_enter runs are the yields)
 # and prints, per program and window, ns per run (run_time_ns / run_cnt of
 # the kernel's BPF run-time statistics, which add their own two clock reads
 # per run: an upper bound), as the median and the range over the rounds.
@@ -26,7 +29,7 @@
 # Knobs (environment): LABELS="a b" (names of the two binaries), ROUNDS=5,
 #   ATTACH="tp-btf raw-tp" (--bpf.attach-type values to run each binary
 #   with; add fentry where the kernel allows it), THREADS=2 WAITS=100000
-#   USEC=10 CLOCKS=3000000, PROGS='sys_enter|hrtimer_expire|sched_waking|^-$'
+#   USEC=10 CLOCKS=3000000 TURN_PROCS=3 TURNS=200000, PROGS='sys_enter|hrtimer_expire|sched_waking|^-$'
 #   (a regular expression: the programs shown; "-" is the floor's, which has
 #   no name).
 # Everything built or written goes to a temporary directory that is removed.
@@ -39,6 +42,8 @@ THREADS=${THREADS:-2}
 WAITS=${WAITS:-100000}
 USEC=${USEC:-10}
 CLOCKS=${CLOCKS:-3000000}
+TURN_PROCS=${TURN_PROCS:-3}
+TURNS=${TURNS:-200000}
 PROGS=${PROGS:-sys_enter|hrtimer_expire|sched_waking|^-$}
 
 die() { echo "hotpath.sh: $*" >&2; exit 1; }
@@ -80,7 +85,7 @@ echo "== machine"
 echo "cpu: $(cpu_model), $(nproc) CPUs; kernel $(uname -r)"
 mitigations
 for i in 0 1; do echo "${labels[$i]}: ${bins[$i]}"; done
-echo "load: waits $THREADS x $WAITS x ${USEC}us, clock $CLOCKS; $ROUNDS rounds"
+echo "load: waits $THREADS x $WAITS x ${USEC}us, clock $CLOCKS, turns $TURN_PROCS x $TURNS; $ROUNDS rounds"
 
 # Start configuration $1 ("floor" or "LABEL/ATTACH"); sets pid, waits until ready.
 start() {
@@ -153,9 +158,12 @@ for ((r = 1; r <= ROUNDS; r++)); do
         snapshot "$pid" >"$work/s1"
         "$work/hotpath" clock "$CLOCKS" >/dev/null
         snapshot "$pid" >"$work/s2"
+        "$work/hotpath" turns "$TURN_PROCS" "$TURNS" >/dev/null
+        snapshot "$pid" >"$work/s3"
         stop
         record "$work/s0" "$work/s1" "$r" "$cfg" waits
         record "$work/s1" "$work/s2" "$r" "$cfg" clock
+        record "$work/s2" "$work/s3" "$r" "$cfg" turns
         line+=" $cfg"
     done
     echo "$line"
@@ -167,7 +175,7 @@ echo
 echo "== ns per run: median [min..max] over $ROUNDS rounds (runs: of the median round)"
 printf '%-20s %-7s %-32s %8s  %-17s %10s\n' config window program median range runs
 for cfg in "${configs[@]}"; do
-    for w in waits clock; do
+    for w in waits clock turns; do
         awk -v c="$cfg" -v w="$w" '$2 == c && $3 == w { print $4 }' "$work/results" | sort -u | { grep -E "$PROGS" || true; } |
             while read -r prog; do
                 awk -v c="$cfg" -v w="$w" -v p="$prog" '$2 == c && $3 == w && $4 == p { print $5, $6 }' \
