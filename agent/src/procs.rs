@@ -601,6 +601,33 @@ mod tests {
     }
 
     #[test]
+    fn late_counts_join_the_series_their_image_retired_into_every_time() {
+        let mut agg = limited(100, 100);
+        let mut p = sp_proc::default();
+        p.comm[0] = b'x' as i8;
+        p.c.gettimeofday = 5;
+        p.start_boottime_ns = 42;
+        agg.retire(7, &p);
+        let mut late = p;
+        late.c = sp_counters::default();
+        late.c.gettimeofday = 3;
+        late.comm[0] = b'y' as i8; // the series comes from the image, not the record's comm
+        agg.add_late(7, &late);
+        agg.add_late(7, &late); // every late record is new counts
+        assert_eq!(agg.series.len(), 1);
+        let total: u64 = agg.series.values().map(|s| s.retired.gettimeofday).sum();
+        assert_eq!(total, 11);
+        // an image the agent never saw goes to the series of its comm and cgroup
+        late.start_boottime_ns = 43;
+        agg.add_late(7, &late);
+        assert_eq!(agg.series.len(), 2);
+        assert!(
+            agg.keys.is_empty(),
+            "a late record never makes an image live"
+        );
+    }
+
+    #[test]
     fn dropping_a_gone_cgroups_series_forgets_its_parsed_identity() {
         let mut agg = Aggregator::new(
             false,
