@@ -151,6 +151,15 @@ struct {
 	__type(value, struct sp_slot);
 } sys_slots SEC(".maps");
 
+/* This CPU's combining slot for timer wakeups, for the woken process image
+ * (sched_waking under tp_btf, in the timer's interrupt). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct sp_slot);
+} wake_slots SEC(".maps");
+
 /* Compaction runs in progress, by tid (begin/end come from the same task). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -807,11 +816,54 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 	return 0;
 }
 
+/* ---- timer-loop windows ------------------------------------------------ */
+
+/* Jiffies in one timer-loop window: HZ, so one second, set by the agent
+ * (the resolution of CLOCK_MONOTONIC_COARSE is one jiffy: kernel/time/
+ * posix-timers.c, LOW_RES_NSEC). 0 when the agent could not tell: windows
+ * of 2^30 ns from the clock then. Not CONFIG_HZ through __kconfig: libbpf
+ * reads that only from a kernel config file and refuses the whole object
+ * where there is none, even for a __weak extern. */
+const volatile __u32 timer_window_jiffies = 0;
+
+/* The number of the current timer-loop window. bpf_jiffies64() is a load
+ * (inlined on 64-bit arches): no clock read on the wakeup path. */
+static __always_inline __u32 timer_window_now(void)
+{
+	if (timer_window_jiffies)
+		return bpf_jiffies64() / timer_window_jiffies;
+	return bpf_ktime_get_ns() >> 30;
+}
+
+/* Add `n` timer wakeups of window `win` to the window count of entry `p`,
+ * and count a `hot` window the first time the count reaches
+ * timer_hot_wakeups (the agent scales the threshold to a 2^30 ns window
+ * without HZ). Counts of a window the entry has already left (a CPU's slot
+ * handing them in after another CPU began the next window) are dropped:
+ * the wakeups themselves are counted elsewhere, only the window test can
+ * miss them. Plain stores: a race between CPUs can only shift a few
+ * wakeups between windows. */
+static __always_inline void window_add(struct sp_proc *p, __u32 win, __u32 n)
+{
+	__u32 before;
+
+	if (p->timer_window != win) {
+		if ((__s32)(win - p->timer_window) < 0)
+			return;
+		p->timer_window = win;
+		p->timer_window_wakeups = 0;
+	}
+	before = p->timer_window_wakeups;
+	p->timer_window_wakeups = before + n;
+	if (before < timer_hot_wakeups && before + n >= timer_hot_wakeups)
+		__sync_fetch_and_add(&p->c.timer_hot_windows, 1);
+}
+
 /* ---- per-CPU combining slots ------------------------------------------- */
 
-/* The counters a slot holds (those sys_enter counts): struct sp_counters up
- * to timer_wakeups, as __u64 words. */
-#define SP_SLOT_WORDS (__builtin_offsetof(struct sp_counters, timer_wakeups) / sizeof(__u64))
+/* The counters a slot holds (those sys_enter and timer wakeups count):
+ * struct sp_counters up to timer_hot_windows, as __u64 words. */
+#define SP_SLOT_WORDS (__builtin_offsetof(struct sp_counters, timer_hot_windows) / sizeof(__u64))
 
 /* Groups of slot counters, one bit each in sp_slot.dirty: a fold visits
  * only the groups an image touched (a clock-reading process: 14 words, not
@@ -822,6 +874,7 @@ enum sp_dirty {
 	SP_DIRTY_SIGMASK = 1 << 2,	 /* sigprocmask[] */
 	SP_DIRTY_SLEEP_CALLS = 1 << 3, /* sleep_calls[0..1], SP_DIRTY_SLEEP_CALLS << syscall */
 	SP_DIRTY_TIMEOUTS = 1 << 5,	 /* timeout_buckets[w], SP_DIRTY_TIMEOUTS << w, and timeout_ns[] */
+	SP_DIRTY_WAKEUPS = 1 << 11,	 /* timer_wakeups[] */
 };
 
 /* The dirty groups of syscall `id` (what count_into() may add to). */
@@ -894,6 +947,8 @@ static __always_inline void fold_dirty(struct sp_counters *from, struct sp_count
 				      SP_WORDS(from->timeout_buckets[w]));
 	if (dirty & (((SP_DIRTY_TIMEOUTS << SP_WAIT_SYSCALL_COUNT) - 1) & ~(SP_DIRTY_TIMEOUTS - 1)))
 		SP_FOLD_WORDS(from->timeout_ns, to->timeout_ns, SP_WORDS(from->timeout_ns));
+	if (dirty & SP_DIRTY_WAKEUPS)
+		SP_FOLD_WORDS(from->timer_wakeups, to->timer_wakeups, SP_WORDS(from->timer_wakeups));
 }
 
 /* Send the counts of slot `s`, whose image has no live entry any more, as
@@ -942,12 +997,16 @@ static __noinline bool slot_fold(struct sp_slot *s)
 	tgid = s->tgid;
 	p = bpf_map_lookup_elem(&procs, &tgid);
 	if (p && !(p->flags & SP_PROC_EXITED) && p->start_boottime_ns == s->start_boottime_ns &&
-	    p->exec_id == s->exec_id)
+	    p->exec_id == s->exec_id) {
 		fold_dirty(&s->c, &p->c, s->dirty);
-	else if (!slot_send_late(s))
+		if (s->win_wakeups)
+			window_add(p, s->win, s->win_wakeups);
+	} else if (!slot_send_late(s)) {
 		return false;
+	}
 	s->pending = 0;
 	s->dirty = 0;
+	s->win_wakeups = 0;
 	return true;
 }
 
@@ -958,18 +1017,19 @@ enum sp_take {
 	SP_TAKE_LOST = 2,  /* no entry could be made: the event is counted as lost */
 };
 
-/* Give slot `s` to the current image (thread group `tgid`, its leader's
- * start and exec id): fold what it holds, find or create the image's
+/* Give slot `s` to the image of `task` (the current task when NULL; thread
+ * group `tgid`, its leader's start and exec id): fold what it holds, find or create the image's
  * entry. Not taken when the fold could not move the counts or when the
  * entry under `tgid` is another image's (only after an exec whose split did
  * not fit the ring buffer). The caller holds s->busy. */
-static __noinline int slot_take(struct sp_slot *s, __u32 tgid, __u64 start, __u64 exec_id)
+static __noinline int slot_take(struct sp_slot *s, __u32 tgid, __u64 start, __u64 exec_id,
+				struct task_struct *task)
 {
 	struct sp_proc *p;
 
 	if (!s || !slot_fold(s))
 		return SP_TAKE_ENTRY;
-	p = proc_of(tgid, NULL);
+	p = proc_of(tgid, task);
 	if (!p)
 		return SP_TAKE_LOST; /* proc_create() counted it */
 	if (p->start_boottime_ns != start || p->exec_id != exec_id)
@@ -1017,7 +1077,7 @@ static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, l
 	s->busy = 1;
 	barrier();
 	if (s->tgid != tgid || s->start_boottime_ns != start || s->exec_id != exec_id)
-		took = slot_worth_taking(s) ? slot_take(s, tgid, start, exec_id) : SP_TAKE_ENTRY;
+		took = slot_worth_taking(s) ? slot_take(s, tgid, start, exec_id, NULL) : SP_TAKE_ENTRY;
 	if (took == SP_TAKEN) {
 		count_into(&s->c, false, regs, id, true);
 		s->pending += 1;
@@ -1030,33 +1090,10 @@ static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, l
 	return 0;
 }
 
-/* Fold this CPU's slot (the caller is not preemptible): at an exit or exec
- * on this CPU, so that the final record carries the counts made here. */
-static __always_inline void slot_fold_here(void)
+/* Fold slot `s` unless a program on this CPU holds it: 0 when folded,
+ * 1 when busy, 2 when the counts could not move (ring buffer full). */
+static __always_inline int slot_fold_unless_busy(struct sp_slot *s)
 {
-	__u32 zero = 0;
-	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
-
-	if (!s || s->busy)
-		return;
-	s->busy = 1;
-	barrier();
-	slot_fold(s);
-	barrier();
-	s->busy = 0;
-}
-
-/* Run by the agent on every CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU:
- * in an interrupt on that CPU, or here with preemption off when it is the
- * agent's own) before it reads `procs`, so that a read sees every event
- * counted before it. Returns 0 when folded, 1 when the slot is busy (a
- * program on that CPU is changing it: the agent tries again), 2 when the
- * ring buffer had no room for a late record (the counts wait in the slot). */
-SEC("raw_tp")
-int fold_cpu_slot(void *ctx)
-{
-	__u32 zero = 0;
-	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
 	bool folded;
 
 	if (!s)
@@ -1069,6 +1106,35 @@ int fold_cpu_slot(void *ctx)
 	barrier();
 	s->busy = 0;
 	return folded ? 0 : 2;
+}
+
+/* Fold this CPU's slots (the caller is not preemptible): at an exit or exec
+ * on this CPU, so that the final record carries the counts made here. */
+static __always_inline void slot_fold_here(void)
+{
+	__u32 zero = 0;
+
+	slot_fold_unless_busy(bpf_map_lookup_elem(&sys_slots, &zero));
+	slot_fold_unless_busy(bpf_map_lookup_elem(&wake_slots, &zero));
+}
+
+/* Run by the agent on every CPU (BPF_PROG_TEST_RUN, BPF_F_TEST_RUN_ON_CPU:
+ * in an interrupt on that CPU, or here with preemption off when it is the
+ * agent's own) before it reads `procs`; folds both slots of the CPU, so that a read sees every event
+ * counted before it. Returns 0 when folded, 1 when the slot is busy (a
+ * program on that CPU is changing it: the agent tries again), 2 when the
+ * ring buffer had no room for a late record (the counts wait in the slot). */
+SEC("raw_tp")
+int fold_cpu_slot(void *ctx)
+{
+	__u32 zero = 0;
+	int sys, wake;
+
+	sys = slot_fold_unless_busy(bpf_map_lookup_elem(&sys_slots, &zero));
+	wake = slot_fold_unless_busy(bpf_map_lookup_elem(&wake_slots, &zero));
+	if (sys == 1 || wake == 1)
+		return 1; /* again: the other one's fold is a no-op then */
+	return sys | wake;
 }
 
 /* Whether syscall `id` is one of ours and its group is switched on. */
@@ -1389,33 +1455,56 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 	return SP_WAIT_OTHER;
 }
 
-/* Jiffies in one timer-loop window: HZ, so one second, set by the agent
- * (the resolution of CLOCK_MONOTONIC_COARSE is one jiffy: kernel/time/
- * posix-timers.c, LOW_RES_NSEC). 0 when the agent could not tell: windows
- * of 2^30 ns from the clock then. Not CONFIG_HZ through __kconfig: libbpf
- * reads that only from a kernel config file and refuses the whole object
- * where there is none, even for a __weak extern. */
-const volatile __u32 timer_window_jiffies = 0;
 
-/* Count `hot` windows: the first time a process reaches timer_hot_wakeups
- * wakeups in a one-second window (the agent scales the threshold to a
- * 2^30 ns one without HZ). bpf_jiffies64() is a load (inlined on 64-bit
- * arches): no clock read on the wakeup path. Plain stores: a race between
- * CPUs can only shift one wakeup between windows. */
-static __always_inline void timer_window(struct sp_proc *p)
+/* Count a timer wakeup of task `p` (a BTF pointer) by `wait` in this CPU's
+ * wakeup slot: as count_syscall_slot(), for the woken image rather than the
+ * current one. Runs in the timer's interrupt (or softirq: a nested run of
+ * this program is skipped by the kernel, and the fold honours `busy`). The
+ * slot keeps its owner's wakeups of the current timer-loop window and hands
+ * them to the entry when the window changes, so the entry's window test
+ * sees them once a second, not per wakeup. */
+static __noinline int count_wakeup_slot(struct task_struct *p, __u32 wait)
 {
-	__u32 window;
+	struct task_struct *leader = p->group_leader;
+	__u64 start = leader->start_boottime;
+	__u64 exec_id = leader->self_exec_id;
+	__u32 tgid = p->tgid, zero = 0, win;
+	struct sp_slot *s = bpf_map_lookup_elem(&wake_slots, &zero);
+	struct sp_proc *proc;
+	int took = SP_TAKEN;
 
-	if (timer_window_jiffies)
-		window = bpf_jiffies64() / timer_window_jiffies;
-	else
-		window = bpf_ktime_get_ns() >> 30;
-	if (p->timer_window != window) {
-		p->timer_window = window;
-		p->timer_window_wakeups = 0;
+	if (!s || s->busy)
+		goto entry;
+	s->busy = 1;
+	barrier();
+	if (s->tgid != tgid || s->start_boottime_ns != start || s->exec_id != exec_id)
+		took = slot_worth_taking(s) ? slot_take(s, tgid, start, exec_id, p) : SP_TAKE_ENTRY;
+	if (took == SP_TAKEN) {
+		SP_INC_AT(false, s->c.timer_wakeups, wait);
+		s->pending += 1;
+		s->dirty |= SP_DIRTY_WAKEUPS;
+		win = timer_window_now();
+		if (s->win != win) {
+			/* hand the last window's wakeups to the entry (once a second) */
+			proc = s->win_wakeups ? bpf_map_lookup_elem(&procs, &tgid) : NULL;
+			if (proc && proc->start_boottime_ns == start && proc->exec_id == exec_id)
+				window_add(proc, s->win, s->win_wakeups);
+			s->win = win;
+			s->win_wakeups = 0;
+		}
+		s->win_wakeups += 1;
 	}
-	if (++p->timer_window_wakeups == timer_hot_wakeups)
-		__sync_fetch_and_add(&p->c.timer_hot_windows, 1);
+	barrier();
+	s->busy = 0;
+	if (took != SP_TAKE_ENTRY)
+		return 0;
+entry:
+	proc = proc_of(tgid, p); /* counts a full table as lost */
+	if (!proc)
+		return 0;
+	SP_INC_AT(true, proc->c.timer_wakeups, wait);
+	window_add(proc, timer_window_now(), 1);
+	return 0;
 }
 
 static __always_inline int on_sched_waking(struct task_struct *p, const bool btf)
@@ -1446,12 +1535,14 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	default:
 		wait = SP_WAIT_OTHER;
 	}
+	if (btf && slots_on)
+		return count_wakeup_slot(p, wait);
 	tgid = btf ? p->tgid : BPF_CORE_READ(p, tgid);
 	proc = proc_of(tgid, p); /* counts a full table as lost */
 	if (!proc)
 		return 0;
 	SP_INC_AT(true, proc->c.timer_wakeups, wait);
-	timer_window(proc);
+	window_add(proc, timer_window_now(), 1);
 	return 0;
 }
 

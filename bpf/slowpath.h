@@ -198,8 +198,11 @@ enum sp_proc_key {
  * move to the image's entry (or, when it is gone, to a SP_EVENT_LATE record)
  * when another image takes the slot, when the image exits or execs on this
  * CPU, and before every read of `procs` by the agent, which runs the fold
- * program on each CPU (fold_cpu_slot). Only the counters up to
- * `timer_wakeups` (the ones sys_enter counts) are ever non-zero here. */
+ * program on each CPU (fold_cpu_slot). Two slots per CPU: `sys_slots` for
+ * the syscall counters of the current image (tp_btf sys_enter), and
+ * `wake_slots` for the timer wakeups of the woken image (tp_btf
+ * sched_waking). Only the counters up to `timer_hot_windows` are ever
+ * non-zero here. */
 struct sp_slot {
 	__u32 tgid;  /* owner's thread group; 0: none */
 	__u32 busy;  /* non-zero while a program on this CPU changes the slot */
@@ -209,6 +212,8 @@ struct sp_slot {
 	__u64 pending;		 /* events counted since the last fold */
 	__u64 dirty;		 /* groups of counters touched since then (SP_DIRTY_* in slowpath.bpf.c) */
 	__u64 misses;		 /* calls of other images that found the slot taken */
+	__u32 win;		 /* wake slots: the timer-loop window of win_wakeups */
+	__u32 win_wakeups;	 /* wake slots: the owner's timer wakeups in it, not yet in its entry */
 	char comm[16];		 /* the owner entry's, for a late record */
 	struct sp_counters c;
 };

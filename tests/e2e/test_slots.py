@@ -2,15 +2,19 @@
 change hands (struct sp_slot in bpf/slowpath.h): processes taking turns on
 one CPU, a process whose threads counted on every CPU exiting on one of
 them, an exec whose old image still has counts in another CPU's slot. Only
-the tp_btf sys_enter program uses the slots; under raw_tp the same cases
-check the plain path. The oracle is strace -c (each workload's own calls)."""
+the tp_btf sys_enter and sched_waking programs use the slots; under raw_tp
+the same cases check the plain path. The oracles are strace -c (each
+workload's own calls) and bpftrace on the timer tracepoints (TimerOracle)."""
 
 import os
+import re
 import subprocess
 
-from conftest import run_workload, strace_counts
+from conftest import TimerOracle, run_workload, strace_counts
 
 CLOCK = "slowpath_clock_syscalls_total"
+WAKEUPS = "slowpath_timer_wakeups_total"
+REQUESTED = "slowpath_timer_requested_seconds"
 
 
 def clock_calls(scrape, pid, comm="sp-workload"):
@@ -69,3 +73,27 @@ def test_exec_splits_counts_between_images(agent, workload_bin, tmp_path):
     scrape = agent.scrape()
     assert clock_calls(scrape, pid) == 2 * n
     assert clock_calls(scrape, pid, comm="sp-after-exec") == m
+
+
+def test_timer_wakeups_of_processes_taking_turns_count_exactly(agent, workload_bin, tracefs):
+    """Three timer loops on CPU 0 (1 ms nanosleeps): the wakeup slot of CPU 0
+    changes owner at nearly every wakeup, each is still counted for its own
+    process, and each is still found to be a timer loop (its requested
+    timeouts get series: the slot hands its window's wakeups in)."""
+    n = 600
+    with TimerOracle() as oracle:
+        procs = [subprocess.Popen(["taskset", "-c", "0", str(workload_bin), "wait", "nanosleep",
+                                   str(n), "1000"], stdout=subprocess.PIPE, text=True)
+                 for _ in range(3)]
+        pids = []
+        for p in procs:
+            out, _ = p.communicate(timeout=120)
+            assert p.returncode == 0
+            pids.append(int(re.search(r"pid=(\d+)", out).group(1)))
+    scrape = agent.scrape()
+    for pid in pids:
+        wakeups = scrape.value(WAKEUPS, comm="sp-workload", pid=pid, wait="nanosleep")
+        independent = oracle.wakeups([pid])
+        assert abs(wakeups - independent) <= 2, (pid, wakeups, independent)
+        assert n - 10 <= wakeups <= n, (pid, wakeups)
+        assert scrape.value(REQUESTED + "_count", comm="sp-workload", pid=pid, wait="nanosleep") == n
