@@ -41,23 +41,17 @@ static __always_inline __u32 sp_classify_sigmask(__s32 how, int set_is_null)
 }
 
 /*
- * Histogram bucket of a requested relative sleep of `sec` s + `nsec` ns.
- * Bucket i (0..7) holds durations in (10^(i-7), 10^(i-6)] seconds, with the
- * first bucket starting at 0; bucket 8 holds everything above 10 s.
- * Returns -1 for a timespec the kernel rejects with EINVAL
- * (negative seconds, nsec outside [0, 1e9)).
+ * Histogram bucket of a requested length of `ns` nanoseconds. Bucket i
+ * (0..7) holds durations in (10^(i-7), 10^(i-6)] seconds, with the first
+ * bucket starting at 0; bucket 8 holds everything above 10 s. Compares
+ * only (the caller has rejected invalid timespecs): no 64-bit division on
+ * the wait path.
  */
-static __always_inline int sp_sleep_bucket(__s64 sec, __s64 nsec)
+static __always_inline int sp_timeout_bucket(__u64 ns)
 {
 	__u64 bound = 1000; /* 1 us in ns */
-	__u64 ns;
 	int i;
 
-	if (sec < 0 || nsec < 0 || nsec >= (__s64)SP_NSEC_PER_SEC)
-		return -1;
-	if (sec > 10)
-		return SP_SLEEP_BUCKET_COUNT - 1;
-	ns = (__u64)sec * SP_NSEC_PER_SEC + (__u64)nsec;
 	for (i = 0; i < SP_SLEEP_BUCKET_COUNT - 1; i++) {
 		if (ns <= bound)
 			return i;

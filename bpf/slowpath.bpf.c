@@ -486,8 +486,8 @@ static __always_inline void count_timeout(struct sp_counters *c, const bool shar
 	/* a zero timeout of poll/select/epoll/futex never sleeps: no timer */
 	if (rel_ns == 0 && wait >= SP_WAIT_FUTEX)
 		return;
-	b = sp_sleep_bucket(rel_ns / SP_NSEC_PER_SEC, rel_ns % SP_NSEC_PER_SEC);
-	if (wait >= SP_WAIT_SYSCALL_COUNT || b < 0)
+	b = sp_timeout_bucket(rel_ns); /* compares only: no division per wait */
+	if (wait >= SP_WAIT_SYSCALL_COUNT)
 		return;
 	SP_INC_AT(shared, c->timeout_buckets[wait], b);
 	SP_ADD(shared, &c->timeout_ns[wait], rel_ns);
@@ -1463,7 +1463,7 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
  * slot keeps its owner's wakeups of the current timer-loop window and hands
  * them to the entry when the window changes, so the entry's window test
  * sees them once a second, not per wakeup. */
-static __noinline int count_wakeup_slot(struct task_struct *p, __u32 wait)
+static __always_inline int count_wakeup_slot(struct task_struct *p, __u32 wait)
 {
 	struct task_struct *leader = p->group_leader;
 	__u64 start = leader->start_boottime;
