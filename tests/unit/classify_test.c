@@ -79,24 +79,22 @@ static void test_sigmask(void)
 	CHECK_EQ(sp_classify_sigmask(-1, 0), SP_SIGMASK_INVALID);
 }
 
-static void test_sleep_buckets(void)
+static void test_timeout_buckets(void)
 {
-	CHECK_EQ(sp_sleep_bucket(0, 0), 0);
-	CHECK_EQ(sp_sleep_bucket(0, 1000), 0);		/* 1 us: le=1e-6 */
-	CHECK_EQ(sp_sleep_bucket(0, 1001), 1);
-	CHECK_EQ(sp_sleep_bucket(0, 10000), 1);
-	CHECK_EQ(sp_sleep_bucket(0, 999999), 3);
-	CHECK_EQ(sp_sleep_bucket(0, 1000000), 3);	/* 1 ms: le=0.001, the ticker */
-	CHECK_EQ(sp_sleep_bucket(0, 1000001), 4);
-	CHECK_EQ(sp_sleep_bucket(0, 100000000), 5);
-	CHECK_EQ(sp_sleep_bucket(1, 0), 6);		/* 1 s */
-	CHECK_EQ(sp_sleep_bucket(1, 1), 7);
-	CHECK_EQ(sp_sleep_bucket(10, 0), 7);		/* 10 s */
-	CHECK_EQ(sp_sleep_bucket(10, 1), 8);		/* +Inf */
-	CHECK_EQ(sp_sleep_bucket(1L << 40, 0), 8);
-	CHECK_EQ(sp_sleep_bucket(-1, 0), -1);		/* EINVAL requests */
-	CHECK_EQ(sp_sleep_bucket(0, -1), -1);
-	CHECK_EQ(sp_sleep_bucket(0, 1000000000), -1);
+	CHECK_EQ(sp_timeout_bucket(0), 0);
+	CHECK_EQ(sp_timeout_bucket(1000), 0);		/* 1 us: le=1e-6 */
+	CHECK_EQ(sp_timeout_bucket(1001), 1);
+	CHECK_EQ(sp_timeout_bucket(10000), 1);
+	CHECK_EQ(sp_timeout_bucket(999999), 3);
+	CHECK_EQ(sp_timeout_bucket(1000000), 3);	/* 1 ms: le=0.001, the ticker */
+	CHECK_EQ(sp_timeout_bucket(1000001), 4);
+	CHECK_EQ(sp_timeout_bucket(100000000), 5);
+	CHECK_EQ(sp_timeout_bucket(1000000000ULL), 6);	/* 1 s */
+	CHECK_EQ(sp_timeout_bucket(1000000001ULL), 7);
+	CHECK_EQ(sp_timeout_bucket(10000000000ULL), 7);	/* 10 s */
+	CHECK_EQ(sp_timeout_bucket(10000000001ULL), 8);	/* +Inf */
+	CHECK_EQ(sp_timeout_bucket(1ULL << 62), 8);
+	CHECK_EQ(sp_timeout_bucket(~0ULL), 8);
 }
 
 int main(void)
@@ -104,7 +102,7 @@ int main(void)
 	test_clock_ids();
 	test_clock_ids_from_libc();
 	test_sigmask();
-	test_sleep_buckets();
+	test_timeout_buckets();
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

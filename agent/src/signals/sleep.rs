@@ -1,6 +1,6 @@
 //! Sleeps: `nanosleep` and `clock_nanosleep` calls (hook `sys_enter`, or
 //! fentry) by clock and relative/absolute mode, and the requested length of
-//! every sleep, bucketed exactly in the kernel (`sp_sleep_bucket()` in
+//! every sleep, bucketed exactly in the kernel (`sp_timeout_bucket()` in
 //! `bpf/classify.h`): a relative request as given, an absolute one
 //! (`TIMER_ABSTIME`) as its deadline minus the clock's time at the call.
 //!
