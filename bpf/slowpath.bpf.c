@@ -951,6 +951,28 @@ static __always_inline void fold_dirty(struct sp_counters *from, struct sp_count
 		SP_FOLD_WORDS(from->timer_wakeups, to->timer_wakeups, SP_WORDS(from->timer_wakeups));
 }
 
+/* Whether slot `s` may add its counts to entry `p`, which it found under its
+ * owner's tgid: the same image, not exited, not retiring. True with
+ * p->folders counted up: the caller counts it down when its adds are done.
+ * With entry_retiring() this is Dekker's handshake: each side writes its
+ * flag with a locked instruction (a full barrier on x86_64, the only arch
+ * the agent switches the slots on for), then reads the other's, so either
+ * the fold sees `retiring` and sends a late record instead, or the exit sees
+ * `folders` and waits for the adds before it copies the entry. The
+ * identity is checked after the count too: an entry deleted meanwhile can
+ * be reused by another process. */
+static __always_inline bool entry_fold_begin(struct sp_proc *p, struct sp_slot *s)
+{
+	if (p->flags & SP_PROC_EXITED)
+		return false;
+	__sync_fetch_and_add(&p->folders, 1);
+	if (*(volatile __u32 *)&p->retiring == 0 && p->start_boottime_ns == s->start_boottime_ns &&
+	    p->exec_id == s->exec_id && !(p->flags & SP_PROC_EXITED))
+		return true;
+	__sync_fetch_and_add(&p->folders, -1);
+	return false;
+}
+
 /* Send the counts of slot `s`, whose image has no live entry any more, as
  * a SP_EVENT_LATE record. False when the ring buffer is full. */
 static __always_inline bool slot_send_late(struct sp_slot *s)
@@ -996,11 +1018,11 @@ static __noinline bool slot_fold(struct sp_slot *s)
 		return true;
 	tgid = s->tgid;
 	p = bpf_map_lookup_elem(&procs, &tgid);
-	if (p && !(p->flags & SP_PROC_EXITED) && p->start_boottime_ns == s->start_boottime_ns &&
-	    p->exec_id == s->exec_id) {
+	if (p && entry_fold_begin(p, s)) {
 		fold_dirty(&s->c, &p->c, s->dirty);
 		if (s->win_wakeups)
 			window_add(p, s->win, s->win_wakeups);
+		__sync_fetch_and_add(&p->folders, -1);
 	} else if (!slot_send_late(s)) {
 		return false;
 	}
@@ -1781,6 +1803,20 @@ static __always_inline void proc_park(__u32 tgid, struct sp_proc *p)
 	p->flags |= SP_PROC_EXITED;
 }
 
+/* Most spins an exit waits for a fold from another CPU to finish its adds
+ * (a few hundred ns; a fold interrupted for longer is not waited for). */
+#define SP_RETIRE_SPINS 4096
+
+/* Mark entry `p` retiring, then wait until no fold from a slot on another
+ * CPU is adding to it (see entry_fold_begin()): from then on its counts
+ * change only through this CPU, so the copy in the final record is final. */
+static __always_inline void entry_retiring(struct sp_proc *p)
+{
+	__sync_fetch_and_add(&p->retiring, 1);
+	for (int i = 0; i < SP_RETIRE_SPINS && *(volatile __u32 *)&p->folders; i++)
+		;
+}
+
 /* The last thread of `tgid` exited, or the group exec'd: send its final
  * counts and free its entry. With the ring buffer full, an exited entry is
  * parked for the agent to fold (nothing lost); an exec cannot be split. */
@@ -1788,7 +1824,10 @@ static __always_inline void proc_retire(__u32 tgid, __u32 kind)
 {
 	struct sp_proc *p = bpf_map_lookup_elem(&procs, &tgid);
 
-	if (!p || proc_send(tgid, p, kind))
+	if (!p)
+		return;
+	entry_retiring(p);
+	if (proc_send(tgid, p, kind))
 		return;
 	if (kind == SP_EVENT_EXIT) {
 		if (!(p->flags & SP_PROC_EXITED))

@@ -181,6 +181,13 @@ struct sp_proc {
 	__u32 timer_window; /* number of the current timer window: jiffies / HZ (or ns >> 30) */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
 	__u32 tgid;	 /* set when parked (SP_PARKED_KEY_BASE): its key is not the tgid then */
+	/* A fold from another CPU's slot (struct sp_slot) and the image's exit
+	 * or exec must not overlap: a fold counts itself in `folders` and adds
+	 * only while `retiring` is 0; the exit or exec sets `retiring`, waits
+	 * for `folders` to drop to 0, and only then copies and deletes the
+	 * entry (slot_fold(), entry_retiring() in slowpath.bpf.c). */
+	__u32 folders;
+	__u32 retiring;
 };
 
 /* Keys of `procs` at or above this are no tgid (pid_max is at most 2^22):

@@ -545,7 +545,8 @@ def test_arm64_agent_attaches_every_hook(arm64):
     assert attached["sys_enter"][0] == ARM64_SYS_ENTER[arm64["suite"]], (attached, arm64["agent_log"])
     if arm64["suite"] == "bookworm":
         assert "kernel cannot attach this hook's programs" in arm64["agent_log"], arm64["agent_log"]
-    assert "per-CPU combining slots on" in arm64["agent_log"], arm64["agent_log"]
+    # the fold/exit handshake needs x86's locked add: arm64 counts in the entries
+    assert "per-CPU combining slots off on this architecture" in arm64["agent_log"], arm64["agent_log"]
 
 
 def test_arm64_real_vdso_fallback_with_jiffies(arm64):

@@ -97,3 +97,23 @@ def test_timer_wakeups_of_processes_taking_turns_count_exactly(agent, workload_b
         assert abs(wakeups - independent) <= 2, (pid, wakeups, independent)
         assert n - 10 <= wakeups <= n, (pid, wakeups)
         assert scrape.value(REQUESTED + "_count", comm="sp-workload", pid=pid, wait="nanosleep") == n
+
+
+def test_exits_while_other_processes_take_the_slots_lose_nothing(agent, workload_bin):
+    """Processes whose threads counted on both CPUs exit one after another
+    while two others (one per CPU) take the slots at every call: folds from
+    other CPUs race the exits, and the exit waits for them (the handshake of
+    entry_fold_begin() and entry_retiring())."""
+    ncpu = os.cpu_count()
+    pressure = [subprocess.Popen(["taskset", "-c", str(cpu % ncpu), str(workload_bin), "clock-yield",
+                                  "100000000"], stdout=subprocess.DEVNULL)
+                for cpu in range(2)]
+    try:
+        pids = [run_workload(workload_bin, "threads", 2 * ncpu, 3_000) for _ in range(40)]
+    finally:
+        for p in pressure:
+            p.kill()
+            p.wait()
+    scrape = agent.scrape()
+    for pid in pids:
+        assert clock_calls(scrape, pid) == 2 * ncpu * 3_000, pid

@@ -8,7 +8,8 @@
 //! (`fold_cpu_slot`) on each online CPU with `BPF_PROG_TEST_RUN` (raw_tp,
 //! `BPF_F_TEST_RUN_ON_CPU`, kernel 5.10+), so a read sees every event
 //! counted before it. Slots are used only once [`enable_slots`] has folded
-//! every CPU; where it cannot, the programs count in `procs` as before.
+//! every CPU, and only on x86_64; elsewhere the programs count in `procs`
+//! as before.
 
 use std::fs;
 
@@ -37,6 +38,13 @@ const RING_FULL: u32 = 2;
 /// otherwise (the programs then count in `procs`, as on a kernel without
 /// tp_btf). Needs nothing beyond the program's fd.
 pub fn enable_slots(loaded: &mut Loaded<'_>) {
+    if !cfg!(target_arch = "x86_64") {
+        // The handshake between a fold and an exit (entry_fold_begin() in
+        // slowpath.bpf.c) needs the full barrier of x86's locked add; the
+        // arm64 JIT's atomic add without fetch is relaxed.
+        info!("per-CPU combining slots off on this architecture: the syscall and timer wakeup counters take a table lookup and an atomic add per event");
+        return;
+    }
     if let Err(err) = fold_slots_on_cpus(loaded) {
         warn!(error = %format!("{err:#}"),
               "per-CPU combining slots off: the syscall counters take a table lookup and an atomic add per event");
