@@ -183,6 +183,7 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
         folded: [7, 8],
         probes: probes(),
         recursion_misses: vec![("sys_enter", 0), ("sched_waking", 3)],
+        combining_slots: Some(true),
         probe_costs: vec![
             ProbeCost {
                 probe: "sys_enter",

@@ -33,6 +33,11 @@ const PROBE_ATTACHED: Family = Family {
     help: "1 when the BPF program for this kernel hook is attached, 0 when it failed (see the agent log); attach_type is fentry, tp_btf or raw_tp",
     kind: MetricType::GAUGE,
 };
+const COMBINING_SLOTS: Family = Family {
+    name: "slowpath_combining_slots_enabled",
+    help: "1 when the per-CPU combining slots count the syscall and timer wakeup counters (tp_btf programs on x86_64, after the agent folded every CPU at start: no table lookup and no locked add per event), 0 when every event adds to its process's table entry (see the agent log for why)",
+    kind: MetricType::GAUGE,
+};
 const TRACKED: Family = Family {
     name: "slowpath_tracked_processes",
     help: "Thread groups with an entry in the kernel's process table now",
@@ -57,9 +62,10 @@ const FOLDED: Family = Family {
 };
 
 /// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 9] = [
+const AGENT_FAMILIES: [&Family; 10] = [
     &BUILD_INFO,
     &PROBE_ATTACHED,
+    &COMBINING_SLOTS,
     &TRACKED,
     &LOST,
     &FOLDED,
@@ -225,6 +231,12 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
     vec![
         family(&BUILD_INFO, vec![build]),
         family(&PROBE_ATTACHED, probes),
+        family(
+            &COMBINING_SLOTS,
+            (snapshot.combining_slots.iter())
+                .map(|&on| gauge(&[], if on { 1.0 } else { 0.0 }))
+                .collect(),
+        ),
         family(
             &TRACKED,
             vec![gauge(&[], snapshot.tracked_processes as f64)],

@@ -110,6 +110,9 @@ pub struct Snapshot {
     /// Each attached probe's runs and in-kernel time (`bpf::CostMeter`),
     /// in probe order.
     pub probe_costs: Vec<crate::bpf::ProbeCost>,
+    /// Whether the per-CPU combining slots count the syscall and timer
+    /// wakeup counters (`bpf::slots_on`); `None` when the read failed.
+    pub combining_slots: Option<bool>,
     /// The last result of each signal's node check (`NodeNeeds::check`, run
     /// by the worker; empty until the first run).
     pub checks: Vec<Fact>,

@@ -25,6 +25,7 @@ def test_slots_are_switched_on_after_a_fold_of_every_cpu(agent):
     # the agent switches them on only after running the fold on every CPU;
     # only the tp_btf program counts in them, but they are on either way
     assert "per-CPU combining slots on" in agent.log_text()
+    assert agent.scrape().value("slowpath_combining_slots_enabled") == 1
 
 
 def test_processes_taking_turns_on_one_cpu_count_exactly(agent, workload_bin, tmp_path):

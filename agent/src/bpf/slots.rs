@@ -56,16 +56,15 @@ pub fn enable_slots(loaded: &mut Loaded<'_>) {
     }
 }
 
+/// Whether the programs count in the slots (`slowpath_combining_slots_enabled`).
+pub fn slots_on(loaded: &Loaded<'_>) -> bool {
+    (loaded.skel.maps.bss_data.as_deref()).is_some_and(|b| b.slots_on)
+}
+
 /// Fold every online CPU's slot into `procs` (no-op while slots are off).
 /// Errors are logged: the counts stay in the slots until the next fold.
 pub fn fold_slots(loaded: &Loaded<'_>) {
-    let on = loaded
-        .skel
-        .maps
-        .bss_data
-        .as_deref()
-        .is_some_and(|b| b.slots_on);
-    if !on {
+    if !slots_on(loaded) {
         return;
     }
     if let Err(err) = fold_slots_on_cpus(loaded) {

@@ -207,6 +207,7 @@ impl Loop {
                 lost: read_lost(&loaded.skel.maps.lost),
                 recursion_misses: bpf::recursion_misses(loaded),
                 probe_costs: self.cost.costs(loaded),
+                combining_slots: Some(bpf::slots_on(loaded)),
                 probes: loaded.probes.clone(),
                 checks: self.results.iter().flatten().cloned().collect(),
             })
