@@ -41,6 +41,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_NR_select 23
 #define SP_NR_pselect6 270
 #define SP_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h: in an ia32 syscall */
+#define SP_USER_CS 0x33	    /* arch/x86/include/asm/segment.h: __USER_CS, 64-bit user code */
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
 #define SP_SYSCALL_NR_BTF(regs) ((regs)->orig_ax) /* a BTF pointer: direct load */
 #elif defined(__TARGET_ARCH_arm64)
@@ -311,6 +312,11 @@ const volatile bool count_timed_waits = false;	/* futex, epoll, poll, select */
  * the first counted syscall (and for good when no collector counts
  * syscalls, so sys_enter is not attached). */
 __u64 pt_regs_offset = 0;
+/* Task exits (every thread's, sched_process_exit) and execs so far: a
+ * task's stack, and so the address of its user registers, goes to another
+ * task only after the first one exited, and a task changes image only by an
+ * exec; either changes this count (see current_image()). */
+__u64 task_events = 0;
 /* Set by the agent once it has folded every CPU's slot (fold_cpu_slot):
  * until then, and for good where it cannot, sys_enter counts in `procs`. */
 bool slots_on = false;
@@ -1077,24 +1083,86 @@ static __always_inline bool slot_worth_taking(struct sp_slot *s)
 	return s->pending > 1 || (s->misses % SP_TAKE_EVERY) == 0;
 }
 
-/* Count one of our syscalls of the current task `task` (a BTF pointer) in
- * this CPU's slot: while the same image keeps counting on this CPU, a few
- * plain adds with no map lookup beyond the slot's (inlined on 6.10+) and no
- * locked instruction. Only where the program cannot be preempted: tp_btf
- * sys_enter (the kernel disables preemption around tracepoint programs;
- * fentry programs run preemptible). s->busy keeps the fold program, which
- * the agent runs on this CPU in an interrupt, off a slot being changed. */
-static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, long id,
-					      struct task_struct *task)
+/* Whether user registers `regs` were saved by a 64-bit SYSCALL instruction
+ * (entry_SYSCALL_64 in arch/x86/entry/entry_64.S: the instruction puts the
+ * return address in rcx and the flags in r11, so the return address lands
+ * in both ip and cx, the flags in both flags and r11), not by an ia32 entry
+ * (int $0x80, sysenter, a 32-bit SYSCALL), whose numbers are not ours: those
+ * enter with the 32-bit code segment, or from 64-bit code by int $0x80 with
+ * rcx and r11 holding whatever the caller left there (only a caller that
+ * sets them to the return address and flags on purpose passes for a SYSCALL).
+ * A tracer changing the registers at the syscall-entry stop, and FRED, which
+ * leaves rcx and r11 alone, make this false: current_image() then asks the
+ * task. */
+static __always_inline bool entered_by_syscall_insn(struct pt_regs *regs)
 {
-	struct task_struct *leader = task->group_leader;
-	__u64 start = leader->start_boottime;
-	__u64 exec_id = leader->self_exec_id;
-	__u32 tgid = task->tgid, zero = 0;
+#if defined(__TARGET_ARCH_x86)
+	return regs->cs == SP_USER_CS && regs->cx == regs->ip && regs->r11 == regs->flags;
+#else
+	return false; /* no cache off x86_64 (the slots are off there) */
+#endif
+}
+
+/* The image (thread group, its leader's start and exec id) of the current
+ * task, entering a syscall with user registers `regs`: from the cache in
+ * this CPU's slot `s` when the same task entered the last syscall here and
+ * no task exited or exec'd since (loads and compares, no helper call),
+ * else from the task (bpf_get_current_task_btf()), then cached. False for a
+ * compat syscall, which is not counted. */
+static __always_inline bool current_image(struct sp_slot *s, struct pt_regs *regs, __u32 *tgid,
+					  __u64 *start, __u64 *exec_id)
+{
+	__u64 events = task_events;
+	struct task_struct *task, *leader;
+
+	if (s->task_regs == (__u64)regs && s->task_events == events &&
+	    entered_by_syscall_insn(regs)) {
+		*tgid = s->task_tgid;
+		*start = s->task_start;
+		*exec_id = s->task_exec_id;
+		return true;
+	}
+	task = bpf_get_current_task_btf();
+	if (task_btf_in_compat_syscall(task))
+		return false;
+	leader = task->group_leader;
+	*tgid = task->tgid;
+	*start = leader->start_boottime;
+	*exec_id = leader->self_exec_id;
+	s->task_regs = (__u64)regs;
+	s->task_events = events;
+	s->task_tgid = *tgid;
+	s->task_start = *start;
+	s->task_exec_id = *exec_id;
+	return true;
+}
+
+/* Count one of our syscalls, made by the current task with user registers
+ * `regs`, in this CPU's slot: while the same image keeps counting on this
+ * CPU, a few plain adds with no map lookup beyond the slot's (inlined on
+ * 6.10+), no locked instruction and, while the same task keeps calling, no
+ * helper call. Only where the program cannot be preempted: tp_btf sys_enter
+ * (the kernel disables preemption around tracepoint programs; fentry
+ * programs run preemptible). s->busy keeps the fold program, which the
+ * agent runs on this CPU in an interrupt, off a slot being changed (the
+ * task cache is this program's alone). */
+static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, long id)
+{
+	__u32 zero = 0, tgid;
 	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
+	struct task_struct *task;
+	__u64 start, exec_id;
 	int took = SP_TAKEN;
 
-	if (!s || s->busy)
+	if (!s) {
+		task = bpf_get_current_task_btf();
+		if (task_btf_in_compat_syscall(task))
+			return 0;
+		return count_syscall(ctx, regs, id, task->tgid, true);
+	}
+	if (!current_image(s, regs, &tgid, &start, &exec_id))
+		return 0;
+	if (s->busy)
 		return count_syscall(ctx, regs, id, tgid, true);
 	s->busy = 1;
 	barrier();
@@ -1196,13 +1264,13 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	if (!wait_is_timed(regs, id, btf))
 		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	if (btf) {
+		if (slots_on && !capture_stacks)
+			return count_syscall_slot(ctx, regs, id);
 		/* one helper call: the compat flag and the tgid are direct loads */
 		task = bpf_get_current_task_btf();
 		if (task_btf_in_compat_syscall(task))
 			return 0;
-		if (capture_stacks || !slots_on)
-			return count_syscall(ctx, regs, id, task->tgid, true);
-		return count_syscall_slot(ctx, regs, id, task);
+		return count_syscall(ctx, regs, id, task->tgid, true);
 	}
 	/* raw_tp cannot dereference the task: probe reads, and the tgid from
 	 * bpf_get_current_pid_tgid() (one call, cheaper than a probe read) */
@@ -1842,6 +1910,7 @@ static __always_inline void proc_retire(__u32 tgid, __u32 kind)
 
 static __always_inline int on_process_exit(struct task_struct *task)
 {
+	__sync_fetch_and_add(&task_events, 1); /* see current_image() */
 	/* do_exit() decremented signal->live before this tracepoint: zero
 	 * means this was the last thread of the group. */
 	if (BPF_CORE_READ(task, signal, live.counter) != 0)
@@ -1867,6 +1936,7 @@ int BPF_PROG(sched_process_exit_raw, struct task_struct *task)
 
 static __always_inline int on_process_exec(struct task_struct *task)
 {
+	__sync_fetch_and_add(&task_events, 1); /* see current_image() */
 	slot_fold_here();
 	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXEC);
 	return 0;

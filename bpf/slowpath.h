@@ -219,6 +219,18 @@ struct sp_slot {
 	__u64 pending;		 /* events counted since the last fold */
 	__u64 dirty;		 /* groups of counters touched since then (SP_DIRTY_* in slowpath.bpf.c) */
 	__u64 misses;		 /* calls of other images that found the slot taken */
+	/* sys slots: the task that entered the last syscall on this CPU, by
+	 * the address of its user registers (task_pt_regs(): no other live
+	 * task has them), `task_events` then, and its image (tgid, leader
+	 * start, exec id): while the registers and the count match, a task of
+	 * that image calls again, with no helper call to ask (current_image()
+	 * in slowpath.bpf.c) */
+	__u64 task_regs;
+	__u64 task_events;
+	__u64 task_start;
+	__u64 task_exec_id;
+	__u32 task_tgid;
+	__u32 task_pad;
 	__u32 win;		 /* wake slots: the timer-loop window of win_wakeups */
 	__u32 win_wakeups;	 /* wake slots: the owner's timer wakeups in it, not yet in its entry */
 	char comm[16];		 /* the owner entry's, for a late record */

@@ -118,3 +118,36 @@ def test_exits_while_other_processes_take_the_slots_lose_nothing(agent, workload
     scrape = agent.scrape()
     for pid in pids:
         assert clock_calls(scrape, pid) == 2 * ncpu * 3_000, pid
+
+
+def test_ia32_syscalls_of_a_64_bit_task_are_not_counted(agent, workload_bin, tmp_path):
+    """A 64-bit task alternates the SYSCALL instruction's clock_gettime (228)
+    with ia32 syscall 228 (fsetxattr) by int $0x80, on one CPU: the counting
+    path remembers the task of the last syscall (current_image()), yet every
+    ia32 call is told apart and only the clock reads count."""
+    n = 20_000
+    out = subprocess.run(
+        ["strace", "-f", "-c", "-o", str(tmp_path / "st"), str(workload_bin), "clock-int80", str(n)],
+        check=True, capture_output=True, text=True).stdout
+    pid = int(out.split("pid=")[1].split()[0])
+    assert "int80=-14" in out  # the ia32 calls did run (EFAULT)
+    assert strace_counts((tmp_path / "st").read_text())["clock_gettime"] == n
+    assert clock_calls(agent.scrape(), pid) == n
+
+
+def test_children_reusing_an_exited_childs_stack_count_for_themselves(agent, workload_bin):
+    """Children forked one after another on one CPU, each making K clock reads
+    and exiting: a child often gets the kernel stack of the one before it
+    (the kernel keeps freed stacks per CPU for the next fork), so the address
+    of its user registers, which the counting path remembers, is the dead
+    child's. Each child's series still holds exactly its own K."""
+    procs, k = 60, 2_000
+    seen = {s.labels["pid"] for s in agent.scrape().select(CLOCK, comm="sp-churn")}
+    subprocess.run(["taskset", "-c", "0", str(workload_bin), "churn", str(procs), str(k)],
+                   check=True, capture_output=True)
+    new = [s for s in agent.scrape().select(CLOCK, comm="sp-churn") if s.labels["pid"] not in seen]
+    per_pid = {}
+    for s in new:
+        per_pid[s.labels["pid"]] = per_pid.get(s.labels["pid"], 0) + s.value
+    assert len(per_pid) == procs, per_pid
+    assert set(per_pid.values()) == {k}, per_pid

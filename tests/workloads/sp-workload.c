@@ -17,6 +17,11 @@
  *   threads T N           T threads, each N raw clock_gettime(MONOTONIC)
  *   clock-yield N         N raw clock_gettime(MONOTONIC), each followed by
  *                         sched_yield(): processes sharing a CPU take turns
+ *   clock-int80 N         N raw clock_gettime(MONOTONIC) by the SYSCALL
+ *                         instruction, each followed by an ia32 syscall 228
+ *                         (fsetxattr, refused: EFAULT) by int $0x80 from this
+ *                         64-bit code: the same number as x86_64's
+ *                         clock_gettime, but not one of ours (x86_64 only)
  *   exec-split N M PATH   N raw clock_gettime(MONOTONIC) on each CPU (one thread
  *                         pinned to each of the first two), then execv PATH
  *                         (this binary under another name) as
@@ -123,6 +128,36 @@ static int run_threads(long threads, long n)
 	for (long i = 0; i < threads; i++)
 		pthread_join(tids[i], NULL);
 	return 0;
+}
+
+/* clock-int80: a 64-bit clock read and an ia32 syscall of the same number,
+ * n times each, from one task on one CPU (so that whatever the counting
+ * path remembers of the last syscall's task is fresh at every ia32 one). */
+static int run_clock_int80(long n)
+{
+#if defined(__x86_64__)
+	struct timespec ts;
+	cpu_set_t set;
+	long ret = 0;
+
+	CPU_ZERO(&set);
+	CPU_SET(0, &set);
+	sched_setaffinity(0, sizeof(set), &set);
+	for (long i = 0; i < n; i++) {
+		syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+		/* ia32 fsetxattr(-1, NULL, NULL, 0, 0): EFAULT on the name */
+		__asm__ volatile("int $0x80"
+				 : "=a"(ret)
+				 : "a"(228L), "b"(-1L), "c"(0L), "d"(0L), "S"(0L), "D"(0L)
+				 : "memory", "r8", "r9", "r10", "r11");
+	}
+	printf("int80=%ld\n", ret);
+	return 0;
+#else
+	(void)n;
+	fprintf(stderr, "sp-workload: clock-int80 is x86_64 only\n");
+	return 2;
+#endif
 }
 
 /* A thread of exec-split: n raw clock reads pinned to one CPU. */
@@ -636,6 +671,8 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
+	if (!strcmp(mode, "clock-int80"))
+		return run_clock_int80(n);
 	if (!strcmp(mode, "exec-split") && argc > 4)
 		return run_exec_split(n, m, argv[4]);
 	if (!strcmp(mode, "gettimeofday-libc")) {
