@@ -9,6 +9,7 @@
 mod bpf;
 mod callsites;
 mod cli;
+mod diagnosis;
 mod doctor;
 mod exposition;
 mod finding;

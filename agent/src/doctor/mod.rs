@@ -1,9 +1,9 @@
 //! `slowpath doctor`: load the same BPF programs, observe for a while, and
 //! turn the per-process deltas and the node's facts (each signal's settings,
 //! checks and measurements: the clocksource, the canary, a clock benchmark,
-//! ...) into ranked findings, each with the processes involved, the
-//! evidence, the likely cause, the fix and the expected gain where the cases
-//! behind slowpath give one.
+//! ...) into ranked findings (the diagnosis engine, `crate::diagnosis`),
+//! each with the processes involved, the evidence, the likely cause, the fix
+//! and the expected gain where the cases behind slowpath give one.
 //!
 //! The JSON output (`--format json`) is a stable schema, version 1:
 //! `{schema_version, node, kernel, duration_seconds, attach, clocksource,
@@ -33,10 +33,10 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use crate::callsites;
 use crate::callsites::tables::{RawCallSite, StackTables};
 use crate::cli::Format;
-use crate::finding::{rank, Delta, Finding};
+use crate::diagnosis;
+use crate::finding::{Delta, Finding};
 use crate::node::NodeFacts;
-use crate::procs::sub_counters;
-use crate::signals::{self, Observation, SignalArgs};
+use crate::signals::{Observation, SignalArgs};
 use crate::snapshot::{SeriesKey, Snapshot};
 use crate::worker::Worker;
 
@@ -245,30 +245,9 @@ fn observe(duration: Duration, interrupted: &AtomicBool) -> Duration {
     start.elapsed().min(duration)
 }
 
-/// Counter growth of every selected series of `after` since `before` (a
-/// series new in `after` grew by all of its counts).
+/// Counter growth of the series `filter` selects (`diagnosis::deltas`).
 fn deltas(before: &Snapshot, after: &Snapshot, filter: &Filter) -> Vec<Delta> {
-    let start: BTreeMap<_, _> = before
-        .series
-        .iter()
-        .map(|s| ((&s.key, &s.pod), &s.counters))
-        .collect();
-    after
-        .series
-        .iter()
-        .filter(|s| filter.selects(&s.key))
-        .map(|s| {
-            let mut c = s.counters;
-            if let Some(b) = start.get(&(&s.key, &s.pod)) {
-                sub_counters(&mut c, b);
-            }
-            Delta {
-                key: s.key.clone(),
-                pod: s.pod.clone(),
-                c,
-            }
-        })
-        .collect()
+    diagnosis::deltas(before, after, |key| filter.selects(key))
 }
 
 fn build_report(
@@ -284,12 +263,7 @@ fn build_report(
             .trim()
             .to_string()
     };
-    let mut node = signals::read_node_settings(sysfs, &args.collectors);
-    node.extend(snapshot.checks.iter().cloned());
-    for measure in args.enabled().filter_map(|s| s.node.measure) {
-        let fact = measure(&node);
-        node.extend([fact]);
-    }
+    let node = diagnosis::node_facts(snapshot, sysfs, args, true);
     let observation = Observation {
         deltas,
         secs: window.as_secs_f64(),
@@ -303,24 +277,15 @@ fn build_report(
     report_from(snapshot, &observation, true, names)
 }
 
-/// The report of `obs` and `(node, kernel)` names. Every enabled signal's
-/// rules run, in `SIGNALS` order; with `live` (the processes still run),
-/// signals may also look at them (`Signal::enrich`).
+/// The report of `obs` and `(node, kernel)` names: the findings of the
+/// diagnosis engine (`diagnosis::diagnose`, with `live` as there).
 pub(crate) fn report_from(
     snapshot: &Snapshot,
     obs: &Observation<'_>,
     live: bool,
     (node_name, kernel): (String, String),
 ) -> Report {
-    let mut findings = Vec::new();
-    for signal in obs.args.enabled() {
-        let mut found = (signal.diagnose)(obs);
-        if let Some(enrich) = signal.enrich.filter(|_| live) {
-            found.iter_mut().for_each(enrich);
-        }
-        findings.extend(found);
-    }
-    rank(&mut findings);
+    let findings = diagnosis::diagnose(obs, live);
     Report {
         schema_version: 1,
         node: node_name,
