@@ -1138,7 +1138,7 @@ static __always_inline bool current_image(struct sp_slot *s, struct pt_regs *reg
 }
 
 /* Count one of our syscalls, made by the current task with user registers
- * `regs`, in this CPU's slot: while the same image keeps counting on this
+ * `regs`, in this CPU's slot `s` (sys_slots): while the same image keeps counting on this
  * CPU, a few plain adds with no map lookup beyond the slot's (inlined on
  * 6.10+), no locked instruction and, while the same task keeps calling, no
  * helper call. Only where the program cannot be preempted: tp_btf sys_enter
@@ -1146,20 +1146,13 @@ static __always_inline bool current_image(struct sp_slot *s, struct pt_regs *reg
  * programs run preemptible). s->busy keeps the fold program, which the
  * agent runs on this CPU in an interrupt, off a slot being changed (the
  * task cache is this program's alone). */
-static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, long id)
+static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, long id,
+					      struct sp_slot *s)
 {
-	__u32 zero = 0, tgid;
-	struct sp_slot *s = bpf_map_lookup_elem(&sys_slots, &zero);
-	struct task_struct *task;
 	__u64 start, exec_id;
 	int took = SP_TAKEN;
+	__u32 tgid;
 
-	if (!s) {
-		task = bpf_get_current_task_btf();
-		if (task_btf_in_compat_syscall(task))
-			return 0;
-		return count_syscall(ctx, regs, id, task->tgid, true);
-	}
 	if (!current_image(s, regs, &tgid, &start, &exec_id))
 		return 0;
 	if (s->busy)
@@ -1257,6 +1250,8 @@ static __always_inline bool syscall_counted(long id)
 static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id, const bool btf)
 {
 	struct task_struct *task;
+	struct sp_slot *slot;
+	__u32 zero = 0;
 
 	/* Untraced syscalls leave here: this is the cost every syscall pays. */
 	if (!syscall_counted(id))
@@ -1264,8 +1259,9 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	if (!wait_is_timed(regs, id, btf))
 		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	if (btf) {
-		if (slots_on && !capture_stacks)
-			return count_syscall_slot(ctx, regs, id);
+		slot = slots_on && !capture_stacks ? bpf_map_lookup_elem(&sys_slots, &zero) : NULL;
+		if (slot)
+			return count_syscall_slot(ctx, regs, id, slot);
 		/* one helper call: the compat flag and the tgid are direct loads */
 		task = bpf_get_current_task_btf();
 		if (task_btf_in_compat_syscall(task))
@@ -1546,6 +1542,19 @@ static __always_inline __u32 sleeper_wait(struct task_struct *p, const bool btf)
 }
 
 
+/* Count a timer wakeup of task `p` (thread group `tgid`) by `wait` in its
+ * `procs` entry, with atomic adds (the path without slots). */
+static __always_inline int count_wakeup_entry(__u32 tgid, struct task_struct *p, __u32 wait)
+{
+	struct sp_proc *proc = proc_of(tgid, p); /* counts a full table as lost */
+
+	if (!proc)
+		return 0;
+	SP_INC_AT(true, proc->c.timer_wakeups, wait);
+	window_add(proc, timer_window_now(), 1);
+	return 0;
+}
+
 /* Count a timer wakeup of task `p` (a BTF pointer) by `wait` in this CPU's
  * wakeup slot: as count_syscall_slot(), for the woken image rather than the
  * current one. Runs in the timer's interrupt (or softirq: a nested run of
@@ -1589,20 +1598,14 @@ static __always_inline int count_wakeup_slot(struct task_struct *p, __u32 wait)
 	if (took != SP_TAKE_ENTRY)
 		return 0;
 entry:
-	proc = proc_of(tgid, p); /* counts a full table as lost */
-	if (!proc)
-		return 0;
-	SP_INC_AT(true, proc->c.timer_wakeups, wait);
-	window_add(proc, timer_window_now(), 1);
-	return 0;
+	return count_wakeup_entry(tgid, p, wait);
 }
 
 static __always_inline int on_sched_waking(struct task_struct *p, const bool btf)
 {
 	struct sp_timer_frame *top;
 	struct sp_timer_cpu *t;
-	struct sp_proc *proc;
-	__u32 zero = 0, wait, tgid;
+	__u32 zero = 0, wait;
 	__u64 now;
 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
@@ -1627,13 +1630,7 @@ static __always_inline int on_sched_waking(struct task_struct *p, const bool btf
 	}
 	if (btf && slots_on)
 		return count_wakeup_slot(p, wait);
-	tgid = btf ? p->tgid : BPF_CORE_READ(p, tgid);
-	proc = proc_of(tgid, p); /* counts a full table as lost */
-	if (!proc)
-		return 0;
-	SP_INC_AT(true, proc->c.timer_wakeups, wait);
-	window_add(proc, timer_window_now(), 1);
-	return 0;
+	return count_wakeup_entry(btf ? p->tgid : BPF_CORE_READ(p, tgid), p, wait);
 }
 
 SEC("tp_btf/hrtimer_expire_entry")
