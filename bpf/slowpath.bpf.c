@@ -122,6 +122,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define SP_DEFAULT_MAX_CALLSITES 16384 /* (process, kind, stack) keys */
 /* Exemplar stack copies (struct sp_stack_copy, 8232 bytes); see stack_copies */
 #define SP_DEFAULT_MAX_STACK_COPIES 512
+/* Thread groups sampled on demand at once (`stack_targets`). */
+#define SP_MAX_STACK_TARGETS 64
 
 /* Counters per thread group (tgid). */
 struct {
@@ -193,8 +195,41 @@ struct {
  * not fit the ring buffer): the agent scans the table when this grows. */
 __u64 exited_flagged = 0;
 
-/* Sampled user stacks, for `slowpath doctor` only (capture_stacks). */
+/* Sampled user stacks of every process: `slowpath doctor` and the agent's
+ * `--debug.callsites` (capture_stacks). */
 const volatile bool capture_stacks = false;
+
+/* Thread groups whose user stacks the agent asked for (its findings: a
+ * process that crossed a finding's threshold), tgid -> samples still wanted.
+ * Written by the agent only; a sample takes one with a plain store (two
+ * threads racing may both take the last one: one more sample, never a
+ * wrap-around). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, SP_MAX_STACK_TARGETS);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_targets SEC(".maps");
+
+/* Slot 0: entries in `stack_targets`, set by the agent (any of its
+ * threads, through the map, hence not .bss). While 0 (no finding waits for
+ * call sites, nearly always) no program looks the table up: a process
+ * nobody asked about pays an array lookup, which the verifier inlines into
+ * a few loads (no helper call). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} stack_target_count SEC(".maps");
+
+static __always_inline bool stack_targets_on(void)
+{
+	__u32 zero = 0, *n;
+
+	n = bpf_map_lookup_elem(&stack_target_count, &zero);
+	return n && *n;
+}
 /* At most one user stack per jiffy per process (stack_due()): a bounded
  * cost (a stack walk is ~1 us) however hot the path, and no aliasing with
  * calls that alternate (getcontext, setcontext). */
@@ -675,6 +710,31 @@ static __always_inline bool stack_due(struct sp_proc *p)
 	return true;
 }
 
+/* Whether this call's user stack is sampled: with capture_stacks, at
+ * stack_due(); else only when the agent asked for thread group `tgid`'s
+ * stacks (`stack_targets`) and some are still wanted. */
+static __always_inline bool stack_wanted(struct sp_proc *p, __u32 tgid)
+{
+	__u32 *left;
+
+	if (capture_stacks)
+		return stack_due(p);
+	if (!stack_targets_on())
+		return false;
+	left = bpf_map_lookup_elem(&stack_targets, &tgid);
+	if (!left || *left == 0 || !stack_due(p))
+		return false;
+	*left -= 1;
+	return true;
+}
+
+/* Whether the agent waits for stacks of thread group `tgid`: its calls
+ * take the per-entry path, where they are sampled, not the slot. */
+static __always_inline bool stack_target(__u32 tgid)
+{
+	return stack_targets_on() && bpf_map_lookup_elem(&stack_targets, &tgid);
+}
+
 /* Keep the user registers and the top of the user stack of a call site's
  * first sample under `key`: the rest of the stack pointer's page, then the
  * next page if it is mapped (the copy stops at the first read that fails,
@@ -816,7 +876,7 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 	p = proc_of(tgid, NULL);
 	if (!p)
 		return 0;
-	if (capture_stacks && stack_due(p))
+	if (stack_wanted(p, tgid))
 		sample_stack(ctx, p, callsite_kind(id), regs);
 	count_into(&p->c, true, regs, id, btf);
 	return 0;
@@ -1155,7 +1215,7 @@ static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, l
 
 	if (!current_image(s, regs, &tgid, &start, &exec_id))
 		return 0;
-	if (s->busy)
+	if (s->busy || stack_target(tgid))
 		return count_syscall(ctx, regs, id, tgid, true);
 	s->busy = 1;
 	barrier();
@@ -1714,6 +1774,7 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 {
 	struct task_struct *task;
 	struct sp_proc *p;
+	__u32 tgid;
 
 #ifdef SP_FAULT_INJECTION
 	if (test_refuse_page_alloc)
@@ -1735,12 +1796,13 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 	 */
 	if (failed && (gfp & SP_GFP_THISNODE) && (gfp & SP_GFP_DIRECT_RECLAIM))
 		return 0;
-	p = proc_of(btf ? task->tgid : bpf_get_current_pid_tgid() >> 32, NULL);
+	tgid = btf ? task->tgid : bpf_get_current_pid_tgid() >> 32;
+	p = proc_of(tgid, NULL);
 	if (!p)
 		return 0;
 	/* The user stack of a fault is the code that touched the page (a JVM
 	 * pre-touching its heap, malloc growing an arena). */
-	if (capture_stacks && stack_due(p))
+	if (stack_wanted(p, tgid))
 		sample_stack(ctx, p, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
 	if (failed)
 		__sync_fetch_and_add(&p->c.thp_fault_fallback, 1);

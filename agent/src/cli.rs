@@ -200,6 +200,24 @@ pub struct Cli {
     #[arg(long = "debug.callsites", env = "SLOWPATH_DEBUG_CALLSITES")]
     pub debug_callsites: bool,
 
+    /// Length of the sliding window the agent's findings are judged on (the
+    /// doctor's rules and thresholds; re-judged every quarter of it); 0
+    /// turns findings off (no slowpath_finding_info, /debug/findings 404).
+    #[arg(long = "findings.window", env = "SLOWPATH_FINDINGS_WINDOW", default_value = "1m",
+          value_name = "DURATION", value_parser = parse_findings_window)]
+    pub findings_window: Duration,
+
+    /// Most findings shown at once, per finding and process; the ones
+    /// beyond are counted in slowpath_findings_over_limit.
+    #[arg(long = "findings.max", env = "SLOWPATH_FINDINGS_MAX", default_value_t = 100,
+          value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub findings_max: u64,
+
+    /// How long a finding stays shown after its rule stops holding.
+    #[arg(long = "findings.grace", env = "SLOWPATH_FINDINGS_GRACE", default_value = "2m",
+          value_name = "DURATION", value_parser = parse_duration_or_zero)]
+    pub findings_grace: Duration,
+
     /// Testing only (cargo feature fault-injection): make the kernel refuse
     /// this probe (attached as raw_tp to a tracepoint that does not exist)
     /// to exercise degraded operation.
@@ -336,6 +354,16 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
         Ok(d) if d.is_zero() => Ok(d),
         _ => parse_duration(s),
     }
+}
+
+/// A findings window: 0 (off), or 4 s to 1 h (it is judged every quarter
+/// of it, and rates over a longer one hide storms).
+pub fn parse_findings_window(s: &str) -> Result<Duration, String> {
+    let d = parse_duration_or_zero(s)?;
+    if !d.is_zero() && !(Duration::from_secs(4)..=Duration::from_secs(3600)).contains(&d) {
+        return Err("must be 0 (off) or from 4s to 1h".into());
+    }
+    Ok(d)
 }
 
 impl Cli {

@@ -70,9 +70,21 @@ pub fn node_facts(
 /// signals may also look at them (`Signal::enrich`: which runtime a process
 /// runs, from its mappings).
 pub fn diagnose(obs: &Observation<'_>, live: bool) -> Vec<Finding> {
+    diagnose_with(obs, live, |_| {})
+}
+
+/// [`diagnose`], with `prepare` run on each finding before the signal
+/// looks at its live processes (the agent names a live tgid for each
+/// process of a series without a pid label there).
+pub fn diagnose_with(
+    obs: &Observation<'_>,
+    live: bool,
+    mut prepare: impl FnMut(&mut Finding),
+) -> Vec<Finding> {
     let mut findings = Vec::new();
     for signal in obs.args.enabled() {
         let mut found = (signal.diagnose)(obs);
+        found.iter_mut().for_each(&mut prepare);
         if let Some(enrich) = signal.enrich.filter(|_| live) {
             found.iter_mut().for_each(enrich);
         }

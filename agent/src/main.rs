@@ -13,6 +13,7 @@ mod diagnosis;
 mod doctor;
 mod exposition;
 mod finding;
+mod findings;
 #[cfg(test)]
 mod golden;
 mod http;
@@ -115,9 +116,16 @@ fn run(cli: Cli) -> Result<()> {
     log_attached(&probes, &cli.signals);
     let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
     let registry = registry(worker.clone(), &cli, kubernetes_up)?;
-    let callsites = stack_tables
+    // The stack tables go to the --debug.callsites harvester when it runs
+    // (every process sampled), else to the findings' on-demand sampling.
+    let (harvested, on_demand) = match cli.debug_callsites {
+        true => (stack_tables, None),
+        false => (None, stack_tables),
+    };
+    let callsites = harvested
         .map(|tables| start_call_sites(tables, &registry))
         .transpose()?;
+    let findings = start_findings(&cli, &worker, on_demand, &registry)?;
 
     runtime.block_on(async {
         if let Some((client, opts, state)) = kube {
@@ -128,6 +136,7 @@ fn run(cli: Cli) -> Result<()> {
             registry,
             probes,
             callsites: callsites.as_ref().map(|(folded, _)| folded.clone()),
+            findings: findings.as_ref().map(|(shared, _)| shared.clone()),
             web_config,
             limits: http::connection_limits(
                 cli.max_connections,
@@ -137,6 +146,7 @@ fn run(cli: Cli) -> Result<()> {
         };
         http::serve(listener, endpoints, shutdown_signal()).await
     })?;
+    drop(findings); // stops the engine, which holds a worker handle
     drop(callsites); // stops the harvester, which holds the tables' fds
     info!("shutting down: detaching BPF programs");
     // The registry (and the collector's worker handle) went with the server;
@@ -228,6 +238,36 @@ fn start_call_sites(
     Ok((folded, thread))
 }
 
+/// The findings engine (`--findings.*`) and its metrics, unless the
+/// window is 0; with `tables`, it samples call sites on demand.
+fn start_findings(
+    cli: &Cli,
+    worker: &Arc<Worker>,
+    tables: Option<callsites::tables::StackTables>,
+    registry: &Registry,
+) -> Result<Option<(findings::SharedFindings, findings::FindingsThread)>> {
+    if cli.findings_window.is_zero() {
+        return Ok(None);
+    }
+    let opts = findings::FindingsOptions {
+        window: cli.findings_window,
+        max: usize::try_from(cli.findings_max).unwrap_or(usize::MAX),
+        grace: cli.findings_grace,
+        args: cli.signals.clone(),
+        sysfs: cli.sysfs.clone(),
+    };
+    if tables.is_some() {
+        preflight::warn_if_cannot_symbolize("findings");
+    }
+    findings::log_start(&opts, tables.is_some());
+    let shared = findings::shared();
+    registry.register(Box::new(findings::metrics::FindingsCollector::new(
+        shared.clone(),
+    )?))?;
+    let thread = findings::FindingsThread::spawn(worker.clone(), tables, opts, shared.clone())?;
+    Ok(Some((shared, thread)))
+}
+
 /// One info line naming every attached probe and its attach type and the
 /// signals that run, then one line per collector switched off, saying
 /// which hooks and syscalls it leaves out.
@@ -258,6 +298,7 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
         ringbuf_bytes: cli.ringbuf_bytes,
         force_attach: cli.attach_type,
         capture_stacks,
+        stacks_on_demand: !capture_stacks && !cli.findings_window.is_zero(),
         #[cfg(feature = "fault-injection")]
         break_probe: cli.break_probe.clone(),
         #[cfg(feature = "fault-injection")]

@@ -64,6 +64,11 @@ pub fn add_counters(into: &mut sp_counters, from: &sp_counters) {
     }
 }
 
+/// Whether every counter of `c` is 0 (a series that did not grow).
+pub fn counters_zero(c: &sp_counters) -> bool {
+    words(c).iter().all(|&w| w == 0)
+}
+
 /// `into -= from`, element by element (growth between two readings).
 pub fn sub_counters(into: &mut sp_counters, from: &sp_counters) {
     for (a, b) in words_mut(into).iter_mut().zip(words(from)) {
@@ -171,6 +176,8 @@ pub struct Refreshed {
     pub tracked_processes: usize,
     /// Images folded into an over-the-limit series so far, by [`Limit`].
     pub folded: [u64; 2],
+    /// The live thread groups (tgids) behind each series, in table order.
+    pub live_tgids: HashMap<SeriesKey, Vec<u32>>,
 }
 
 impl Aggregator {
@@ -360,6 +367,7 @@ impl Aggregator {
         self.fold_pending(pending);
 
         let mut live_totals: HashMap<SeriesKey, sp_counters> = HashMap::new();
+        let mut live_tgids: HashMap<SeriesKey, Vec<u32>> = HashMap::new();
         let mut tracked = 0;
         for (tgid, p) in live {
             if self.recently_retired.contains_key(&image_id(tgid, &p)) {
@@ -367,7 +375,8 @@ impl Aggregator {
             }
             tracked += 1;
             let key = self.key_for(tgid, &p);
-            add_counters(live_totals.entry(key).or_default(), &p.c);
+            add_counters(live_totals.entry(key.clone()).or_default(), &p.c);
+            live_tgids.entry(key).or_default().push(tgid);
         }
         self.drop_gone(&live_totals);
         let mut series: Vec<_> = self
@@ -386,6 +395,7 @@ impl Aggregator {
             series,
             tracked_processes: tracked,
             folded: self.folded,
+            live_tgids,
         })
     }
 

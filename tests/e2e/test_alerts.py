@@ -22,6 +22,7 @@ from conftest import REPO, Agent, prometheus_server
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
+KNOWN_SOURCES = REPO / "deploy" / "helm" / "slowpath" / "files" / "known-sources.yaml"
 
 pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 
@@ -49,6 +50,14 @@ def expanded(expr):
         if new == expr:
             return expr
         expr = new
+
+
+def condition(expr):
+    """The threshold condition of an alert: a per-process alert joined with
+    the agent's finding (`(COND) + on (...) group_left (known_source) ...
+    or on (...) (COND)`) is judged on COND."""
+    m = re.match(r"\((.*?)\)\s*\+ on \(", expr, re.S)
+    return m.group(1) if m else expr
 
 
 def test_rules_file_is_the_rendered_chart():
@@ -85,14 +94,21 @@ def test_every_alert_fires_and_its_near_miss_does_not():
     assert {t["alertname"] for t in fired} == {a["alert"] for a in alerts()}, "an alert without a firing case"
     for t in fired:
         for alert in t["exp_alerts"]:
-            assert set(alert.get("exp_annotations", {})) == {"summary", "description", "runbook_url"}, t
+            notes = set(alert.get("exp_annotations", {}))
+            # alerts that carry a known_source also say its cause and fix
+            assert notes in ({"summary", "description", "runbook_url"},
+                             {"summary", "description", "runbook_url", "cause", "fix"}), t
     out = subprocess.run(["promtool", "test", "rules", UNIT_TESTS.name], cwd=UNIT_TESTS.parent,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_fallback_alert_names_the_process_and_the_rate(tmp_path):
+def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path):
+    """The per-process alert joins the agent's finding on the process's labels
+    (pod labels included): it gains known_source, and the cause and fix of
+    that row of the known-source table (generated from the agent's)."""
     (tmp_path / "rules.yaml").write_text(RULES.read_text())
+    jvm_clock = next(r for r in yaml.safe_load(KNOWN_SOURCES.read_text())["clock"] if r["id"] == "jvm_clock")
     labels = 'instance="n1",comm="java",cgroup="/app",unit="app.service",namespace="shop",pod="cart-0",container="cart"'
     case = {
         "rule_files": ["rules.yaml"],
@@ -100,19 +116,25 @@ def test_fallback_alert_names_the_process_and_the_rate(tmp_path):
         "tests": [{
             "interval": "1m",
             "input_series": [{"series": f'slowpath_clock_syscalls_total{{{labels},fallback="true"}}',
-                              "values": "0+1200000x30"}],
+                              "values": "0+1200000x30"},
+                             # the agent's finding for the same process, by its labels
+                             {"series": f'slowpath_finding_info{{{labels},job="slowpath",finding="vdso_bypass",'
+                                        'severity="warning",known_source="jvm_clock"}',
+                              "values": "1x30"}],
             "alert_rule_test": [{
                 "eval_time": "20m", "alertname": "SlowpathClockSyscallFallback",
                 "exp_alerts": [{
                     "exp_labels": {"severity": "warning", "instance": "n1", "comm": "java", "cgroup": "/app",
                                    "unit": "app.service", "namespace": "shop", "pod": "cart-0",
-                                   "container": "cart"},
+                                   "container": "cart", "known_source": "jvm_clock"},
                     "exp_annotations": {
                         "summary": "java on n1 makes 20k clock syscalls/s the vDSO could serve",
                         "description": "Process java (pod shop/cart-0, unit app.service, cgroup /app) on n1 "
                                        "reads the clock through real system calls at 20k/s. If slowpath_vdso_fallback "
                                        "is 0 on the node, the process bypasses the vDSO (static binary, seccomp "
                                        "sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
+                        "cause": jvm_clock["cause"],
+                        "fix": jvm_clock["fix"],
                         "runbook_url": "docs/runbook.md#clock-syscall-fallback",
                     },
                 }],
@@ -198,7 +220,7 @@ def test_grafana_managed_alerts_are_well_formed_and_match_the_rules():
     datasource = yaml.safe_load(
         (REPO / "dashboards/provisioning/datasources/slowpath-prometheus.yaml").read_text()
     )["datasources"][0]["uid"]
-    rules_by_expr = {" ".join(expanded(a["expr"]).split()): a for a in alerts()}
+    rules_by_expr = {" ".join(expanded(condition(a["expr"])).split()): a for a in alerts()}
     uids = set()
     for rule in doc["groups"][0]["rules"]:
         assert rule["uid"] not in uids

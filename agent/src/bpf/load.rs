@@ -27,6 +27,9 @@ pub struct LoadOptions {
     pub force_attach: Option<AttachType>,
     /// Sample user stacks at the counted syscalls (`slowpath doctor`).
     pub capture_stacks: bool,
+    /// Size the stack tables for sampling the thread groups the agent asks
+    /// for (`stack_targets`: its findings), without `capture_stacks`.
+    pub stacks_on_demand: bool,
     /// Fault injection for tests: attach this probe as raw_tp to a
     /// tracepoint that does not exist, so the kernel refuses it for real.
     #[cfg(feature = "fault-injection")]
@@ -138,7 +141,7 @@ fn open_and_load<'obj>(
     size_maps(&mut open, opts)?;
     size_signal_maps(&mut open, setup)?;
     write_rodata(&mut open, opts, setup);
-    size_stack_tables(&mut open, opts.capture_stacks)?;
+    size_stack_tables(&mut open, opts.capture_stacks, opts.stacks_on_demand)?;
     choose_programs(&mut open, search);
     open.load()
         .context("loading the BPF programs into the kernel")
@@ -188,34 +191,60 @@ fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &Ker
     }
 }
 
-/// The stack tables: sized for sampling, or shrunk to nothing without it.
-fn size_stack_tables(open: &mut OpenSlowpathSkel<'_>, capture_stacks: bool) -> Result<()> {
+/// Stack tables of on-demand sampling (a few processes at a time, each
+/// for a few samples: see `findings::sampling`): 256 distinct stacks
+/// (260 KB, preallocated), 1,024 call sites, 64 stack copies (8.3 KB each,
+/// allocated as used).
+const ON_DEMAND_STACKS: u32 = 256;
+const ON_DEMAND_CALLSITES: u32 = 1024;
+const ON_DEMAND_STACK_COPIES: u32 = 64;
+
+/// The stack tables: sized for sampling every process (`capture_stacks`),
+/// for a few on demand (`on_demand`), or shrunk to nothing.
+fn size_stack_tables(
+    open: &mut OpenSlowpathSkel<'_>,
+    capture_stacks: bool,
+    on_demand: bool,
+) -> Result<()> {
     let maps = &mut open.maps;
-    if capture_stacks {
+    if capture_stacks || on_demand {
         // one scratch slot per CPU (see stack_copy_scratch)
         let cpus = libbpf_rs::num_possible_cpus().context("counting the possible CPUs")?;
         maps.stack_copy_scratch
             .set_max_entries(u32::try_from(cpus).unwrap_or(u32::MAX))
             .context("sizing the stack_copy_scratch map")?;
+    }
+    if capture_stacks {
         return Ok(());
     }
     // Stack tables are preallocated (4 MiB for `stacks`, 4.3 MB for
-    // `stack_copies`): one entry each when nothing will be sampled, and no
-    // preallocated spare copies per CPU (except on PREEMPT_RT kernels, whose
-    // verifier refuses tracing programs a hash map without preallocation).
+    // `stack_copies`): small or one entry each, and no preallocated spare
+    // copies per CPU (except on PREEMPT_RT kernels, whose verifier refuses
+    // tracing programs a hash map without preallocation).
     if !Path::new("/sys/kernel/realtime").exists() {
         let flags = maps.stack_copies.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC;
         maps.stack_copies
             .set_map_flags(flags)
             .context("flagging the stack_copies map")?;
     }
+    let size = |n: u32| if on_demand { n } else { 1 };
     let tables = [
-        (&mut maps.stacks, "stacks"),
-        (&mut maps.callsites, "callsites"),
-        (&mut maps.stack_copies, "stack_copies"),
+        (&mut maps.stacks, "stacks", size(ON_DEMAND_STACKS)),
+        (&mut maps.callsites, "callsites", size(ON_DEMAND_CALLSITES)),
+        (
+            &mut maps.stack_copies,
+            "stack_copies",
+            size(ON_DEMAND_STACK_COPIES),
+        ),
     ];
-    for (map, name) in tables {
-        map.set_max_entries(1)
+    if !on_demand {
+        // SP_MAX_STACK_TARGETS entries with on-demand sampling
+        maps.stack_targets
+            .set_max_entries(1)
+            .context("sizing the stack_targets map")?;
+    }
+    for (map, name, entries) in tables {
+        map.set_max_entries(entries)
             .with_context(|| format!("sizing the {name} map"))?;
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! HTTP endpoints: the metrics page, `/healthz` (alive), `/readyz` (probes
-//! attached) and, with `--debug.callsites`, `/debug/callsites` (folded
-//! stacks), served with axum on the listener bound at start.
+//! attached), `/debug/findings` (the agent's findings as JSON) and, with
+//! `--debug.callsites`, `/debug/callsites` (folded stacks), served with axum
+//! on the listener bound at start, every route behind the web config.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use super::connections::{self, Limits};
 use super::webconfig::{self, WebConfig};
 use crate::bpf::ProbeStatus;
 use crate::callsites::harvest::SharedFolded;
+use crate::findings::SharedFindings;
 
 /// How long in-flight scrapes may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
@@ -34,6 +36,8 @@ struct AppState {
     telemetry_path: String,
     /// Folded call-site stacks, when `--debug.callsites` is on.
     callsites: Option<SharedFolded>,
+    /// The findings engine's last page, unless `--findings.window=0`.
+    findings: Option<SharedFindings>,
 }
 
 impl AppState {
@@ -46,6 +50,7 @@ impl AppState {
         registry: Registry,
         probes: Vec<ProbeStatus>,
         callsites: Option<SharedFolded>,
+        findings: Option<SharedFindings>,
     ) -> Result<Self> {
         let scrape_seconds = Histogram::with_opts(
             HistogramOpts::new(
@@ -64,6 +69,7 @@ impl AppState {
             probes,
             telemetry_path,
             callsites,
+            findings,
         })
     }
 
@@ -105,6 +111,8 @@ pub struct Endpoints {
     pub probes: Vec<ProbeStatus>,
     /// `/debug/callsites` answers 404 without it.
     pub callsites: Option<SharedFolded>,
+    /// `/debug/findings` answers 404 without it.
+    pub findings: Option<SharedFindings>,
     /// `--web.config.file`: TLS, basic auth, headers, rate limit.
     pub web_config: Option<Arc<WebConfig>>,
     /// Connection cap and timeouts.
@@ -126,10 +134,17 @@ pub async fn serve(
         registry,
         probes,
         callsites,
+        findings,
         web_config,
         limits,
     } = endpoints;
-    let state = AppState::new(telemetry_path.clone(), registry.clone(), probes, callsites)?;
+    let state = AppState::new(
+        telemetry_path.clone(),
+        registry.clone(),
+        probes,
+        callsites,
+        findings,
+    )?;
     let app = guarded(router(Arc::new(state)), web_config.as_ref(), &registry)?;
     let tls = web_config.filter(|w| w.serves_tls());
     let listener = tokio::net::TcpListener::from_std(listener).context("listener")?;
@@ -159,6 +174,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/debug/callsites", get(debug_callsites))
+        .route("/debug/findings", get(debug_findings))
         .route("/", get(landing))
         .with_state(state)
 }
@@ -280,12 +296,34 @@ async fn debug_callsites(
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
 }
 
+/// The findings of the last evaluation, in the doctor's JSON shape, and
+/// the shown ones (`findings::Page`).
+async fn debug_findings(State(state): State<Arc<AppState>>) -> Response {
+    let Some(findings) = &state.findings else {
+        return (
+            StatusCode::NOT_FOUND,
+            "findings are off: start slowpath with --findings.window above 0\n",
+        )
+            .into_response();
+    };
+    let body = findings
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .json
+        .clone();
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
 async fn landing(State(state): State<Arc<AppState>>) -> Html<String> {
     Html(format!(
         "<html><head><title>slowpath</title></head><body><h1>slowpath</h1>\
          <p><a href=\"{0}\">{0}</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; \
-         <a href=\"/readyz\">/readyz</a>{1}</p></body></html>\n",
+         <a href=\"/readyz\">/readyz</a>{1}{2}</p></body></html>\n",
         state.telemetry_path,
+        match state.findings {
+            Some(_) => " &middot; <a href=\"/debug/findings\">/debug/findings</a>",
+            None => "",
+        },
         match state.callsites {
             Some(_) => " &middot; <a href=\"/debug/callsites\">/debug/callsites</a>",
             None => "",
@@ -326,7 +364,8 @@ mod tests {
                 crate::signals::callsite_kinds(),
             )))
         });
-        let state = AppState::new("/custom/metrics".into(), registry, probes, folded).unwrap();
+        let state =
+            AppState::new("/custom/metrics".into(), registry, probes, folded, None).unwrap();
         router(Arc::new(state))
     }
 
@@ -426,6 +465,7 @@ mod tests {
             registry: registry.clone(),
             probes: vec![probe("clock", true)],
             callsites: None,
+            findings: None,
             web_config: None,
             limits: Limits {
                 max_connections: 4,

@@ -78,6 +78,10 @@ pub struct Signal {
     /// processes it names (`/proc`); run by the doctor only, not in tests
     /// of recorded observations.
     pub enrich: Option<fn(&mut Finding)>,
+    /// The known sources its findings' call sites are matched against
+    /// (generated into the alert annotations and the runbook:
+    /// `sources::known_sources_yaml`).
+    pub sources: &'static [crate::sources::KnownSource],
     /// The call kinds (`enum sp_callsite_kind`) under which the kernel side
     /// samples user stacks at this signal's events, with their names in
     /// folded stacks and in `/debug/callsites?kind=`.

@@ -49,6 +49,7 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: None,
+    sources: SOURCES,
     call_sites: &[(sp_callsite_kind::SP_CALLSITE_SIGPROCMASK, "rt_sigprocmask")],
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {

@@ -64,6 +64,7 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: None,
+    sources: &[],
     call_sites: &[(sp_callsite_kind::SP_CALLSITE_SLEEP, "sleep")],
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {

@@ -78,7 +78,7 @@ pub struct Worker {
 /// What the thread hands back once loaded.
 struct Ready {
     probes: Vec<ProbeStatus>,
-    /// With `capture_stacks` only.
+    /// With `capture_stacks` or `stacks_on_demand` only.
     stack_tables: Option<StackTables>,
 }
 
@@ -206,7 +206,7 @@ fn start<'obj>(
     let pending: PendingRecords = Rc::new(RefCell::new(Vec::new()));
     let new_cgroups: PendingCgroups = Rc::new(RefCell::new(Vec::new()));
     let (ring, waiter) = open_rings(&loaded, &pending, &new_cgroups, doorbell)?;
-    let stack_tables = match opts.load.capture_stacks {
+    let stack_tables = match opts.load.capture_stacks || opts.load.stacks_on_demand {
         true => Some(StackTables::open(&loaded)?),
         false => None,
     };

@@ -203,6 +203,7 @@ impl Loop {
             Arc::new(Snapshot {
                 series: export(r.series, opts.pods.as_ref()),
                 tracked_processes: r.tracked_processes,
+                live_tgids: r.live_tgids,
                 folded: r.folded,
                 lost: read_lost(&loaded.skel.maps.lost),
                 recursion_misses: bpf::recursion_misses(loaded),

@@ -132,6 +132,7 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose: rules::diagnose,
     enrich: None,
+    sources: SOURCES,
     call_sites: &[(sp_callsite_kind::SP_CALLSITE_CLOCK, "clock")],
     node: NodeNeeds {
         settings: Some(settings::read),

@@ -81,6 +81,7 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: None,
+    sources: SOURCES,
     call_sites: &[(sp_callsite_kind::SP_CALLSITE_THP_FAULT, "thp_fault")],
     node: NodeNeeds {
         settings: Some(settings::read),

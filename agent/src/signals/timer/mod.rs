@@ -98,6 +98,7 @@ pub const SIGNAL: Signal = Signal {
     export,
     diagnose,
     enrich: Some(runtime::enrich),
+    sources: SOURCES,
     call_sites: &[],
     node: NodeNeeds {
         settings: None,

@@ -116,3 +116,39 @@ basicAuth:
 bearerTokenFile: {{ . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+A per-process alert condition joined with the agent's finding for the same
+process: the alert keeps its value and gains the finding's known_source label
+(the row of files/known-sources.yaml its call sites matched; a matched row
+wins over an empty one), and fires as before when the agent holds no such
+finding. Arguments: expr (the condition over instance_cgroup_comm series),
+findings (a regex of finding ids), proc (the process labels).
+*/}}
+{{- define "slowpath.withFinding" -}}
+({{ .expr }})
++ on ({{ .proc }}) group_left (known_source)
+(0 * topk by ({{ .proc }}) (1,
+  2 * slowpath_finding_info{finding=~"{{ .findings }}", known_source!=""}
+  or slowpath_finding_info{finding=~"{{ .findings }}"}))
+or on ({{ .proc }})
+({{ .expr }})
+{{- end }}
+
+{{/*
+The cause and fix annotations of an alert with a known_source label: one
+branch per row of files/known-sources.yaml of the signals named in
+`signals`, the finding's own page when no row matched. Arguments: signals
+(a list of signal names), root (the chart's top context).
+*/}}
+{{- define "slowpath.causeAnnotations" -}}
+{{- $all := .root.Files.Get "files/known-sources.yaml" | fromYaml }}
+{{- $rows := list }}
+{{- range .signals }}{{ $rows = concat $rows (get $all .) }}{{ end -}}
+cause: >-
+  {{`{{ if not $labels.known_source }}`}}No known source matched the process's sampled call sites (or they could not be sampled): the agent's findings, with their call sites, are at http://{{`{{ $labels.instance }}`}}/debug/findings.
+  {{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .cause }}{{ end }}{{`{{ else }}`}}Known source {{`{{ $labels.known_source }}`}}: see the runbook's known sources.{{`{{ end }}`}}
+fix: >-
+  {{`{{ if not $labels.known_source }}`}}See the runbook section of this alert; slowpath doctor --pid PID on the node names the call sites.
+  {{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .fix }}{{ end }}{{`{{ else }}`}}See the runbook's known sources.{{`{{ end }}`}}
+{{- end }}
