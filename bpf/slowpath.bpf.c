@@ -199,6 +199,13 @@ __u64 exited_flagged = 0;
  * `--debug.callsites` (capture_stacks). */
 const volatile bool capture_stacks = false;
 
+/* Sample the user stack of THP faults of every process (at most one per
+ * jiffy each), without being asked: set with the agent's findings. A huge
+ * page fault zeroes 2 MiB (tens of us at least), so a stack walk adds little
+ * to it, and the burst that makes a finding (a JVM pre-touching its heap) is
+ * usually over before the agent could ask for that process's stacks. */
+const volatile bool sample_thp_faults = false;
+
 /* Thread groups whose user stacks the agent asked for (its findings: a
  * process that crossed a finding's threshold), tgid -> samples still wanted.
  * Written by the agent only; a sample takes one with a plain store (two
@@ -1802,7 +1809,7 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 		return 0;
 	/* The user stack of a fault is the code that touched the page (a JVM
 	 * pre-touching its heap, malloc growing an arena). */
-	if (stack_wanted(p, tgid))
+	if (sample_thp_faults ? stack_due(p) : stack_wanted(p, tgid))
 		sample_stack(ctx, p, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
 	if (failed)
 		__sync_fetch_and_add(&p->c.thp_fault_fallback, 1);

@@ -643,7 +643,9 @@ fn golden_known_sources_in_the_chart_and_the_runbook() {
     );
     let runbook_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runbook.md");
     let runbook = std::fs::read_to_string(&runbook_path).unwrap();
-    let start = runbook.find(RUNBOOK_START).expect("the runbook's known-source markers");
+    let start = runbook
+        .find(RUNBOOK_START)
+        .expect("the runbook's known-source markers");
     let end = runbook.find(RUNBOOK_END).expect("the runbook's end marker") + RUNBOOK_END.len();
     let updated = format!(
         "{}{}{}",

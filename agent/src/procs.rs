@@ -161,6 +161,9 @@ pub struct Aggregator {
     recently_retired: HashMap<ImageId, (Instant, SeriesKey)>,
     /// Images folded into an over-the-limit series, by [`Limit`].
     folded: [u64; 2],
+    /// Sum of each live image's counters at the last refresh: how busy it
+    /// has been since (which process of a series to name and sample).
+    activity: HashMap<ImageId, u64>,
     clk_tck: u64,
 }
 
@@ -176,7 +179,8 @@ pub struct Refreshed {
     pub tracked_processes: usize,
     /// Images folded into an over-the-limit series so far, by [`Limit`].
     pub folded: [u64; 2],
-    /// The live thread groups (tgids) behind each series, in table order.
+    /// The live thread groups (tgids) behind each series, the busiest
+    /// since the last refresh first (counts added, all counters summed).
     pub live_tgids: HashMap<SeriesKey, Vec<u32>>,
 }
 
@@ -194,6 +198,7 @@ impl Aggregator {
             keys: HashMap::new(),
             recently_retired: HashMap::new(),
             folded: [0; 2],
+            activity: HashMap::new(),
             clk_tck: if tck > 0 { tck as u64 } else { 100 },
         }
     }
@@ -367,17 +372,31 @@ impl Aggregator {
         self.fold_pending(pending);
 
         let mut live_totals: HashMap<SeriesKey, sp_counters> = HashMap::new();
-        let mut live_tgids: HashMap<SeriesKey, Vec<u32>> = HashMap::new();
+        let mut busy: HashMap<SeriesKey, Vec<(u64, u32)>> = HashMap::new();
+        let mut activity = HashMap::new();
         let mut tracked = 0;
         for (tgid, p) in live {
-            if self.recently_retired.contains_key(&image_id(tgid, &p)) {
+            let id = image_id(tgid, &p);
+            if self.recently_retired.contains_key(&id) {
                 continue; // its final record is already folded
             }
             tracked += 1;
             let key = self.key_for(tgid, &p);
             add_counters(live_totals.entry(key.clone()).or_default(), &p.c);
-            live_tgids.entry(key).or_default().push(tgid);
+            let total = words(&p.c).iter().fold(0u64, |a, &w| a.wrapping_add(w));
+            let since = total.wrapping_sub(self.activity.get(&id).copied().unwrap_or(0));
+            activity.insert(id, total);
+            busy.entry(key).or_default().push((since, tgid));
         }
+        self.activity = activity;
+        // the busiest since the last refresh first
+        let live_tgids = busy
+            .into_iter()
+            .map(|(key, mut tgids)| {
+                tgids.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+                (key, tgids.into_iter().map(|(_, tgid)| tgid).collect())
+            })
+            .collect();
         self.drop_gone(&live_totals);
         let mut series: Vec<_> = self
             .series

@@ -98,8 +98,9 @@ pub struct Snapshot {
     pub series: Vec<Series>,
     /// Live entries in the kernel's process table.
     pub tracked_processes: usize,
-    /// The live thread groups (tgids) behind each series: who to sample
-    /// when a series crosses a finding's threshold without a pid label.
+    /// The live thread groups (tgids) behind each series, the busiest since
+    /// the last snapshot first: who to name and sample when a series crosses
+    /// a finding's threshold without a pid label.
     pub live_tgids: std::collections::HashMap<SeriesKey, Vec<u32>>,
     /// Process images folded into an over-the-limit series, by
     /// `procs::Limit` (`slowpath_series_folded_total{limit}`).

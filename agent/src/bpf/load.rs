@@ -183,6 +183,7 @@ fn size_signal_maps(open: &mut OpenSlowpathSkel<'_>, setup: &KernelSetup) -> Res
 fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &KernelSetup) {
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.capture_stacks = opts.capture_stacks;
+        rodata.sample_thp_faults = opts.stacks_on_demand;
         #[cfg(feature = "fault-injection")]
         super::fault::write_rodata(rodata, opts);
         for patch in &setup.rodata {

@@ -106,15 +106,6 @@ impl StackTables {
         Ok(taken as usize)
     }
 
-    /// Samples still wanted of target `tgid` (None when it is no target).
-    pub fn samples_left(&self, tgid: u32) -> Option<u32> {
-        let value = self
-            .targets
-            .lookup(&tgid.to_ne_bytes(), MapFlags::ANY)
-            .ok()??;
-        Some(u32::from_ne_bytes(value.get(..4)?.try_into().ok()?))
-    }
-
     /// Every sampled call site with its stack. An entry whose stack is gone
     /// (pruned between the two lookups) is skipped.
     pub fn read(&self) -> Vec<RawCallSite> {

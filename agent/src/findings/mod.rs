@@ -44,8 +44,9 @@ use window::Window;
 /// Processes of a finding whose call sites are sampled (its top ones).
 const SAMPLED_PER_FINDING: usize = 3;
 /// Live processes sampled per series (a series without a pid label is every
-/// process of one comm in one cgroup).
-const SAMPLED_PER_SERIES: usize = 2;
+/// process of one comm in one cgroup), the busiest since the last snapshot
+/// first.
+const SAMPLED_PER_SERIES: usize = 4;
 /// How often the thread looks whether sampled stacks are ready.
 const TICK: Duration = Duration::from_secs(1);
 
@@ -244,7 +245,7 @@ impl Engine {
             for p in &mut f.processes {
                 if p.pid == 0 {
                     p.pid = tgids
-                        .get(&(p.comm.clone(), p.cgroup.clone()))
+                        .get(&(p.comm.clone(), p.cgroup.clone(), None))
                         .and_then(|t| t.first().copied())
                         .unwrap_or(0);
                 }
@@ -261,8 +262,8 @@ impl Engine {
 
     /// Read the samples that came in and judge the window again with them.
     fn read_samples(&mut self, now: Instant) {
-        let found = self.sampler.as_mut().is_some_and(|s| s.read(now));
-        if found {
+        if let Some(sampler) = &mut self.sampler {
+            sampler.read(now);
             self.evaluate(false);
         }
     }
@@ -295,50 +296,46 @@ impl Engine {
     }
 }
 
-/// Live tgids per (comm, cgroup path) of the series.
-type Tgids = HashMap<(String, String), Vec<u32>>;
+/// Live tgids per series: (comm, cgroup path, pid label).
+type Tgids = HashMap<(String, String, Option<u32>), Vec<u32>>;
 
 fn series_tgids(snapshot: &Snapshot) -> Tgids {
-    let mut out: Tgids = HashMap::new();
-    for (key, tgids) in &snapshot.live_tgids {
-        out.entry((key.comm.clone(), key.cgroup.path.clone()))
-            .or_default()
-            .extend(tgids);
-    }
-    out
+    (snapshot.live_tgids.iter())
+        .map(|(key, tgids)| {
+            let id = (key.comm.clone(), key.cgroup.path.clone(), key.pid);
+            (id, tgids.clone())
+        })
+        .collect()
 }
 
 /// The call sites of `f`'s top processes as far as sampled (asking for the
-/// rest), then the known sources they match (`Finding::explain`).
+/// rest), then the known sources they match (`Finding::explain`). A series
+/// of several live processes (no pid label) has its busiest ones sampled;
+/// the one with the most samples of the finding's calls is the one named.
 fn attach_call_sites(sampler: &mut Sampler, f: &mut Finding, tgids: &Tgids) {
     let Some(kind) = f.call_sites else {
         return;
     };
     for p in f.processes.iter_mut().take(SAMPLED_PER_FINDING) {
-        let series = tgids.get(&(p.comm.clone(), p.cgroup.clone()));
-        let of_series: Vec<u32> = match series {
-            Some(t) if t.contains(&p.pid) && t.len() > 1 => {
-                // the named process first, then others of its series
-                let mut v = vec![p.pid];
-                v.extend(t.iter().copied().filter(|&x| x != p.pid));
-                v
-            }
-            Some(t) => t.clone(),
+        let candidates: Vec<u32> = match tgids.get(&(p.comm.clone(), p.cgroup.clone(), None)) {
+            Some(t) => t.iter().copied().take(SAMPLED_PER_SERIES).collect(),
+            // with a pid label the series is one process
             None => vec![p.pid],
         };
-        let mut sites: Vec<CallSite> = Vec::new();
-        for tgid in of_series
-            .into_iter()
-            .filter(|&t| t != 0)
-            .take(SAMPLED_PER_SERIES)
-        {
-            if let Some(found) = sampler.sites(tgid, kind) {
-                sites.extend(found.iter().cloned());
+        let mut best: Option<(u64, u32, Vec<CallSite>)> = None;
+        for tgid in candidates.into_iter().filter(|&t| t != 0) {
+            let Some(sites) = sampler.sites(tgid, kind) else {
+                continue;
+            };
+            let samples: u64 = sites.iter().map(|s| s.samples).sum();
+            if samples > 0 && best.as_ref().is_none_or(|b| samples > b.0) {
+                best = Some((samples, tgid, sites.to_vec()));
             }
         }
-        sites.sort_by_key(|s| std::cmp::Reverse(s.samples));
-        sites.truncate(5);
-        p.call_sites = sites;
+        if let Some((_, tgid, sites)) = best {
+            p.pid = tgid;
+            p.call_sites = sites;
+        }
     }
     f.explain();
 }

@@ -80,7 +80,8 @@ pub struct Signal {
     pub enrich: Option<fn(&mut Finding)>,
     /// The known sources its findings' call sites are matched against
     /// (generated into the alert annotations and the runbook:
-    /// `sources::known_sources_yaml`).
+    /// `golden::known_sources_yaml`, a test that fails when they differ).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub sources: &'static [crate::sources::KnownSource],
     /// The call kinds (`enum sp_callsite_kind`) under which the kernel side
     /// samples user stacks at this signal's events, with their names in

@@ -29,7 +29,6 @@ mod sources;
 
 use canary::CanaryReadings;
 use settings::Clocksources;
-#[cfg(test)]
 pub use sources::SOURCES;
 
 /// Number of `enum sp_clock` classes.
