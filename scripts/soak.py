@@ -10,12 +10,18 @@ The churn, each second: 50 short processes of tests/workloads/bin/sp-workload
 other second a new cgroup2 directory in which 10 cgroups are created, each
 runs one counted process and is removed. So processes, comms and cgroups
 come and go all the time, and series are made and retired
-(--metrics.retired-series-grace, --grace here).
+(--metrics.retired-series-grace, --grace here). Two long-lived processes
+(sp-workload copied as sp-soak-storm, mode clock-paced) read the clock by
+syscall about 5000 times a second and sleep 1 ms in between: each is a vDSO
+bypass and a timer loop, findings the agent must hold (with their call
+sites sampled) from the second minute on, while the churn's own raw clock
+reads make findings come and go.
 
 With --check, exits 1 when a bound is broken: RSS above --max-rss-mib, CPU
 above --max-cpu-percent of one core in any minute, RSS growing more than
 --max-rss-growth-mib from the first full minute to the end, any lost event
-or scrape error, or a scrape slower than --max-scrape-seconds. Loopback
+or scrape error, a scrape slower than --max-scrape-seconds, or the storms'
+findings (vdso_bypass and timer_loop of sp-soak-storm) missing at the end. Loopback
 only; starts and stops its own agent; removes its cgroups."""
 
 import argparse
@@ -34,7 +40,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 from hostutil import cgroup2_root, free_port  # noqa: E402
 
 COLUMNS = ["minute", "rss_mib", "cpu_percent", "series", "lost_events", "scrape_errors",
-           "max_scrape_seconds", "processes", "cgroups"]
+           "max_scrape_seconds", "processes", "cgroups", "findings", "storm_findings"]
+STORM_COMM = "sp-soak-storm"
+STORMS = 2
 
 
 def rss_mib(pid):
@@ -50,8 +58,9 @@ def cpu_seconds(pid):
 
 
 def sums(text):
-    """Series count and the sums of the counters the soak watches."""
-    series, lost, errors = 0, 0.0, 0.0
+    """Series count, the sums of the counters the soak watches, the findings
+    shown, and the storms' findings with a known source ("finding/row")."""
+    series, lost, errors, findings, storm = 0, 0.0, 0.0, 0.0, set()
     for line in text.splitlines():
         if not line or line.startswith("#"):
             continue
@@ -62,7 +71,13 @@ def sums(text):
             lost += value
         elif name == "slowpath_scrape_errors_total":
             errors += value
-    return series, lost, errors
+        elif name == "slowpath_findings":
+            findings += value
+        elif name == "slowpath_finding_info" and f'comm="{STORM_COMM}"' in line:
+            finding = line.split('finding="', 1)[1].split('"', 1)[0]
+            row = line.split('known_source="', 1)[1].split('"', 1)[0]
+            storm.add(f"{finding}/{row}")
+    return series, lost, errors, findings, storm
 
 
 class Churn(threading.Thread):
@@ -161,6 +176,9 @@ def check(rows, args):
         if r["max_scrape_seconds"] > args.max_scrape_seconds:
             broken.append(f"minute {r['minute']}: a scrape took {r['max_scrape_seconds']:.3f} s")
     last = rows[-1]
+    want = {"vdso_bypass/direct_clock_syscall", "timer_loop/glibc_sleep_loop"}
+    if not want <= set(last["storm_findings"].split()):
+        broken.append(f"the storms' findings at the end: {last['storm_findings'] or 'none'} (want {sorted(want)})")
     if last["lost_events"] > 0:
         broken.append(f"{last['lost_events']:.0f} events lost")
     if last["scrape_errors"] > 0:
@@ -195,7 +213,13 @@ def main():
     base.mkdir()
     churn, scraper = Churn(args.workload, base), Scraper(url)
     rows = []
+    storm_bin = args.out / STORM_COMM
+    storm_bin.write_bytes(args.workload.read_bytes())
+    storm_bin.chmod(0o755)
+    storms = []
     try:
+        for _ in range(STORMS):
+            storms.append(subprocess.Popen([storm_bin, "clock-paced", str(10**9), "5"], stdout=subprocess.DEVNULL))
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -215,21 +239,25 @@ def main():
             if churn.error:
                 raise churn.error
             with urllib.request.urlopen(url, timeout=10) as resp:
-                series, lost, errors = sums(resp.read().decode())
+                series, lost, errors, findings, storm = sums(resp.read().decode())
             cpu, now = cpu_seconds(agent.pid), time.monotonic()
             rows.append({
                 "minute": minute, "rss_mib": rss_mib(agent.pid),
                 "cpu_percent": 100 * (cpu - prev_cpu) / max(now - prev_t, 1e-9),
                 "series": series, "lost_events": lost, "scrape_errors": errors + scraper.failures,
                 "max_scrape_seconds": scraper.take_slowest(), "processes": churn.processes,
-                "cgroups": churn.cgroups,
+                "cgroups": churn.cgroups, "findings": findings, "storm_findings": " ".join(sorted(storm)),
             })
             prev_cpu, prev_t = cpu, now
             r = rows[-1]
             print(f"soak: minute {minute:3d}: RSS {r['rss_mib']:6.1f} MiB, CPU {r['cpu_percent']:5.2f} %, "
                   f"{series} series, {r['processes']} processes, {r['cgroups']} cgroups, "
-                  f"slowest scrape {r['max_scrape_seconds'] * 1000:.1f} ms, lost {lost:.0f}", flush=True)
+                  f"slowest scrape {r['max_scrape_seconds'] * 1000:.1f} ms, lost {lost:.0f}, "
+                  f"{findings:.0f} findings, storms: {r['storm_findings'] or '-'}", flush=True)
     finally:
+        for storm_proc in storms:
+            storm_proc.kill()
+            storm_proc.wait()
         churn.stop.set()
         scraper.stop.set()
         churn.join(timeout=30)

@@ -54,7 +54,7 @@ pub fn warn_if_cannot_symbolize(what: &str) {
             missing = %missing.join(" "),
             "{what}: call sites of other users' processes cannot be symbolized without {}; \
              grant them (the container's capabilities add: [SYS_PTRACE, DAC_READ_SEARCH, \
-             CHECKPOINT_RESTORE]; Helm: agent.debugCallsites adds them) or run as root",
+             CHECKPOINT_RESTORE]; Helm: agent.findings.callSites or agent.debugCallsites adds them) or run as root",
             missing.join(", ")
         );
     }

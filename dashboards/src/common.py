@@ -34,6 +34,17 @@ RATIO = "percentunit"
 BYTES = "bytes"
 COUNT = "short"
 NONE = "none"  # text-like panels (info metrics mapped to words)
+SINCE = "dateTimeFromNow"  # Unix time in ms, shown as "5 minutes ago"
+
+# The agent's findings with since when they hold: slowpath_finding_start_time_seconds
+# (in ms) carrying slowpath_finding_info's severity and known_source, one row per
+# finding and process. `selector` narrows both.
+FINDING_LABELS = "instance, finding, comm, cgroup, unit, namespace, pod, container"
+
+
+def findings_expr(selector, by):
+    return (f"1000 * max by ({by}) (slowpath_finding_start_time_seconds{{{selector}}}"
+            f" * on ({FINDING_LABELS}) group_left (severity, known_source) slowpath_finding_info{{{selector}}})")
 
 
 class Ids:

@@ -5,9 +5,9 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, Ids,
-                    dashboard, datasource_variable, heatmap_panel, link, query_variable, row, stat_panel,
-                    state_timeline_panel, target, timeseries_panel, value_mappings)
+from common import (COUNT, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE, Ids,
+                    dashboard, datasource_variable, findings_expr, heatmap_panel, link, query_variable, row,
+                    stat_panel, state_timeline_panel, table_panel, target, timeseries_panel, value_mappings)
 
 UID = "slowpath-drilldown"
 
@@ -104,6 +104,16 @@ the process felt: normal 0; more than a few percent of the range hurts latency (
     ))
 
     # --- Node context --------------------------------------------------------------------
+    d = d.with_panel(table_panel(
+        ids(), "Findings for $comm", """
+What the agent's own diagnosis holds now for this process (slowpath_finding_info): the finding, its severity,
+the known source its call sites matched (empty: none matched or not sampled yet) and since when. The known
+source's cause and fix are in the runbook (Known sources); the evidence and call sites at
+http://NODE:9891/debug/findings. Normal: empty.""",
+        [target(findings_expr(PROC, "finding, known_source, severity"), instant=True,
+                fmt=pm.PromQueryFormat.TABLE)],
+        w=24, h=5, hide=("Time",), unit=SINCE,
+    ))
     d = d.with_row(row(ids(), "Node context: $instance"))
     d = d.with_panel(stat_panel(
         ids(), "Clocksource", f"""

@@ -9,9 +9,9 @@ from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, Ids, dashboard, data_link,
-                    datasource_variable, link, query_variable, row, stat_panel, table_panel, target,
-                    timeseries_panel)
+from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, SINCE, Ids, dashboard, data_link,
+                    datasource_variable, findings_expr, link, query_variable, row, stat_panel, table_panel,
+                    target, timeseries_panel)
 
 UID = "slowpath-fleet"
 NS = 'namespace=~"$namespace"'
@@ -136,6 +136,18 @@ above 1 % for 15 min fires SlowpathOverheadHigh. The overview's panel of the sam
         [target("topk(10, instance:slowpath_own_cpu:rate5m)", "{{instance}}", "A")],
         w=12, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))
+    d = d.with_row(row(ids(), "Findings: what is wrong, and the known source"))
+    d = d.with_panel(table_panel(
+        ids(), "Findings across the fleet", """
+Every finding the agents' own diagnosis holds now (slowpath_finding_info: the rules of `slowpath doctor` judged
+on a sliding window, --findings.window), per node, pod and process, with its severity, the known source its call
+sites matched (empty: none matched or not sampled) and since when it holds. The cause and fix of each known
+source are in the runbook (Known sources) and in the alerts' annotations; the findings in full, with call sites,
+at http://NODE:9891/debug/findings. The link opens the node in the overview.""",
+        [target(findings_expr(NS, "instance, namespace, pod, comm, finding, known_source, severity"), instant=True,
+                fmt=pm.PromQueryFormat.TABLE)],
+        w=24, h=8, hide=("Time",), unit=SINCE,
+    ).data_links([TO_NODE]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(False)]))
     d = signal_rows(d, ids)
     d = d.with_row(row(ids(), "Node settings"))
     d = d.with_panel(table_panel(

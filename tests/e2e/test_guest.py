@@ -164,7 +164,7 @@ RUNTIME_MAX_S = 120
 JAVA_OPTS = "-Xmx64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k"
 JLINK_OPTS = ["--add-modules", "java.base", "--strip-debug", "--no-man-pages", "--no-header-files"]
 RUNTIME_SCENARIO = f"""
-agent_start
+agent_start --findings.window=4s --log.level=debug
 STOP=/tmp/stop-reading
 until_in() {{
     i=0
@@ -186,6 +186,17 @@ section java_start echo "launch=$up_java first_read=$up_ready"
 go-timenow {RUNTIME_MAX_S} $STOP >/tmp/go.out 2>&1 &
 GO_PID=$!
 sleep {RUNTIME_BOTH_S}
+# the agent's own findings: both runtimes named with their known source
+i=0
+until wget -q -O /tmp/findings.json http://127.0.0.1:9891/debug/findings 2>/dev/null &&
+      grep -q '"row": "jvm_clock"' /tmp/findings.json && grep -q '"row": "go_runtime_clock"' /tmp/findings.json; do
+    i=$((i + 1))
+    if [ $i -gt 120 ]; then break; fi
+    sleep 0.5
+done
+section findings cat /tmp/findings.json
+scrape findings_metrics
+section findings_log grep -E 'findings|stack targets|call sites' /tmp/agent.log
 kill -STOP $JAVA_PID $GO_PID
 kill -TERM $DOCTOR_PID
 wait $DOCTOR_PID
@@ -276,6 +287,22 @@ def test_doctor_finds_the_jvm_and_go_clock_reads_at_their_call_sites(runtimes):
     # the node's fix comes first: the clocksource
     assert "echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource" in finding["fix"], \
         finding["fix"]
+
+
+def test_agent_finds_the_jvm_and_go_clock_reads_with_their_known_sources(runtimes):
+    """The running agent's own diagnosis (a 4 s window) names the same
+    finding and known sources as the doctor, on /debug/findings and on
+    slowpath_finding_info."""
+    page = json.loads(runtimes["findings"])
+    java_pid, go_pid = pid_of(runtimes, "java_out"), pid_of(runtimes, "go_out")
+    finding = next(f for f in page["findings"] if f["id"] == "clocksource_not_vdso_capable")
+    rows = {p["pid"]: (p["known_source"] or {}).get("row") for p in finding["processes"]}
+    assert rows.get(java_pid) == "jvm_clock" and rows.get(go_pid) == "go_runtime_clock", \
+        (rows, runtimes["findings_log"][-3000:])
+    metrics = Scrape(runtimes["findings_metrics"])
+    for comm, row in [("java", "jvm_clock"), ("go-timenow", "go_runtime_clock")]:
+        assert metrics.value("slowpath_finding_info", finding="clocksource_not_vdso_capable", comm=comm,
+                             known_source=row) == 1, metrics.select("slowpath_finding_info")
 
 
 def test_agent_counts_the_runtimes_fallback_reads(runtimes):

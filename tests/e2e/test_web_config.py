@@ -213,7 +213,7 @@ def status_of(url, auth=None, context=None, method="GET"):
         return err.code, err.headers
 
 
-def test_every_path_but_the_probes_needs_the_password_callsites_included(agent_bin, tmp_path):
+def test_every_path_but_the_probes_needs_the_password_debug_pages_included(agent_bin, tmp_path):
     web = write_config(tmp_path / "web.yml", {
         "basic_auth_users": {"sre": bcrypt_hash(PASSWORD)},
         "http_server_config": {"headers": {"X-Frame-Options": "deny", "Content-Security-Policy": "default-src 'none'"}},
@@ -221,13 +221,14 @@ def test_every_path_but_the_probes_needs_the_password_callsites_included(agent_b
     agent = Agent(agent_bin, [f"--web.config.file={web}", "--debug.callsites"], tmp_path / "agent.log",
                   auth=("sre", PASSWORD))
     try:
-        for path in ("/metrics", "/debug/callsites", "/", "/no-such-page"):
+        for path in ("/metrics", "/debug/callsites", "/debug/findings", "/", "/no-such-page"):
             status, headers = status_of(agent.url + path)
             assert status == 401, path
             assert headers.get("WWW-Authenticate") == "Basic", headers
             assert headers.get("X-Frame-Options") == "deny", headers
             assert status_of(agent.url + path, auth=("sre", "wrong"))[0] == 401, path
-        for path, expected in (("/metrics", 200), ("/debug/callsites", 200), ("/", 200), ("/no-such-page", 404)):
+        for path, expected in (("/metrics", 200), ("/debug/callsites", 200), ("/debug/findings", 200), ("/", 200),
+                               ("/no-such-page", 404)):
             status, headers = status_of(agent.url + path, auth=("sre", PASSWORD))
             assert status == expected, path
             assert headers.get("Content-Security-Policy") == "default-src 'none'", headers

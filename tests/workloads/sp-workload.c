@@ -15,6 +15,10 @@
  *   cputime N             N libc clock_gettime of PROCESS_CPUTIME, THREAD_CPUTIME
  *                         and a pthread_getcpuclockid() clock (N each)
  *   threads T N           T threads, each N raw clock_gettime(MONOTONIC)
+ *   clock-paced N K       N times: K raw clock_gettime(MONOTONIC), then a 1 ms
+ *                         nanosleep: a paced vDSO bypass (about 1000 K reads a
+ *                         second) that is also a 1 ms timer loop, at a few %
+ *                         of a CPU (the soak's long-lived findings)
  *   clock-yield N         N raw clock_gettime(MONOTONIC), each followed by
  *                         sched_yield(): processes sharing a CPU take turns
  *   clock-int80 N         N raw clock_gettime(MONOTONIC) by the SYSCALL
@@ -662,6 +666,15 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(mode, "clock-raw")) {
 		raw_clock_loop(n, argc > 3 ? (clockid_t)m : CLOCK_MONOTONIC);
+		return 0;
+	}
+	if (!strcmp(mode, "clock-paced")) {
+		struct timespec ms = ts_of_usec(1000);
+
+		for (long i = 0; i < n; i++) {
+			raw_clock_loop(m, CLOCK_MONOTONIC);
+			nanosleep(&ms, NULL);
+		}
 		return 0;
 	}
 	if (!strcmp(mode, "clock-yield")) {

@@ -174,7 +174,9 @@ impl Engine {
             if now >= next {
                 self.evaluate(true);
                 next += hop;
-            } else if self.sampler.as_ref().is_some_and(|s| s.due(now)) {
+            }
+            // also when every tick is a hop (a 4 s window)
+            if self.sampler.as_ref().is_some_and(|s| s.due(now)) {
                 self.read_samples(now);
             }
             let wait = next.saturating_duration_since(Instant::now()).min(TICK);
@@ -280,10 +282,11 @@ impl Engine {
             shown: &held,
             over_limit: self.held.over_limit,
         };
-        let json = serde_json::to_string_pretty(&page).unwrap_or_else(|err| {
+        let mut json = serde_json::to_string_pretty(&page).unwrap_or_else(|err| {
             warn!(error = %err, "findings: encoding /debug/findings");
             String::from("{}")
         });
+        json.push('\n');
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         *shared = Published {
             held,
@@ -355,7 +358,7 @@ pub fn log_start(opts: &FindingsOptions, sampling: bool) {
 /// The shared state, empty until the first evaluation.
 pub fn shared() -> SharedFindings {
     Arc::new(Mutex::new(Published {
-        json: String::from("{\"schema_version\":1,\"findings\":[],\"shown\":[]}"),
+        json: String::from("{\"schema_version\":1,\"findings\":[],\"shown\":[]}\n"),
         ..Published::default()
     }))
 }
