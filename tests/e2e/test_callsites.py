@@ -69,7 +69,29 @@ def settle():
 
 
 def test_off_by_default(agent_bin, tmp_path):
+    """/debug/callsites is off; the stack tables are sized for the findings'
+    on-demand sampling only (a few processes at a time)."""
     a = Agent(agent_bin, [], tmp_path / "agent.log")
+    try:
+        try:
+            a.get("/debug/callsites")
+            raise AssertionError("/debug/callsites answered without --debug.callsites")
+        except Exception as err:  # urllib raises HTTPError for 404
+            assert getattr(err, "code", None) == 404, err
+            assert "--debug.callsites" in err.read().decode()
+        maps = agent_maps(a)
+        assert maps["stacks"]["max_entries"] == 256
+        assert maps["callsites"]["max_entries"] == 1024
+        assert maps["stack_copies"]["max_entries"] == 64
+        assert maps["stack_copies"]["flags"] & BPF_F_NO_PREALLOC
+        assert maps["stack_targets"]["max_entries"] == 64
+        assert "slowpath_callsite_samples_total" not in a.scrape().text
+    finally:
+        assert a.stop() == 0, a.log_text()
+
+
+def test_off_without_findings(agent_bin, tmp_path):
+    a = Agent(agent_bin, ["--findings.window=0"], tmp_path / "agent.log")
     try:
         try:
             a.get("/debug/callsites")
@@ -87,7 +109,9 @@ def test_off_by_default(agent_bin, tmp_path):
         assert maps["stack_copies"]["flags"] & BPF_F_NO_PREALLOC
         assert maps["stack_copy_scra"]["max_entries"] == 1
         assert maps["stack_copies"]["bytes_memlock"] + maps["stack_copy_scra"]["bytes_memlock"] < 16_384
+        assert maps["stack_targets"]["max_entries"] == 1
         assert "slowpath_callsite_samples_total" not in a.scrape().text
+        assert "slowpath_finding_info" not in a.scrape().text
     finally:
         assert a.stop() == 0, a.log_text()
 

@@ -50,7 +50,7 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 # Panel types that show numbers, hence need a unit; and the Grafana unit ids used.
 NUMERIC_TYPES = {"timeseries", "stat", "gauge", "bargauge", "table", "heatmap", "state-timeline",
                  "status-history", "barchart", "histogram"}
-UNITS = {"ops", "s", "percentunit", "bytes", "short", "none"}
+UNITS = {"ops", "s", "percentunit", "bytes", "short", "none", "dateTimeFromNow"}
 
 JOB = "slowpath"
 RATE_INTERVAL = "15s"  # what Grafana's $__rate_interval is with a 1 s scrape interval, rounded up

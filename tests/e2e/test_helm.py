@@ -47,6 +47,8 @@ CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 VALUE_SETS = {
     "default": {},
     "privileged": {"privileged": True},
+    # findings without call sites: only CAP_BPF and CAP_PERFMON
+    "no-call-sites": {"agent": {"findings": {"callSites": False}}},
     "monitors": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -319,7 +321,12 @@ def test_daemonset_least_privilege(tools, tmp_path):
 
     assert pod["hostPID"] is True
     assert not pod.get("hostNetwork") and not pod.get("hostIPC")
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
+    # BPF and PERFMON to count; the three that symbolize other processes'
+    # stacks for the findings' call sites (agent.findings.callSites, on)
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH",
+                                                           "CHECKPOINT_RESTORE"]}
+    minimal = container_of(render(tools, tmp_path, "no-call-sites"))["securityContext"]
+    assert minimal["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
     assert not sc.get("privileged")
     assert sc["runAsUser"] == 65534 and sc["runAsGroup"] == 65534
     assert sc["runAsNonRoot"] is True
