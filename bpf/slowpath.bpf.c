@@ -218,25 +218,6 @@ struct {
 	__type(value, __u32);
 } stack_targets SEC(".maps");
 
-/* Slot 0: entries in `stack_targets`, set by the agent (any of its
- * threads, through the map, hence not .bss). While 0 (no finding waits for
- * call sites, nearly always) no program looks the table up: a process
- * nobody asked about pays an array lookup, which the verifier inlines into
- * a few loads (no helper call). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} stack_target_count SEC(".maps");
-
-static __always_inline bool stack_targets_on(void)
-{
-	__u32 zero = 0, *n;
-
-	n = bpf_map_lookup_elem(&stack_target_count, &zero);
-	return n && *n;
-}
 /* At most one user stack per jiffy per process (stack_due()): a bounded
  * cost (a stack walk is ~1 us) however hot the path, and no aliasing with
  * calls that alternate (getcontext, setcontext). */
@@ -362,6 +343,21 @@ __u64 task_events = 0;
 /* Set by the agent once it has folded every CPU's slot (fold_cpu_slot):
  * until then, and for good where it cannot, sys_enter counts in `procs`. */
 bool slots_on = false;
+/* Entries in `stack_targets`, set by the agent's BPF worker (it owns .bss)
+ * when the findings ask for stacks; next to slots_on, which sys_enter loads
+ * anyway. While 0 (no finding waits for call sites, nearly always) a
+ * counted syscall pays this load and a branch; while not, every process
+ * counts in its entry (on_sys_enter), where the targets are sampled. */
+__u32 stack_target_count = 0;
+
+/* Whether the agent may ask for stacks at all (its findings are on): when
+ * false, the verifier drops every target check below as dead code. */
+const volatile bool stacks_on_demand = false;
+
+static __always_inline bool stack_targets_on(void)
+{
+	return stacks_on_demand && stack_target_count;
+}
 
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
  * generates its Rust type (ring buffer records have no map value type). */
@@ -717,31 +713,6 @@ static __always_inline bool stack_due(struct sp_proc *p)
 	return true;
 }
 
-/* Whether this call's user stack is sampled: with capture_stacks, at
- * stack_due(); else only when the agent asked for thread group `tgid`'s
- * stacks (`stack_targets`) and some are still wanted. */
-static __always_inline bool stack_wanted(struct sp_proc *p, __u32 tgid)
-{
-	__u32 *left;
-
-	if (capture_stacks)
-		return stack_due(p);
-	if (!stack_targets_on())
-		return false;
-	left = bpf_map_lookup_elem(&stack_targets, &tgid);
-	if (!left || *left == 0 || !stack_due(p))
-		return false;
-	*left -= 1;
-	return true;
-}
-
-/* Whether the agent waits for stacks of thread group `tgid`: its calls
- * take the per-entry path, where they are sampled, not the slot. */
-static __always_inline bool stack_target(__u32 tgid)
-{
-	return stack_targets_on() && bpf_map_lookup_elem(&stack_targets, &tgid);
-}
-
 /* Keep the user registers and the top of the user stack of a call site's
  * first sample under `key`: the rest of the stack pointer's page, then the
  * next page if it is mapped (the copy stops at the first read that fails,
@@ -818,6 +789,37 @@ dropped:
 		*drops += 1; /* per-CPU slot */
 }
 
+/* Sample this call's user stack if the agent asked for thread group
+ * `tgid`'s stacks (`stack_targets`) and wants more: one per jiffy at most.
+ * Out of line: called only while some target waits, so that the paths
+ * carry two loads and a branch, not this code. */
+static __noinline void sample_if_wanted(void *ctx, struct sp_proc *p, __u32 tgid, __u32 kind,
+					struct pt_regs *regs)
+{
+	__u32 *left;
+
+	if (!p)
+		return;
+	left = bpf_map_lookup_elem(&stack_targets, &tgid);
+	if (!left || *left == 0 || !stack_due(p))
+		return;
+	*left -= 1;
+	sample_stack(ctx, p, kind, regs);
+}
+
+/* Sample this call's user stack when due: every process's with
+ * capture_stacks (the doctor, --debug.callsites), else the targets'. */
+static __always_inline void maybe_sample(void *ctx, struct sp_proc *p, __u32 tgid, __u32 kind,
+					 struct pt_regs *regs)
+{
+	if (capture_stacks) {
+		if (stack_due(p))
+			sample_stack(ctx, p, kind, regs);
+	} else if (stack_targets_on()) {
+		sample_if_wanted(ctx, p, tgid, kind, regs);
+	}
+}
+
 static __always_inline __u32 callsite_kind(long id)
 {
 	switch (id) {
@@ -883,8 +885,7 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 	p = proc_of(tgid, NULL);
 	if (!p)
 		return 0;
-	if (stack_wanted(p, tgid))
-		sample_stack(ctx, p, callsite_kind(id), regs);
+	maybe_sample(ctx, p, tgid, callsite_kind(id), regs);
 	count_into(&p->c, true, regs, id, btf);
 	return 0;
 }
@@ -1222,7 +1223,7 @@ static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, l
 
 	if (!current_image(s, regs, &tgid, &start, &exec_id))
 		return 0;
-	if (s->busy || stack_target(tgid))
+	if (s->busy)
 		return count_syscall(ctx, regs, id, tgid, true);
 	s->busy = 1;
 	barrier();
@@ -1326,7 +1327,12 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 	if (!wait_is_timed(regs, id, btf))
 		return 0; /* the untimed futex, poll, epoll and select calls leave here */
 	if (btf) {
-		slot = slots_on && !capture_stacks ? bpf_map_lookup_elem(&sys_slots, &zero) : NULL;
+		/* While the findings sample some process (stack_targets_on(),
+		 * seconds at a time), every process counts in its entry, where
+		 * the targets are sampled: the slot path stays as it was. */
+		slot = slots_on && !capture_stacks && !stack_targets_on() ?
+			       bpf_map_lookup_elem(&sys_slots, &zero) :
+			       NULL;
 		if (slot)
 			return count_syscall_slot(ctx, regs, id, slot);
 		/* one helper call: the compat flag and the tgid are direct loads */
@@ -1809,8 +1815,12 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 		return 0;
 	/* The user stack of a fault is the code that touched the page (a JVM
 	 * pre-touching its heap, malloc growing an arena). */
-	if (sample_thp_faults ? stack_due(p) : stack_wanted(p, tgid))
-		sample_stack(ctx, p, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
+	if (capture_stacks || sample_thp_faults) {
+		if (stack_due(p))
+			sample_stack(ctx, p, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
+	} else if (stack_targets_on()) {
+		sample_if_wanted(ctx, p, tgid, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
+	}
 	if (failed)
 		__sync_fetch_and_add(&p->c.thp_fault_fallback, 1);
 	else

@@ -184,6 +184,7 @@ fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &Ker
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.capture_stacks = opts.capture_stacks;
         rodata.sample_thp_faults = opts.stacks_on_demand;
+        rodata.stacks_on_demand = opts.stacks_on_demand;
         #[cfg(feature = "fault-injection")]
         super::fault::write_rodata(rodata, opts);
         for patch in &setup.rodata {

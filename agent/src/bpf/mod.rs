@@ -74,7 +74,7 @@ pub use check::check_object;
 pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
 pub use load::{load, LoadOptions, Loaded, ObjectStorage};
-pub use slots::{enable_slots, fold_slots, slots_on};
+pub use slots::{enable_slots, fold_slots, set_stack_target_count, slots_on};
 pub use stats::recursion_misses;
 
 /// Where the kernel exposes its own BTF.

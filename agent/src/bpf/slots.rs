@@ -56,6 +56,15 @@ pub fn enable_slots(loaded: &mut Loaded<'_>) {
     }
 }
 
+/// Set `stack_target_count` in .bss: the entries of `stack_targets` the
+/// findings' on-demand sampling wrote (0: no program looks the table up).
+/// Kept next to `slots_on`, whose cache line sys_enter loads anyway.
+pub fn set_stack_target_count(loaded: &mut Loaded<'_>, n: u32) {
+    if let Some(bss) = loaded.skel.maps.bss_data.as_deref_mut() {
+        bss.stack_target_count = n;
+    }
+}
+
 /// Whether the programs count in the slots (`slowpath_combining_slots_enabled`).
 pub fn slots_on(loaded: &Loaded<'_>) -> bool {
     (loaded.skel.maps.bss_data.as_deref()).is_some_and(|b| b.slots_on)

@@ -48,8 +48,6 @@ pub struct StackTables {
     drops: MapHandle,
     /// tgid -> samples still wanted (on-demand sampling).
     targets: MapHandle,
-    /// Slot 0: entries in `targets` (0: no program looks it up).
-    target_count: MapHandle,
 }
 
 impl StackTables {
@@ -62,25 +60,17 @@ impl StackTables {
             copies: MapHandle::try_from(&maps.stack_copies).context("stack_copies map")?,
             drops: MapHandle::try_from(&maps.stack_drops).context("stack_drops map")?,
             targets: MapHandle::try_from(&maps.stack_targets).context("stack_targets map")?,
-            target_count: MapHandle::try_from(&maps.stack_target_count)
-                .context("stack_target_count map")?,
         })
     }
 
-    /// Ask the kernel side for the user stacks of exactly the thread groups
-    /// of `wanted`, tgid -> samples (at most one per jiffy per process, at
-    /// its counted calls), replacing the earlier targets; an empty list
-    /// turns on-demand sampling off. Returns how many targets the table
-    /// took (it holds `SP_MAX_STACK_TARGETS`).
-    ///
-    /// The count goes to 0 before the table changes and is set after, so
-    /// that programs never look up a table in the middle of a change they
-    /// were not told of (a stale lookup only costs a sample more or less).
-    pub fn set_targets(&self, wanted: &[(u32, u32)]) -> Result<usize> {
-        let zero = 0u32.to_ne_bytes();
-        self.target_count
-            .update(&zero, &zero, MapFlags::ANY)
-            .context("clearing stack_target_count")?;
+    /// Make `stack_targets` hold exactly the thread groups of `wanted`,
+    /// tgid -> samples (at most one per jiffy per process, at its counted
+    /// calls). Returns how many the table took (it holds
+    /// `SP_MAX_STACK_TARGETS`): the count the programs must be told
+    /// (`Worker::set_stack_target_count`), 0 before the table changes and
+    /// the new count after, so that they never look up a table in the middle
+    /// of a change (a stale lookup only costs a sample more or less).
+    pub fn set_targets(&self, wanted: &[(u32, u32)]) -> usize {
         let keep: HashSet<u32> = wanted.iter().map(|&(tgid, _)| tgid).collect();
         for key in self.targets.keys() {
             let gone = <[u8; 4]>::try_from(key.as_slice())
@@ -89,21 +79,13 @@ impl StackTables {
                 let _ = self.targets.delete(&key);
             }
         }
-        let mut taken = 0u32;
-        for &(tgid, samples) in wanted {
-            let update =
-                self.targets
-                    .update(&tgid.to_ne_bytes(), &samples.to_ne_bytes(), MapFlags::ANY);
-            if update.is_ok() {
-                taken += 1;
-            }
-        }
-        if taken > 0 {
-            self.target_count
-                .update(&zero, &taken.to_ne_bytes(), MapFlags::ANY)
-                .context("setting stack_target_count")?;
-        }
-        Ok(taken as usize)
+        wanted
+            .iter()
+            .filter(|(tgid, samples)| {
+                let (key, value) = (tgid.to_ne_bytes(), samples.to_ne_bytes());
+                self.targets.update(&key, &value, MapFlags::ANY).is_ok()
+            })
+            .count()
     }
 
     /// Every sampled call site with its stack. An entry whose stack is gone

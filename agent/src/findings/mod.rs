@@ -121,8 +121,8 @@ impl FindingsThread {
             .spawn(move || {
                 // built here: the symbolizer stays on this thread
                 let mut engine = Engine {
+                    sampler: tables.map(|t| Sampler::new(t, worker.clone())),
                     worker,
-                    sampler: tables.map(Sampler::new),
                     window: Window::new(opts.window),
                     held: Held::new(opts.max, opts.grace),
                     snapshot: None,

@@ -4,13 +4,15 @@
 //! process's counted calls only, so a storm gives up to HZ samples a second
 //! and a quiet process of the same series a few. It then symbolizes them off
 //! the hot path with blazesym and keeps the result for as long as the process
-//! lives. Every other process keeps the combining slots and pays one inlined
-//! array lookup per counted call, and a lookup of the target table only while
-//! some target waits (two seconds after a finding appears). THP faults are
+//! lives. While no target waits, a counted call pays a load and a branch
+//! (`stack_target_count`); while one does (two seconds after a finding
+//! appears), every process counts in its `procs` entry rather than the
+//! combining slots, and looks the target table up. THP faults are
 //! sampled for every process without being asked (`sample_thp_faults`: the
 //! burst is over by the time it is a finding).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blazesym::symbolize::Symbolizer;
@@ -19,6 +21,7 @@ use tracing::{debug, warn};
 use crate::bpf::types::sp_callsite_kind;
 use crate::callsites::tables::StackTables;
 use crate::callsites::{self, CallSite};
+use crate::worker::Worker;
 
 /// How long a process is sampled once asked for.
 pub const SAMPLE_FOR: Duration = Duration::from_secs(2);
@@ -43,6 +46,8 @@ struct Sites {
 /// The on-demand sampler: targets, and the call sites found per process.
 pub struct Sampler {
     tables: StackTables,
+    /// Tells the programs how many targets there are (it owns .bss).
+    worker: Arc<Worker>,
     symbolizer: Symbolizer,
     symbolized: usize,
     /// tgid -> (kinds asked for, since when sampled)
@@ -54,18 +59,30 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    pub fn new(tables: StackTables) -> Self {
-        if let Err(err) = tables.set_targets(&[]) {
-            warn!(error = %format!("{err:#}"), "clearing the stack targets");
-        }
-        Self {
+    pub fn new(tables: StackTables, worker: Arc<Worker>) -> Self {
+        let mut sampler = Self {
             tables,
+            worker,
             symbolizer: Symbolizer::new(),
             symbolized: 0,
             targets: HashMap::new(),
             sites: HashMap::new(),
-            dirty: false,
+            dirty: true,
+        };
+        sampler.apply(); // from a known state: no target
+        sampler
+    }
+
+    /// Make the kernel side sample exactly `wanted` (tgid, samples): the
+    /// programs are told there is none while the table changes.
+    fn write_targets(&self, wanted: &[(u32, u32)]) -> anyhow::Result<usize> {
+        self.worker.set_stack_target_count(0)?;
+        let taken = self.tables.set_targets(wanted);
+        if taken > 0 {
+            self.worker
+                .set_stack_target_count(u32::try_from(taken).unwrap_or(u32::MAX))?;
         }
+        Ok(taken)
     }
 
     /// The call sites of `tgid` for calls of `kind` when sampled (empty:
@@ -101,7 +118,7 @@ impl Sampler {
         }
         self.dirty = false;
         let wanted: Vec<(u32, u32)> = self.targets.keys().map(|&t| (t, MAX_SAMPLES)).collect();
-        match self.tables.set_targets(&wanted) {
+        match self.write_targets(&wanted) {
             Ok(n) => debug!(targets = n, "stack targets set"),
             Err(err) => warn!(error = %format!("{err:#}"), "setting the stack targets"),
         }
@@ -173,6 +190,6 @@ impl Sampler {
 impl Drop for Sampler {
     /// Stop every on-demand sample (the programs may outlive the engine).
     fn drop(&mut self) {
-        let _ = self.tables.set_targets(&[]);
+        let _ = self.write_targets(&[]);
     }
 }

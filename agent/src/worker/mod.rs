@@ -63,6 +63,8 @@ pub struct PodLabelling {
 
 enum Request {
     Snapshot(SyncSender<Result<Arc<Snapshot>>>),
+    /// Set `stack_target_count` in .bss (the findings' on-demand sampling).
+    StackTargetCount(u32, SyncSender<()>),
     Stop(SyncSender<()>),
 }
 
@@ -142,6 +144,12 @@ impl Worker {
     /// Read the kernel tables now (blocking; call off the async executor).
     pub fn snapshot(&self) -> Result<Arc<Snapshot>> {
         self.ask(Request::Snapshot)?
+    }
+
+    /// Tell the programs how many thread groups `stack_targets` holds (0:
+    /// they do not look it up). The worker owns the object's .bss.
+    pub fn set_stack_target_count(&self, n: u32) -> Result<()> {
+        self.ask(|reply| Request::StackTargetCount(n, reply))
     }
 }
 

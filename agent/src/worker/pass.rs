@@ -98,6 +98,10 @@ impl Loop {
                     Request::Snapshot(reply) => {
                         let _ = reply.send(self.snapshot(&loaded, &rings, opts));
                     }
+                    Request::StackTargetCount(n, reply) => {
+                        bpf::set_stack_target_count(&mut loaded, n);
+                        let _ = reply.send(());
+                    }
                     Request::Stop(ack) => {
                         debug!("detaching BPF programs");
                         drop(rings);
