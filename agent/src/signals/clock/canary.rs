@@ -17,7 +17,8 @@ use crate::signals::KernelView;
 #[derive(Clone, Debug)]
 pub struct CanaryReading {
     pub clock: sp_clock,
-    /// Mean seconds per libc `clock_gettime` of this clock.
+    /// Seconds per libc `clock_gettime` of this clock (the median of the
+    /// batch's slices, [`time_batch`]).
     pub seconds_per_read: f64,
     /// Whether the batch entered the kernel; `None` when the syscall probe
     /// is not attached, so the kernel side could not tell.
@@ -52,21 +53,34 @@ pub fn check(kernel: &dyn KernelView) -> Fact {
 /// vDSO, a few ms when every read is a syscall.
 pub const BATCH: u64 = 1000;
 
-/// Mean seconds per call of `read` over `BATCH` calls, each given a valid,
-/// writable timespec.
+/// The batch is timed in this many slices of equal size.
+const SLICES: u64 = 10;
+
+/// Seconds per call of `read` over `BATCH` calls, each given a valid,
+/// writable timespec: the median of the means of [`SLICES`] slices, so
+/// that one slice that lost the CPU (an interrupt, another thread of a busy
+/// node) does not raise the figure.
 fn time_batch(mut read: impl FnMut(*mut libc::timespec)) -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    let start = Instant::now();
-    for _ in 0..BATCH {
-        read(&mut ts);
-    }
-    start.elapsed().as_secs_f64() / BATCH as f64
+    let per_slice = BATCH / SLICES;
+    let mut means: Vec<f64> = (0..SLICES)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..per_slice {
+                read(&mut ts);
+            }
+            start.elapsed().as_secs_f64() / per_slice as f64
+        })
+        .collect();
+    means.sort_by(f64::total_cmp);
+    means[means.len() / 2]
 }
 
-/// Time `BATCH` libc reads of `clock`; returns mean seconds per read.
+/// Time `BATCH` libc reads of `clock`; returns seconds per read
+/// ([`time_batch`]: the median slice's mean).
 pub fn time_reads(clock: sp_clock) -> f64 {
     let id = kernel_clockid(clock);
     // SAFETY: `time_batch` passes a valid, writable timespec.
@@ -76,7 +90,8 @@ pub fn time_reads(clock: sp_clock) -> f64 {
 }
 
 /// Time `BATCH` raw `syscall(SYS_clock_gettime)` reads of `clock` (what a
-/// process that bypasses the vDSO pays); mean seconds per read.
+/// process that bypasses the vDSO pays); seconds per read as
+/// [`time_reads`].
 pub fn time_raw_reads(clock: sp_clock) -> f64 {
     let id = kernel_clockid(clock);
     // SAFETY: clock_gettime(2) writes one timespec through the valid,

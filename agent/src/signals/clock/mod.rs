@@ -115,7 +115,7 @@ const VDSO_FALLBACK: Family = Family {
 };
 const CLOCK_READ: Family = Family {
     name: "slowpath_clock_read_seconds",
-    help: "Measured mean cost in seconds of one libc clock_gettime of this clock on this node (canary batch of 1000 reads)",
+    help: "Measured cost in seconds of one libc clock_gettime of this clock on this node (the canary batch of 1000 reads, median of 10 slices)",
     kind: MetricType::GAUGE,
 };
 
