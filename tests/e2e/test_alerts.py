@@ -231,9 +231,16 @@ def test_grafana_managed_alerts_are_well_formed_and_match_the_rules():
         assert query["datasourceUid"] == datasource
         threshold = refs[rule["condition"]]["model"]["conditions"][0]["evaluator"]["params"][0]
         # the same expression and threshold as the Prometheus rule
-        matching = [e for e in rules_by_expr if e.startswith(" ".join(query["model"]["expr"].split()))]
+        grafana = " ".join(query["model"]["expr"].split())
+        matching = [e for e in rules_by_expr if e.replace(" == 1", "").startswith(condition(grafana))]
+        assert matching, rule["title"]  # (a Grafana threshold > 0 is the rule's == 1)
         if threshold > 0:
             assert any(e.endswith(f"> {threshold}") for e in matching), rule["title"]
+        if " group_left (known_source) " in grafana:
+            # and the same join of the finding's known source, threshold aside
+            joined = {" ".join(expanded(a["expr"]).replace(f" > {threshold}", "").split()) for a in alerts()}
+            assert grafana in joined, rule["title"]
+            assert "$labels.known_source" in rule["annotations"]["cause"]
         assert rule["annotations"]["runbook_url"].split("#")[1]
 
 
