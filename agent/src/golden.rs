@@ -180,6 +180,7 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
         series,
         tracked_processes: 17,
         live_tgids: Default::default(),
+        live_images: Default::default(),
         lost: [1, 2, 3, 4, 5, 6],
         folded: [7, 8],
         probes: probes(),

@@ -64,9 +64,21 @@ pub fn add_counters(into: &mut sp_counters, from: &sp_counters) {
     }
 }
 
-/// Whether every counter of `c` is 0 (a series that did not grow).
-pub fn counters_zero(c: &sp_counters) -> bool {
-    words(c).iter().all(|&w| w == 0)
+/// The non-zero counters of `c` as (word index, value): a growth over a
+/// short time touches a few of its hundred-odd words.
+pub fn sparse_counters(c: &sp_counters) -> Box<[(u16, u64)]> {
+    (words(c).iter().enumerate())
+        .filter(|&(_, &w)| w != 0)
+        .map(|(i, &w)| (i as u16, w)) // COUNTER_WORDS is far below u16::MAX
+        .collect()
+}
+
+/// `into += from`, `from` as [`sparse_counters`] gives it.
+pub fn add_sparse_counters(into: &mut sp_counters, from: &[(u16, u64)]) {
+    let words = words_mut(into);
+    for &(i, w) in from {
+        words[usize::from(i)] = words[usize::from(i)].wrapping_add(w);
+    }
 }
 
 /// `into -= from`, element by element (growth between two readings).
@@ -182,6 +194,8 @@ pub struct Refreshed {
     /// The live thread groups (tgids) behind each series, the busiest
     /// since the last refresh first (counts added, all counters summed).
     pub live_tgids: HashMap<SeriesKey, Vec<u32>>,
+    /// Each live tgid's image: (start time in ns since boot, exec count).
+    pub live_images: HashMap<u32, (u64, u64)>,
 }
 
 impl Aggregator {
@@ -374,6 +388,7 @@ impl Aggregator {
         let mut live_totals: HashMap<SeriesKey, sp_counters> = HashMap::new();
         let mut busy: HashMap<SeriesKey, Vec<(u64, u32)>> = HashMap::new();
         let mut activity = HashMap::new();
+        let mut live_images = HashMap::new();
         let mut tracked = 0;
         for (tgid, p) in live {
             let id = image_id(tgid, &p);
@@ -381,6 +396,7 @@ impl Aggregator {
                 continue; // its final record is already folded
             }
             tracked += 1;
+            live_images.insert(tgid, (p.start_boottime_ns, p.exec_id));
             let key = self.key_for(tgid, &p);
             add_counters(live_totals.entry(key.clone()).or_default(), &p.c);
             let total = words(&p.c).iter().fold(0u64, |a, &w| a.wrapping_add(w));
@@ -415,6 +431,7 @@ impl Aggregator {
             tracked_processes: tracked,
             folded: self.folded,
             live_tgids,
+            live_images,
         })
     }
 

@@ -102,6 +102,10 @@ pub struct Snapshot {
     /// the last snapshot first: who to name and sample when a series crosses
     /// a finding's threshold without a pid label.
     pub live_tgids: std::collections::HashMap<SeriesKey, Vec<u32>>,
+    /// Each live tgid's process image, (start time in ns since boot, exec
+    /// count) as the kernel's process table keys it: a reused pid or an
+    /// exec is another image (the findings forget its call sites).
+    pub live_images: std::collections::HashMap<u32, (u64, u64)>,
     /// Process images folded into an over-the-limit series, by
     /// `procs::Limit` (`slowpath_series_folded_total{limit}`).
     pub folded: [u64; 2],

@@ -16,11 +16,13 @@ finding after the grace; a node with nothing running has none.
 
 Call sites are sampled on demand, for the processes that cross a threshold
 only: while a timer loop and a slower sleeper run, the kernel's call-site
-table holds stacks of the loop alone (read with bpftool)."""
+table holds stacks of the loop alone (read with bpftool). A process that
+execs another program is sampled afresh."""
 
 import json
 import re
 import shutil
+import signal
 import subprocess
 import time
 import urllib.parse
@@ -205,6 +207,45 @@ def test_jvm_pretouching_a_thp_heap(stack, started, thp_always, tmp_path):  # no
 def no_finding(agent):
     scrape = agent.scrape()
     return sum(s.value for s in scrape.select("slowpath_findings")) == 0
+
+
+# A Python timer loop that, on SIGUSR1, execs the command in its arguments.
+PYTHON_THEN_EXEC = """import os, signal, sys, time
+signal.signal(signal.SIGUSR1, lambda *_: os.execv(sys.argv[1], sys.argv[1:]))
+print(f"pid={os.getpid()}", flush=True)
+while True:
+    time.sleep(0.001)
+"""
+
+
+def named(agent, finding, pid):
+    """The process `pid` as `finding` on /debug/findings names it, once it
+    has a known source; else None."""
+    page = json.loads(agent.get("/debug/findings")[1])
+    return next((p for f in page["findings"] if f["id"] == finding for p in f["processes"]
+                 if p["pid"] == pid and p.get("known_source")), None)
+
+
+def test_an_exec_is_sampled_afresh(stack, started, workload_bin, tmp_path):
+    """A process whose call sites are known execs another program with a
+    timer loop of its own (same tgid, same kind of call): its finding names
+    the new program's source, not the call sites sampled from the old image."""
+    agent, base = stack
+    exe = tmp_path / "sp-after-exec"
+    shutil.copy(workload_bin, exe)
+    proc, pid = started(["/usr/bin/python3", "-c", PYTHON_THEN_EXEC, str(exe), "sleep", str(FOREVER), "1000"])
+    before = wait_for("the Python loop named", lambda: named(agent, "timer_loop", pid), WINDOW + 25, agent)
+    assert (before["comm"], before["known_source"]["row"]) == ("python3", "python_sleep"), before
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGUSR1)
+    after = wait_for("the exec'd loop named", lambda: (p := named(agent, "timer_loop", pid)) and
+                     p["comm"] == "sp-after-exec" and p, WINDOW + 25, agent)
+    assert after["known_source"]["row"] == "glibc_sleep_loop", after["known_source"]
+    took = time.monotonic() - t0
+    print(f"after the exec: the new image's known source on /debug/findings {took:.1f} s later")
+    found = wait_for("the exec'd loop's known source in Prometheus",
+                     lambda: known_source_of(base, "timer_loop", "sp-after-exec"), 30, agent)
+    assert found == "glibc_sleep_loop", found
 
 
 def test_only_processes_past_a_threshold_are_sampled(stack, started, workload_bin, tmp_path):

@@ -209,7 +209,7 @@ impl Engine {
         let tgids = series_tgids(&snapshot);
         if fresh {
             if let Some(sampler) = &mut self.sampler {
-                sampler.retain_live(&tgids.values().flatten().copied().collect());
+                sampler.retain_live(&snapshot.live_images);
             }
         }
         let findings = self.judge(&snapshot, &tgids);
@@ -325,17 +325,26 @@ fn attach_call_sites(sampler: &mut Sampler, f: &mut Finding, tgids: &Tgids) {
             // with a pid label the series is one process
             None => vec![p.pid],
         };
-        let mut best: Option<(u64, u32, Vec<CallSite>)> = None;
-        for tgid in candidates.into_iter().filter(|&t| t != 0) {
+        // (samples, rank, tgid, sites) of the best so far
+        let mut best: Option<(u64, usize, u32, Vec<CallSite>)> = None;
+        let mut first_waiting = usize::MAX;
+        for (rank, tgid) in candidates.into_iter().enumerate().filter(|&(_, t)| t != 0) {
             let Some(sites) = sampler.sites(tgid, kind) else {
+                if sampler.sampling(tgid) {
+                    first_waiting = first_waiting.min(rank);
+                }
                 continue;
             };
             let samples: u64 = sites.iter().map(|s| s.samples).sum();
             if samples > 0 && best.as_ref().is_none_or(|b| samples > b.0) {
-                best = Some((samples, tgid, sites.to_vec()));
+                best = Some((samples, rank, tgid, sites.to_vec()));
             }
         }
-        if let Some((_, tgid, sites)) = best {
+        // Not while a busier candidate is still being sampled: a quieter
+        // process whose call sites are known from earlier would be named for
+        // it (once sampled, the one with the most samples is).
+        let best = best.filter(|b| b.1 < first_waiting);
+        if let Some((_, _, tgid, sites)) = best {
             p.pid = tgid;
             p.call_sites = sites;
         }

@@ -32,15 +32,28 @@ pub const MAX_TARGETS: usize = 16;
 /// A process sampled without a single counted call of a kind is asked
 /// again after this long (it may have paused).
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(60);
-/// A fresh symbolizer after this many processes (blazesym caches per
-/// /proc/<pid>/map_files path).
-const RENEW_SYMBOLIZER_AFTER: usize = 256;
+
+/// Which process image a tgid was: (start time in ns since boot, exec
+/// count), as the kernel's process table keys it. A pid reused by another
+/// process, or an exec, makes another image.
+pub type Image = (u64, u64);
 
 /// The call sites of one process for one kind of call.
 struct Sites {
     sites: Vec<CallSite>,
     /// When they were read: an empty result is asked again later.
     read: Instant,
+    /// The image sampled: the sites are forgotten when the tgid's changes.
+    image: Option<Image>,
+}
+
+/// A process being sampled.
+struct Target {
+    /// `enum sp_callsite_kind` values asked for.
+    kinds: HashSet<u32>,
+    since: Instant,
+    /// The image asked about (the last snapshot's, when it had the tgid).
+    image: Option<Image>,
 }
 
 /// The on-demand sampler: targets, and the call sites found per process.
@@ -48,14 +61,14 @@ pub struct Sampler {
     tables: StackTables,
     /// Tells the programs how many targets there are (it owns .bss).
     worker: Arc<Worker>,
-    symbolizer: Symbolizer,
-    symbolized: usize,
-    /// tgid -> (kinds asked for, since when sampled)
-    targets: HashMap<u32, (HashSet<u32>, Instant)>,
+    /// tgid -> what is sampled
+    targets: HashMap<u32, Target>,
     /// Call sites per (tgid, `enum sp_callsite_kind`), most sampled first.
     sites: HashMap<(u32, u32), Sites>,
     /// Whether `targets` changed since the kernel table was written.
     dirty: bool,
+    /// The live images of the last snapshot, by tgid ([`retain_live`](Self::retain_live)).
+    live: HashMap<u32, Image>,
 }
 
 impl Sampler {
@@ -63,11 +76,10 @@ impl Sampler {
         let mut sampler = Self {
             tables,
             worker,
-            symbolizer: Symbolizer::new(),
-            symbolized: 0,
             targets: HashMap::new(),
             sites: HashMap::new(),
             dirty: true,
+            live: HashMap::new(),
         };
         sampler.apply(); // from a known state: no target
         sampler
@@ -99,11 +111,16 @@ impl Sampler {
         }
         let full = self.targets.len() >= MAX_TARGETS;
         match self.targets.get_mut(&tgid) {
-            Some((kinds, _)) => {
-                kinds.insert(kind.0);
+            Some(target) => {
+                target.kinds.insert(kind.0);
             }
             None if !full => {
-                self.targets.insert(tgid, (HashSet::from([kind.0]), now));
+                let target = Target {
+                    kinds: HashSet::from([kind.0]),
+                    since: now,
+                    image: self.live.get(&tgid).copied(),
+                };
+                self.targets.insert(tgid, target);
                 self.dirty = true;
             }
             None => {}
@@ -127,7 +144,7 @@ impl Sampler {
     /// The targets sampled for [`SAMPLE_FOR`] by `now`.
     fn due_targets(&self, now: Instant) -> Vec<u32> {
         (self.targets.iter())
-            .filter(|(_, (_, since))| now.duration_since(*since) >= SAMPLE_FOR)
+            .filter(|(_, target)| now.duration_since(target.since) >= SAMPLE_FOR)
             .map(|(&tgid, _)| tgid)
             .collect()
     }
@@ -144,41 +161,80 @@ impl Sampler {
         if due.is_empty() {
             return;
         }
+        let started = Instant::now();
         let raw = self.tables.read();
+        // A symbolizer per read, dropped after it: blazesym keeps every
+        // binary it parsed (with its DWARF, when debug packages are
+        // installed: libc's alone is about 17 MiB), and a read comes only
+        // with a new finding.
+        let symbolizer = Symbolizer::new();
         for tgid in &due {
-            let (kinds, _) = self.targets.remove(tgid).expect("a due target");
-            for kind in kinds {
+            let target = self.targets.remove(tgid).expect("a due target");
+            for kind in target.kinds {
                 let sites =
-                    callsites::for_process(&self.symbolizer, &raw, *tgid, sp_callsite_kind(kind));
-                self.sites.insert((*tgid, kind), Sites { sites, read: now });
+                    callsites::for_process(&symbolizer, &raw, *tgid, sp_callsite_kind(kind));
+                let image = target.image;
+                self.sites.insert(
+                    (*tgid, kind),
+                    Sites {
+                        sites,
+                        read: now,
+                        image,
+                    },
+                );
             }
-            self.symbolized += 1;
         }
         self.tables.forget(&due.iter().copied().collect());
         self.dirty = true;
         self.apply();
-        if self.symbolized >= RENEW_SYMBOLIZER_AFTER {
-            self.symbolizer = Symbolizer::new();
-            self.symbolized = 0;
-        }
+        drop(symbolizer);
+        release_freed_memory();
+        debug!(processes = due.len(), elapsed = ?started.elapsed(), "call sites read");
     }
 
-    /// Forget every process not in `live` (exited: a reused pid starts
-    /// afresh), stop sampling them, and free their kernel entries.
-    pub fn retain_live(&mut self, live: &HashSet<u32>) {
-        // every process's THP faults are sampled unasked: look at the table
-        let exited: HashSet<u32> = (self.tables.entries().iter().map(|s| s.tgid))
-            .filter(|tgid| !live.contains(tgid))
+    /// Forget every process whose tgid is not in `live` (tgid -> image, the
+    /// snapshot's live processes) or is now another image (a reused pid, an
+    /// exec: it starts afresh), stop sampling them, and free their kernel
+    /// entries.
+    pub fn retain_live(&mut self, live: &HashMap<u32, Image>) {
+        let same = |tgid: &u32, image: &Option<Image>| {
+            live.get(tgid)
+                .is_some_and(|now| image.is_none_or(|then| then == *now))
+        };
+        let mut gone: HashSet<u32> = (self.sites.iter())
+            .filter(|((tgid, _), s)| !same(tgid, &s.image))
+            .map(|((tgid, _), _)| *tgid)
             .collect();
-        if !exited.is_empty() {
-            self.tables.forget(&exited);
+        gone.extend(
+            (self.targets.iter())
+                .filter(|(tgid, t)| !same(tgid, &t.image))
+                .map(|(tgid, _)| *tgid),
+        );
+        // a tgid that is another image than at the last snapshot
+        gone.extend(
+            (live.iter())
+                .filter(|(tgid, image)| self.live.get(tgid).is_some_and(|then| then != *image))
+                .map(|(tgid, _)| *tgid),
+        );
+        // every process's THP faults are sampled unasked: look at the table
+        gone.extend(
+            (self.tables.entries().iter().map(|s| s.tgid)).filter(|tgid| !live.contains_key(tgid)),
+        );
+        if !gone.is_empty() {
+            self.tables.forget(&gone);
         }
-        self.sites.retain(|(tgid, _), _| live.contains(tgid));
+        self.sites.retain(|(tgid, _), _| !gone.contains(tgid));
         let before = self.targets.len();
-        self.targets.retain(|tgid, _| live.contains(tgid));
+        self.targets.retain(|tgid, _| !gone.contains(tgid));
         if self.targets.len() != before {
             self.dirty = true;
         }
+        self.live.clone_from(live);
+    }
+
+    /// Whether `tgid` is being sampled now.
+    pub fn sampling(&self, tgid: u32) -> bool {
+        self.targets.contains_key(&tgid)
     }
 
     /// Processes being sampled now.
@@ -191,5 +247,18 @@ impl Drop for Sampler {
     /// Stop every on-demand sample (the programs may outlive the engine).
     fn drop(&mut self) {
         let _ = self.write_targets(&[]);
+    }
+}
+
+/// Give the heap the symbolizer freed back to the kernel: glibc keeps freed
+/// memory in its arenas (one per thread), and a symbolization parses whole
+/// binaries (their DWARF too), so without this the agent's RSS keeps that
+/// peak.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim(3) only returns free heap pages to the kernel; it
+    // takes no pointer and touches no memory in use.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

@@ -2,7 +2,7 @@
 //! growth of every series over the last `--findings.window`, kept as the
 //! growth of each hop (a quarter of the window) of the series that grew in
 //! it. One snapshot is kept (the last hop's end); an idle series costs
-//! nothing past it, a busy one a `struct sp_counters` per hop.
+//! nothing past it, a busy one its key and the counters that grew, per hop.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -11,13 +11,21 @@ use std::time::{Duration, Instant};
 use crate::diagnosis;
 use crate::finding::Delta;
 use crate::labels::PodLabels;
-use crate::procs::{add_counters, counters_zero};
+use crate::procs::{add_sparse_counters, sparse_counters};
 use crate::snapshot::{SeriesKey, Snapshot};
 
 /// The growth of the series that grew during one hop.
 struct Hop {
     secs: f64,
-    grown: Vec<Delta>,
+    grown: Vec<Grown>,
+}
+
+/// One series' growth in one hop: only its non-zero counters (a whole
+/// `struct sp_counters` is over 1 KB, and a hop's growth touches a few).
+struct Grown {
+    key: SeriesKey,
+    pod: Option<PodLabels>,
+    counters: Box<[(u16, u64)]>,
 }
 
 /// Hops covering at most `length`, and the snapshot the next hop starts at.
@@ -43,7 +51,12 @@ impl Window {
         if let Some((then, before)) = &self.last {
             let grown = diagnosis::deltas(before, &snapshot, |_| true)
                 .into_iter()
-                .filter(|d| !counters_zero(&d.c))
+                .map(|d| Grown {
+                    counters: sparse_counters(&d.c),
+                    key: d.key,
+                    pod: d.pod,
+                })
+                .filter(|g| !g.counters.is_empty())
                 .collect();
             self.hops.push_back(Hop {
                 secs: now.duration_since(*then).as_secs_f64(),
@@ -66,16 +79,21 @@ impl Window {
     /// hops, in series order; empty before the first hop ends.
     pub fn deltas(&self) -> Vec<Delta> {
         let mut sums: BTreeMap<(SeriesKey, Option<PodLabels>), Delta> = BTreeMap::new();
-        for d in self.hops.iter().flat_map(|h| &h.grown) {
-            sums.entry((d.key.clone(), d.pod.clone()))
-                .and_modify(|sum| add_counters(&mut sum.c, &d.c))
-                .or_insert_with(|| d.clone());
+        for g in self.hops.iter().flat_map(|h| &h.grown) {
+            let sum = sums
+                .entry((g.key.clone(), g.pod.clone()))
+                .or_insert_with(|| Delta {
+                    key: g.key.clone(),
+                    pod: g.pod.clone(),
+                    c: Default::default(),
+                });
+            add_sparse_counters(&mut sum.c, &g.counters);
         }
         sums.into_values().collect()
     }
 
-    /// Series (kept per hop) in the window: what it holds in memory,
-    /// `struct sp_counters` each.
+    /// Series (kept per hop) in the window: what it holds in memory, a key
+    /// and the counters that grew each.
     pub fn kept(&self) -> usize {
         self.hops.iter().map(|h| h.grown.len()).sum()
     }

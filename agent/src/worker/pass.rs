@@ -208,6 +208,7 @@ impl Loop {
                 series: export(r.series, opts.pods.as_ref()),
                 tracked_processes: r.tracked_processes,
                 live_tgids: r.live_tgids,
+                live_images: r.live_images,
                 folded: r.folded,
                 lost: read_lost(&loaded.skel.maps.lost),
                 recursion_misses: bpf::recursion_misses(loaded),
