@@ -912,23 +912,33 @@ static __always_inline __u32 timer_window_now(void)
 /* Add `n` timer wakeups of window `win` to the window count of entry `p`,
  * and count a `hot` window the first time the count reaches
  * timer_hot_wakeups (the agent scales the threshold to a 2^30 ns window
- * without HZ). Counts of a window the entry has already left (a CPU's slot
- * handing them in after another CPU began the next window) are dropped:
- * the wakeups themselves are counted elsewhere, only the window test can
- * miss them. Plain stores: a race between CPUs can only shift a few
- * wakeups between windows. */
+ * without HZ). The entry keeps the current window and the one before: a
+ * CPU's slot hands a window's wakeups in when its CPU sees the next window
+ * or at a fold, often after another CPU began the next window (a process
+ * that moved CPUs mid-window; a 500-wakeup loop split 100/150 between two
+ * slots was not hot before). Counts of an older window are dropped: the
+ * wakeups themselves are counted elsewhere, only the window test can miss
+ * them. Plain stores: a race between CPUs can only shift a few wakeups
+ * between windows. */
 static __always_inline void window_add(struct sp_proc *p, __u32 win, __u32 n)
 {
-	__u32 before;
+	__u32 *count, before;
 
-	if (p->timer_window != win) {
-		if ((__s32)(win - p->timer_window) < 0)
-			return;
+	if (p->timer_window == win) {
+		count = &p->timer_window_wakeups;
+	} else if (p->timer_window == win + 1) {
+		count = &p->timer_prev_window_wakeups;
+	} else if ((__s32)(win - p->timer_window) > 0) {
+		p->timer_prev_window_wakeups =
+			win == p->timer_window + 1 ? p->timer_window_wakeups : 0;
 		p->timer_window = win;
 		p->timer_window_wakeups = 0;
+		count = &p->timer_window_wakeups;
+	} else {
+		return;
 	}
-	before = p->timer_window_wakeups;
-	p->timer_window_wakeups = before + n;
+	before = *count;
+	*count = before + n;
 	if (before < timer_hot_wakeups && before + n >= timer_hot_wakeups)
 		__sync_fetch_and_add(&p->c.timer_hot_windows, 1);
 }

@@ -180,6 +180,9 @@ struct sp_proc {
 	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
 	__u32 timer_window; /* number of the current timer window: jiffies / HZ (or ns >> 30) */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
+	/* timer wakeups in the window before it: a CPU's slot hands a window's
+	 * wakeups in late, after another CPU began the next one (window_add()) */
+	__u32 timer_prev_window_wakeups;
 	__u32 tgid;	 /* set when parked (SP_PARKED_KEY_BASE): its key is not the tgid then */
 	/* A fold from another CPU's slot (struct sp_slot) and the image's exit
 	 * or exec must not overlap: a fold counts itself in `folders` and adds

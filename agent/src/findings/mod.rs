@@ -314,7 +314,8 @@ fn series_tgids(snapshot: &Snapshot) -> Tgids {
 /// The call sites of `f`'s top processes as far as sampled (asking for the
 /// rest), then the known sources they match (`Finding::explain`). A series
 /// of several live processes (no pid label) has its busiest ones sampled;
-/// the one with the most samples of the finding's calls is the one named.
+/// of those sampled so far, the one with the most samples of the finding's
+/// calls is named (the two storms of one series may each be named in turn).
 fn attach_call_sites(sampler: &mut Sampler, f: &mut Finding, tgids: &Tgids) {
     let Some(kind) = f.call_sites else {
         return;
@@ -325,26 +326,18 @@ fn attach_call_sites(sampler: &mut Sampler, f: &mut Finding, tgids: &Tgids) {
             // with a pid label the series is one process
             None => vec![p.pid],
         };
-        // (samples, rank, tgid, sites) of the best so far
-        let mut best: Option<(u64, usize, u32, Vec<CallSite>)> = None;
-        let mut first_waiting = usize::MAX;
-        for (rank, tgid) in candidates.into_iter().enumerate().filter(|&(_, t)| t != 0) {
+        // (samples, tgid, sites) of the best so far
+        let mut best: Option<(u64, u32, Vec<CallSite>)> = None;
+        for tgid in candidates.into_iter().filter(|&t| t != 0) {
             let Some(sites) = sampler.sites(tgid, kind) else {
-                if sampler.sampling(tgid) {
-                    first_waiting = first_waiting.min(rank);
-                }
                 continue;
             };
             let samples: u64 = sites.iter().map(|s| s.samples).sum();
             if samples > 0 && best.as_ref().is_none_or(|b| samples > b.0) {
-                best = Some((samples, rank, tgid, sites.to_vec()));
+                best = Some((samples, tgid, sites.to_vec()));
             }
         }
-        // Not while a busier candidate is still being sampled: a quieter
-        // process whose call sites are known from earlier would be named for
-        // it (once sampled, the one with the most samples is).
-        let best = best.filter(|b| b.1 < first_waiting);
-        if let Some((_, _, tgid, sites)) = best {
+        if let Some((_, tgid, sites)) = best {
             p.pid = tgid;
             p.call_sites = sites;
         }

@@ -232,11 +232,6 @@ impl Sampler {
         self.live.clone_from(live);
     }
 
-    /// Whether `tgid` is being sampled now.
-    pub fn sampling(&self, tgid: u32) -> bool {
-        self.targets.contains_key(&tgid)
-    }
-
     /// Processes being sampled now.
     pub fn targets(&self) -> usize {
         self.targets.len()
