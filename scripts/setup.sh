@@ -5,9 +5,13 @@
 #                             Rust's aarch64-unknown-linux-gnu target, and Debian's
 #                             arm64 libelf and zlib unpacked into target/aarch64-libs
 #   scripts/setup.sh --test   plus --arm64 and what the test suite uses (strace,
-#                             bpftool, pytest, prometheus-client, Prometheus/promtool,
-#                             bpftrace, QEMU x86_64 and aarch64, busybox and cpio for
-#                             the guest kernel tests)
+#                             bpftool, pytest, prometheus-client, Debian's Prometheus
+#                             2.42 and promtool, the Go-built test tools (Prometheus 3
+#                             and its promtool, helm, kubeconform: tests/deploy/
+#                             install-tools.sh, cached; about 9 min the first
+#                             time), bpftrace, QEMU
+#                             x86_64 and aarch64, busybox and cpio for the guest
+#                             kernel tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -62,5 +66,8 @@ if ((want_arm64)); then
   # headers are the host's (libelf-dev, zlib1g-dev), the same version.
   [[ -e target/aarch64-libs/usr/lib/aarch64-linux-gnu/libelf.so ]] \
     || scripts/debian-fetch.sh bookworm arm64 target/aarch64-libs libelf1 libelf-dev zlib1g zlib1g-dev
+fi
+if ((want_test)); then
+  echo "setup.sh: test tools (Prometheus 3, helm, kubeconform) in $(tests/deploy/install-tools.sh)"
 fi
 echo "setup.sh: ready ($(cargo --version), $(clang --version | head -1))"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the tools the chart tests (tests/e2e/test_helm.py) need, idempotently,
+# Installs the tools the chart and Prometheus tests (tests/e2e/test_helm.py,
+# the Prometheus-side tests through conftest.py) need, idempotently,
 # into a cache outside the repository (default /var/cache/slowpath-tools,
 # override with SLOWPATH_TOOLS_CACHE), and prints the cache path on stdout:
 #
@@ -8,12 +9,18 @@
 #   bin/kubeconform   kubeconform, built from its Go module
 #   bin/sp-crdcheck   strict decoder for ServiceMonitor/PodMonitor/PrometheusRule
 #                     (the prometheus-operator's own Go API types; see below)
+#   prometheus3/bin/  prometheus and promtool of Prometheus 3, built from the
+#                     Go module github.com/prometheus/prometheus (its v0.3xx.y
+#                     is Prometheus 3.xx.y; no replace directives, so `go
+#                     install` builds it; the web UI's assets are not embedded:
+#                     the tests use the HTTP API)
 #   venv/             PyPI kubernetes-validate, which bundles the Kubernetes
 #                     JSON schemas for 1.25-1.37 (and validates with them itself)
 #   schemas/          those schemas rewritten for kubeconform (see below)
 #
-# Cold about 3.5 minutes on an idle 2-core machine (helm's build dominates;
-# 7.5 minutes measured while other builds shared the CPUs), warm 0.05 s.
+# Cold about 9 minutes on an idle 2-core machine (Prometheus 3: 5 min, helm:
+# 2.5 min; 7.5 minutes for helm alone while other builds shared the CPUs),
+# warm 0.05 s.
 # Only the Go module proxy and PyPI are used.
 set -euo pipefail
 
@@ -23,6 +30,7 @@ KUBECONFORM_VERSION=v0.8.0
 KUBERNETES_VALIDATE_VERSION=1.37.0          # schemas 1.25 .. 1.37
 PROMETHEUS_OPERATOR_API_VERSION=v0.94.1     # github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
 SIGS_YAML_VERSION=v1.6.0                    # sigs.k8s.io/yaml
+PROMETHEUS_MODULE_VERSION=v0.316.0          # github.com/prometheus/prometheus: Prometheus 3.16.0
 
 cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}
 mkdir -p "$cache/bin"
@@ -70,6 +78,19 @@ if ! have bin/kubeconform kubeconform "$KUBECONFORM_VERSION"; then
   need_go kubeconform
   GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
   stamp kubeconform "$KUBECONFORM_VERSION"
+fi
+
+# Prometheus 3 and its promtool, with the version they report stamped as
+# Prometheus' own build does (.promu.yml: github.com/prometheus/common/version).
+if ! have prometheus3/bin/promtool prometheus3 "$PROMETHEUS_MODULE_VERSION"; then
+  log "building prometheus and promtool $PROMETHEUS_MODULE_VERSION (about 5 min cold)"
+  need_go prometheus
+  mkdir -p "$cache/prometheus3/bin"
+  GOBIN="$cache/prometheus3/bin" go install -trimpath \
+    -ldflags="-s -w -X github.com/prometheus/common/version.Version=3.${PROMETHEUS_MODULE_VERSION#v0.3}" \
+    "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_MODULE_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
+  stamp prometheus3 "$PROMETHEUS_MODULE_VERSION"
 fi
 
 # kubernetes-validate in its own venv (Debian's Python refuses a system-wide

@@ -10,13 +10,20 @@ Environment:
   SLOWPATH_FAULTS_BIN  the agent built with the cargo feature fault-injection, for the
                  degradation tests (default: target/fault-injection/slowpath)
   SP_WORKLOAD    workload binary (default: built here into tests/workloads/bin)
+
+Prometheus: the tests run Prometheus 3 (built from the Go module proxy by
+tests/deploy/install-tools.sh, cached) and, where a test is about the servers
+users still run, Debian's Prometheus 2.42 as well (`prometheus_release`).
 """
 
 import base64
 import contextlib
+import dataclasses
+import functools
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -276,12 +283,53 @@ def cgroup2_root():
     return None
 
 
+INSTALL_TOOLS = REPO / "tests" / "deploy" / "install-tools.sh"
+
+
+@dataclasses.dataclass(frozen=True)
+class PrometheusRelease:
+    """One Prometheus release: its server and promtool binaries (paths)."""
+    name: str  # "3" or "2.42": the test id
+    server: str
+    promtool: str
+
+    def version(self):
+        """What `prometheus --version` says, e.g. "3.16.0"."""
+        out = subprocess.run([self.server, "--version"], capture_output=True, text=True, check=True)
+        return re.search(r"version (\S+)", out.stdout + out.stderr).group(1)
+
+
+@functools.cache
+def prometheus_release(name="3"):
+    """Prometheus 3 (tests/deploy/install-tools.sh: about 5 min the first
+    time, then cached; scripts/setup.sh --test builds it) or Debian's 2.42
+    ("2.42", apt package prometheus)."""
+    if name == "3":
+        out = subprocess.run(["bash", str(INSTALL_TOOLS)], capture_output=True, text=True)
+        assert out.returncode == 0, f"{INSTALL_TOOLS.name} failed: {out.stderr[-3000:]}"
+        bin_dir = Path(out.stdout.strip().splitlines()[-1]) / "prometheus3" / "bin"
+        return PrometheusRelease("3", str(bin_dir / "prometheus"), str(bin_dir / "promtool"))
+    assert name == "2.42", name
+    server, promtool = shutil.which("prometheus"), shutil.which("promtool")
+    assert server and promtool, "Debian's prometheus missing: apt-get install prometheus (scripts/setup.sh --test)"
+    return PrometheusRelease("2.42", server, promtool)
+
+
+@pytest.fixture(scope="session", params=["3", "2.42"], ids=lambda name: f"prometheus{name}")
+def release(request):
+    """Each Prometheus release the tests run: 3.x and Debian's 2.42."""
+    return prometheus_release(request.param)
+
+
 @contextlib.contextmanager
-def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape_configs=None):
-    """A real Prometheus on loopback scraping the agent every second (and
-    evaluating `rule_files`, paths relative to `workdir`, every second);
-    yields its base URL once it has scraped the agent in `job`.
-    `scrape_configs` (a list of dicts) replaces the one plain job."""
+def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape_configs=None,
+                      release=None):
+    """A real Prometheus (`release`, a PrometheusRelease; Prometheus 3 when
+    None) on loopback scraping the agent every second (and evaluating
+    `rule_files`, paths relative to `workdir`, every second); yields its
+    base URL once it has scraped the agent in `job`. `scrape_configs` (a
+    list of dicts) replaces the one plain job."""
+    release = release or prometheus_release("3")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if scrape_configs is None:
@@ -294,7 +342,7 @@ def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape
     port = free_port()
     log = open(workdir / "prometheus.log", "wb")
     proc = subprocess.Popen(
-        ["prometheus", f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
+        [release.server, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT,
     )

@@ -4,11 +4,11 @@ alert firing and a near miss staying quiet, the annotations name the process
 and the rate, every runbook link has its section, and end to end a real
 Prometheus evaluating the rules against the real agent fires the fallback
 alert while a raw-syscall clock workload runs and stays quiet while only a
-vDSO workload runs."""
+vDSO workload runs. promtool and the server: Prometheus 3 and Debian's 2.42
+(`release` in conftest.py)."""
 
 import json
 import re
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -23,9 +23,6 @@ RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 KNOWN_SOURCES = REPO / "deploy" / "helm" / "slowpath" / "files" / "known-sources.yaml"
-
-pytestmark = pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
-
 
 def rules():
     return yaml.safe_load(RULES.read_text())
@@ -67,8 +64,8 @@ def test_rules_file_is_the_rendered_chart():
     assert out.stdout == RULES.read_text(), "run deploy/render.sh"
 
 
-def test_promtool_checks_the_rules():
-    out = subprocess.run(["promtool", "check", "rules", str(RULES)], capture_output=True, text=True)
+def test_promtool_checks_the_rules(release):
+    out = subprocess.run([release.promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(alerts()) + len(records())} rules found" in out.stdout
 
@@ -85,7 +82,7 @@ def test_every_alert_has_summary_description_and_a_runbook_section():
         assert anchor in anchors, f"{alert['alert']}: no runbook section #{anchor}"
 
 
-def test_every_alert_fires_and_its_near_miss_does_not():
+def test_every_alert_fires_and_its_near_miss_does_not(release):
     """promtool's unit tests (tests/prometheus/slowpath-rules.test.yaml), run
     as a user runs them: the file as written, annotations and all (promtool
     compares them exactly)."""
@@ -98,12 +95,12 @@ def test_every_alert_fires_and_its_near_miss_does_not():
             # alerts that carry a known_source also say its cause and fix
             assert notes in ({"summary", "description", "runbook_url"},
                              {"summary", "description", "runbook_url", "cause", "fix"}), t
-    out = subprocess.run(["promtool", "test", "rules", UNIT_TESTS.name], cwd=UNIT_TESTS.parent,
+    out = subprocess.run([release.promtool, "test", "rules", UNIT_TESTS.name], cwd=UNIT_TESTS.parent,
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path):
+def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path, release):
     """The per-process alert joins the agent's finding on the process's labels
     (pod labels included): it gains known_source, and the cause and fix of
     that row of the known-source table (generated from the agent's)."""
@@ -142,7 +139,7 @@ def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path
         }],
     }
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(case))
-    out = subprocess.run(["promtool", "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    out = subprocess.run([release.promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -150,7 +147,7 @@ def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path
 
 
 @pytest.fixture(scope="module")
-def stack(agent_bin, tmp_path_factory):
+def stack(agent_bin, release, tmp_path_factory):
     """The agent (default labels, as users run it) and Prometheus evaluating
     the shipped rules every second, with every `for` cut to 2 s."""
     work = tmp_path_factory.mktemp("alerts")
@@ -161,7 +158,7 @@ def stack(agent_bin, tmp_path_factory):
             if "for" in rule:
                 rule["for"] = "2s"
     (work / "rules.yaml").write_text(yaml.safe_dump(spec))
-    with prometheus_server(work, agent.port, rule_files=["rules.yaml"]) as base:
+    with prometheus_server(work, agent.port, rule_files=["rules.yaml"], release=release) as base:
         yield agent, base
     assert agent.stop() == 0
 

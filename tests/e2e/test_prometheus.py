@@ -1,7 +1,9 @@
-"""A real Prometheus scrapes the real agent; promtool lints the page."""
+"""A real Prometheus scrapes the real agent; promtool lints the page. Each
+test runs against Prometheus 3 and Debian's 2.42 (`release` in conftest.py):
+3.x negotiates the format (Accept: protobuf, OpenMetrics, text) and fails a
+scrape whose content type it cannot read unless the job names a fallback."""
 
 import json
-import shutil
 import subprocess
 import time
 import urllib.parse
@@ -11,9 +13,6 @@ import pytest
 
 from conftest import Agent, prometheus_server, run_workload
 
-pytestmark = pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus not installed")
-
-
 @pytest.fixture(scope="module")
 def agent(agent_bin, tmp_path_factory):
     a = Agent(agent_bin, ["--metrics.pid-label"], tmp_path_factory.mktemp("agent") / "agent.log")
@@ -21,17 +20,24 @@ def agent(agent_bin, tmp_path_factory):
     assert a.stop() == 0
 
 
-def test_promtool_accepts_the_metrics_page(agent, workload_bin):
+def test_promtool_accepts_the_metrics_page(agent, workload_bin, release):
     run_workload(workload_bin, "sleep", 10, 100)  # makes histogram series exist
     _, text = agent.get("/metrics")
-    result = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    result = subprocess.run([release.promtool, "check", "metrics"], input=text, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
-def prometheus(agent, tmp_path_factory):
-    with prometheus_server(tmp_path_factory.mktemp("prometheus"), agent.port) as base:
+def prometheus(agent, release, tmp_path_factory):
+    with prometheus_server(tmp_path_factory.mktemp("prometheus"), agent.port, release=release) as base:
         yield base
+
+
+def test_the_release_is_the_one_named(release):
+    version = release.version()
+    assert version.split(".")[0] == release.name.split(".")[0], (release, version)
+    if release.name == "2.42":
+        assert version.startswith("2.42."), version
 
 
 def query(base, promql):
@@ -63,3 +69,15 @@ def test_prometheus_scrapes_exact_counts(agent, prometheus, workload_bin):
         54321,
     )
     wait_for(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', 10)
+
+
+def test_the_scrape_is_healthy_with_no_fallback(agent, prometheus):
+    """The target is up with no scrape error, and every sample parsed: a
+    Prometheus 3 that could not read the content type would have failed
+    the scrape (no fallback_scrape_protocol is configured)."""
+    wait_for(prometheus, 'up{job="slowpath"}', 1)
+    with urllib.request.urlopen(f"{prometheus}/api/v1/targets", timeout=5) as resp:
+        targets = json.load(resp)["data"]["activeTargets"]
+    assert [(t["labels"]["job"], t["health"], t["lastError"]) for t in targets] == [("slowpath", "up", "")]
+    scraped = query(prometheus, 'scrape_samples_scraped{job="slowpath"}')
+    assert float(scraped[0]["value"][1]) > 100, scraped

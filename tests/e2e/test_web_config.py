@@ -2,8 +2,9 @@
 real Prometheus: scrapes over TLS with basic auth and with a client
 certificate succeed; a wrong password, no certificate, an untrusted one or
 one without an allowed SAN are refused. Every file used here is also
-checked by `promtool check web-config` (Prometheus's own reader of the
-format), the good ones pass it and the bad ones it rejects too. Passwords
+checked, as written, by Prometheus 3's `promtool check web-config`
+(Prometheus's own reader of the format), the good ones pass it and the bad
+ones it rejects too. The scrapes run with Prometheus 3 and Debian's 2.42. Passwords
 are hashed by `htpasswd` (the tool the toolkit's docs name), certificates
 made by `openssl`. All on loopback."""
 
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (Agent, Scrape, error_line, our_program_ids, prometheus_server, run_agent,
-                      wait_unloaded)
+from conftest import (Agent, Scrape, error_line, our_program_ids, prometheus_release, prometheus_server,
+                      run_agent, wait_unloaded)
 
 PASSWORD = "correct horse battery staple"
 
@@ -69,24 +70,17 @@ def bcrypt_hash(password):
 
 
 def promtool_check(path):
-    return subprocess.run(["promtool", "check", "web-config", str(path)], capture_output=True, text=True)
+    """Prometheus 3's promtool on the file as written (Debian's 2.42 knows
+    neither client_allowed_sans nor rate_limit)."""
+    promtool = prometheus_release("3").promtool
+    return subprocess.run([promtool, "check", "web-config", str(path)], capture_output=True, text=True)
 
 
-def write_config(path, config, newer_than_promtool=()):
-    """The config as YAML (JSON is YAML), checked by promtool first (without
-    the keys in `newer_than_promtool`, dotted paths the distribution's
-    promtool is too old to know: Debian 12 has Prometheus 2.42)."""
-    checked = json.loads(json.dumps(config))
-    for dotted in newer_than_promtool:
-        *parents, key = dotted.split(".")
-        section = checked
-        for parent in parents:
-            section = section[parent]
-        section.pop(key)
-    path.write_text(json.dumps(checked, indent=2) + "\n")
+def write_config(path, config):
+    """The config as YAML (JSON is YAML), checked by promtool first."""
+    path.write_text(json.dumps(config, indent=2) + "\n")
     result = promtool_check(path)
     assert result.returncode == 0, result.stdout + result.stderr
-    path.write_text(json.dumps(config, indent=2) + "\n")
     return path
 
 
@@ -134,7 +128,7 @@ def job(name, port, pki, scheme="https", **extra):
     return config
 
 
-def test_prometheus_scrapes_over_tls_with_basic_auth_and_refuses_the_rest(agent_bin, pki, tmp_path):
+def test_prometheus_scrapes_over_tls_with_basic_auth_and_refuses_the_rest(agent_bin, pki, tmp_path, release):
     server_crt, server_key = pki.root / "server.crt", pki.root / "server.key"
     web = write_config(tmp_path / "web.yml", {
         "tls_server_config": {"cert_file": str(server_crt), "key_file": str(server_key)},
@@ -153,7 +147,8 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_refuses_the_rest(agent_
             job("plain_http", port, pki, scheme="http",
                 basic_auth={"username": "prometheus", "password": PASSWORD}),
         ]
-        with prometheus_server(tmp_path / "prom", port, job="good", scrape_configs=jobs) as base:
+        with prometheus_server(tmp_path / "prom", port, job="good", scrape_configs=jobs,
+                               release=release) as base:
             state = wait_scraped(base, [j["job_name"] for j in jobs])
             assert state["good"] == ("up", ""), state
             for name in ("wrong_password", "unknown_user", "no_auth"):
@@ -171,14 +166,14 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_refuses_the_rest(agent_
         assert agent.stop() == 0, agent.log_text()
 
 
-def test_prometheus_scrapes_with_a_client_certificate_and_refuses_the_rest(agent_bin, pki, tmp_path):
+def test_prometheus_scrapes_with_a_client_certificate_and_refuses_the_rest(agent_bin, pki, tmp_path, release):
     web = write_config(tmp_path / "web.yml", {
         "tls_server_config": {
             "cert_file": str(pki.root / "server.crt"), "key_file": str(pki.root / "server.key"),
             "client_auth_type": "RequireAndVerifyClientCert", "client_ca_file": str(pki.root / "ca.crt"),
             "client_allowed_sans": ["prometheus.example"],
         },
-    }, newer_than_promtool=["tls_server_config.client_allowed_sans"])
+    })
     agent = Agent(agent_bin, [f"--web.config.file={web}"], tmp_path / "agent.log",
                   ssl_context=pki.context(client="prometheus"))
     try:
@@ -190,7 +185,8 @@ def test_prometheus_scrapes_with_a_client_certificate_and_refuses_the_rest(agent
             job("untrusted_certificate", port, pki, tls=cert("rogue")),
             job("san_not_allowed", port, pki, tls=cert("stranger")),
         ]
-        with prometheus_server(tmp_path / "prom", port, job="good", scrape_configs=jobs) as base:
+        with prometheus_server(tmp_path / "prom", port, job="good", scrape_configs=jobs,
+                               release=release) as base:
             state = wait_scraped(base, [j["job_name"] for j in jobs])
             assert state["good"] == ("up", ""), state
             for name in ("no_certificate", "untrusted_certificate", "san_not_allowed"):
@@ -289,8 +285,7 @@ def test_a_changed_file_is_read_again_and_a_broken_one_keeps_the_last_good(agent
 
 
 def test_rate_limit_answers_429_beyond_the_burst(agent_bin, tmp_path):
-    web = write_config(tmp_path / "web.yml", {"rate_limit": {"interval": "1s", "burst": 5}},
-                       newer_than_promtool=["rate_limit"])
+    web = write_config(tmp_path / "web.yml", {"rate_limit": {"interval": "1s", "burst": 5}})
     agent = Agent(agent_bin, [f"--web.config.file={web}"], tmp_path / "agent.log")
     try:
         time.sleep(5.5)  # the bucket refills after wait_ready's requests
