@@ -263,6 +263,18 @@ def dashboard(title, uid, description, variables, other):
     )
 
 
+def clocksource_switch_annotation(selector):
+    """A Grafana annotation at each clocksource switch of the nodes that
+    `selector` (PromQL label matchers) picks, over the two minutes after
+    it: a jump of the fallback panels lines up with it (from, to and reason
+    are in slowpath_clocksource_last_change_info and the alert; the SDK's
+    annotation has no tagKeys to show them)."""
+    expr = (f"max by (instance, from, to, reason) (slowpath_clocksource_last_change_info{{{selector}}}) "
+            f"and on (instance) (changes(slowpath_clocksource_changes_total{{{selector}}}[2m]) > 0)")
+    return (db.AnnotationQuery().name("Clocksource switch").datasource(DATASOURCE).enable(True)
+            .hide(False).icon_color("red").expr(expr))
+
+
 def link(title, url, tooltip):
     return db.DashboardLink(title).type(dm.DashboardLinkType.LINK).url(url).tooltip(tooltip) \
         .include_vars(True).keep_time(True).target_blank(False).as_dropdown(False).icon("dashboard").tags([])

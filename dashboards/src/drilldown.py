@@ -6,8 +6,9 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from common import (COUNT, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE, Ids,
-                    dashboard, datasource_variable, findings_expr, heatmap_panel, link, query_variable, row,
-                    stat_panel, state_timeline_panel, table_panel, target, timeseries_panel, value_mappings)
+                    clocksource_switch_annotation, dashboard, datasource_variable, findings_expr, heatmap_panel,
+                    link, query_variable, row, stat_panel, state_timeline_panel, table_panel, target,
+                    timeseries_panel, value_mappings)
 
 UID = "slowpath-drilldown"
 
@@ -60,6 +61,7 @@ def build():
         variables(),
         link("Overview", "/d/slowpath-overview/slowpath-overview", "Every node and the top processes"),
     )
+    d = d.annotation(clocksource_switch_annotation(NODE))
 
     # --- Summary over the time range ---------------------------------------------------
     d = d.with_row(row(ids(), "$comm on $instance: totals over the time range"))

@@ -6,8 +6,9 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
 from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, BYTES, Ids,
-                    dashboard, data_link, datasource_variable, heatmap_panel, link, query_variable, regex_mapping, row,
-                    stat_panel, state_timeline_panel, table_panel, target, timeseries_panel, value_mappings)
+                    clocksource_switch_annotation, dashboard, data_link, datasource_variable, heatmap_panel, link,
+                    query_variable, regex_mapping, row, stat_panel, state_timeline_panel, table_panel, target,
+                    timeseries_panel, value_mappings)
 
 UID = "slowpath-overview"
 
@@ -70,6 +71,7 @@ def build():
         link("Drill-down", "/d/slowpath-drilldown/slowpath-drilldown",
              "One node, namespace, pod and process over time"),
     )
+    d = d.annotation(clocksource_switch_annotation(NODE))
 
     # --- Nodes: clocksource and the vDSO -------------------------------------
     d = d.with_row(row(ids(), "Nodes: clocksource and the vDSO"))

@@ -73,6 +73,13 @@ section w_clock_tsc sp-workload clock-vdso {N}
 sleep 1.5
 scrape tsc2
 section doctor_tsc sh -c 'slowpath doctor --duration=2s --format=json 2>/dev/null'
+echo FALLBACK_CS > {CS}
+section switched_back cat {CS}
+sleep 1.5
+section w_clock_back sp-workload clock-vdso {N}
+sleep 1.5
+scrape back
+section doctor_back sh -c 'slowpath doctor --duration=2s --format=json 2>/dev/null'
 agent_stop
 """
 
@@ -93,7 +100,7 @@ def boot(agent_bin, scenario, clocksource, **options):
 
 @pytest.fixture(scope="module", params=["acpi_pm", "hpet"])
 def fallback(request, agent_bin):
-    secs = boot(agent_bin, FALLBACK_SCENARIO, request.param)
+    secs = boot(agent_bin, FALLBACK_SCENARIO.replace("FALLBACK_CS", request.param), request.param)
     secs["clocksource"] = request.param
     return secs
 
@@ -124,6 +131,38 @@ def test_switch_to_tsc_stops_the_fallback(fallback):
     assert tsc2.select(CLOCK, pid=pid_of(fallback, "w_clock_tsc")) == []
     # Nothing on the node falls back any more: the totals stand still.
     assert tsc1.value(CLOCK, fallback="true") == tsc2.value(CLOCK, fallback="true")
+
+
+def test_clocksource_switches_are_counted_with_the_fallbacks_after_them(fallback):
+    """Booted on the fallback clocksource (a switch before the agent: the
+    last one, not counted), switched to tsc and back at run time through
+    sysfs: each switch is counted, with from, to and reason from the kernel
+    log, and the clock reads after the switch back fall back again."""
+    cs = fallback["clocksource"]
+    slow, tsc2, back = Scrape(fallback["slow"]), Scrape(fallback["tsc2"]), Scrape(fallback["back"])
+    changes, info = "slowpath_clocksource_changes_total", "slowpath_clocksource_last_change_info"
+    assert slow.value(changes) == 0
+    [boot_switch] = slow.select(info)
+    assert (boot_switch.labels["to"], boot_switch.labels["reason"]) == (cs, "selected"), boot_switch
+    assert tsc2.value(changes) == 1
+    assert tsc2.value(info, **{"from": cs, "to": "tsc", "reason": "selected"}) == 1
+    assert fallback["switched_back"].strip() == cs
+    assert back.value(changes) == 2
+    assert back.select(info) == back.select(info, **{"from": "tsc", "to": cs, "reason": "selected"})
+    assert back.value(info, **{"from": "tsc", "to": cs, "reason": "selected"}) == 1
+    stamp = "slowpath_clocksource_last_change_timestamp_seconds"
+    assert slow.value(stamp) < tsc2.value(stamp) < back.value(stamp)
+    # the reads after the switch back entered the kernel again, every one
+    pid = pid_of(fallback, "w_clock_back")
+    assert back.value(CLOCK, pid=pid, syscall="clock_gettime", clock="monotonic", fallback="true") == N
+    assert back.value("slowpath_vdso_fallback", clock="monotonic") == 1
+    # the doctor ties its clocksource finding to the switch
+    report = json.loads(fallback["doctor_back"])
+    assert report["clocksource"]["last_switch"]["from"] == "tsc", report["clocksource"]
+    f = next(f for f in report["findings"] if f["id"] == "clocksource_not_vdso_capable")
+    assert f["evidence"]["last_switch"].startswith("from tsc at "), f["evidence"]
+    assert f["evidence"]["last_switch"].endswith(" (selected)"), f["evidence"]
+    assert f["cause"].startswith("The kernel switched to it: from tsc at "), f["cause"]
 
 
 def test_doctor_names_the_clocksource_with_its_cost_and_fix(fallback):

@@ -17,7 +17,7 @@ use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
 use crate::bpf::{KernelBtf, RodataPatch};
 use crate::cli::parse_duration;
-use crate::exposition::{family, gauge, push_nonzero, with, Family, Labels};
+use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labels};
 use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs};
 use crate::snapshot::Series;
 
@@ -26,6 +26,7 @@ pub mod canary;
 mod rules;
 pub mod settings;
 mod sources;
+pub mod switches;
 
 use canary::CanaryReadings;
 use settings::Clocksources;
@@ -108,6 +109,21 @@ const CLOCKSOURCE_AVAILABLE: Family = Family {
     help: "Clocksources the node offers (sysfs available_clocksource), value 1 each",
     kind: MetricType::GAUGE,
 };
+const CLOCKSOURCE_CHANGES: Family = Family {
+    name: "slowpath_clocksource_changes_total",
+    help: "Clocksource switches since the agent started (kernel log: \"clocksource: Switched to clocksource\"; without access to /dev/kmsg, changes of sysfs current_clocksource seen at scrapes)",
+    kind: MetricType::COUNTER,
+};
+const CLOCKSOURCE_LAST_CHANGE: Family = Family {
+    name: "slowpath_clocksource_last_change_timestamp_seconds",
+    help: "Unix time of the last clocksource switch the kernel log holds (since boot) or the agent saw",
+    kind: MetricType::GAUGE,
+};
+const CLOCKSOURCE_LAST_CHANGE_INFO: Family = Family {
+    name: "slowpath_clocksource_last_change_info",
+    help: "The last clocksource switch: from, to, and reason (watchdog: the clocksource watchdog marked it unstable; unstable: its driver did; selected: sysfs, boot parameter or a better clocksource; unknown: kernel log unreadable), value 1",
+    kind: MetricType::GAUGE,
+};
 const VDSO_FALLBACK: Family = Family {
     name: "slowpath_vdso_fallback",
     help: "1 when the agent's own libc reads of this clock entered the kernel (vDSO canary checked against its BPF counts), else 0",
@@ -125,6 +141,9 @@ pub const SIGNAL: Signal = Signal {
         &CLOCK_SYSCALLS,
         &CLOCKSOURCE_CURRENT,
         &CLOCKSOURCE_AVAILABLE,
+        &CLOCKSOURCE_CHANGES,
+        &CLOCKSOURCE_LAST_CHANGE,
+        &CLOCKSOURCE_LAST_CHANGE_INFO,
         &VDSO_FALLBACK,
         &CLOCK_READ,
     ],
@@ -226,9 +245,30 @@ fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
             &CLOCKSOURCE_AVAILABLE,
             cs.available.iter().map(info).collect(),
         ),
+        family(
+            &CLOCKSOURCE_CHANGES,
+            vec![counter(&[], cs.switches.changes as f64)],
+        ),
+        family(
+            &CLOCKSOURCE_LAST_CHANGE,
+            cs.switches.last.iter().map(|s| gauge(&[], s.at)).collect(),
+        ),
+        family(
+            &CLOCKSOURCE_LAST_CHANGE_INFO,
+            cs.switches.last.iter().map(switch_info).collect(),
+        ),
         family(&VDSO_FALLBACK, fallback),
         family(&CLOCK_READ, cost),
     ]
+}
+
+fn switch_info(s: &switches::Switch) -> prometheus::proto::Metric {
+    let labels = [
+        ("from", s.from.clone()),
+        ("to", s.to.clone()),
+        ("reason", s.reason.label().to_string()),
+    ];
+    gauge(&labels, 1.0)
 }
 
 fn clock_series(out: &mut Vec<prometheus::proto::Metric>, key: &Labels, series: &Series) {

@@ -95,6 +95,10 @@ fn clocksource_finding(obs: &Observation<'_>) -> Option<Finding> {
             format!("{:.0}", m.libc_ns),
         );
     }
+    let switched = switched_to(cs, &current);
+    if let Some(line) = &switched {
+        evidence.insert("last_switch".into(), line.clone());
+    }
     Some(Finding {
         id: "clocksource_not_vdso_capable",
         severity: Severity::Critical,
@@ -102,8 +106,11 @@ fn clocksource_finding(obs: &Observation<'_>) -> Option<Finding> {
         processes,
         evidence,
         cause: format!(
-            "The vDSO cannot read the {current} clocksource, so clock_gettime(), gettimeofday() and \
-             time() enter the kernel in every process on this node."
+            "{}The vDSO cannot read the {current} clocksource, so clock_gettime(), gettimeofday() and \
+             time() enter the kernel in every process on this node.",
+            switched.map_or(String::new(), |line| format!(
+                "The kernel switched to it: {line}; the clock syscalls below followed. "
+            ))
         ),
         fix: clocksource_fix(&cs.available),
         expected_gain: Some(
@@ -117,6 +124,22 @@ fn clocksource_finding(obs: &Observation<'_>) -> Option<Finding> {
         call_sites: Some(sp_callsite_kind::SP_CALLSITE_CLOCK),
         sources: Some((SOURCES, Compose::AfterRule)),
     })
+}
+
+/// The node's last clocksource switch, when it went to `current`:
+/// "from tsc at 2026-11-25T01:35:15Z (watchdog: the skew is too large)".
+fn switched_to(cs: &Clocksources, current: &str) -> Option<String> {
+    let s = cs.switches.last.as_ref().filter(|s| s.to == current)?;
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs_f64(s.at.max(0.0));
+    let from = if s.from.is_empty() { "?" } else { &s.from };
+    let why = match s.detail.as_str() {
+        "" => s.reason.label().to_string(),
+        detail => format!("{}: {detail}", s.reason.label()),
+    };
+    Some(format!(
+        "from {from} at {} ({why})",
+        humantime::format_rfc3339_seconds(at)
+    ))
 }
 
 /// The fix for a clocksource the vDSO cannot read: switch to the first
@@ -211,6 +234,25 @@ fn cpu_clock_finding(obs: &Observation<'_>) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signals::clock::switches::{Reason, Switch};
+
+    #[test]
+    fn only_a_switch_to_the_current_clocksource_is_named() {
+        let mut cs = Clocksources::new(Some("hpet".into()), vec!["tsc".into(), "hpet".into()]);
+        assert_eq!(switched_to(&cs, "hpet"), None);
+        cs.switches.last = Some(Switch {
+            at: 1_795_000_000.0,
+            from: "tsc".into(),
+            to: "hpet".into(),
+            reason: Reason::Watchdog,
+            detail: "the skew is too large".into(),
+        });
+        assert_eq!(
+            switched_to(&cs, "hpet").as_deref(),
+            Some("from tsc at 2026-11-18T11:06:40Z (watchdog: the skew is too large)")
+        );
+        assert_eq!(switched_to(&cs, "acpi_pm"), None);
+    }
 
     #[test]
     fn clocksource_fix_names_the_architectures_vdso_clocksource() {

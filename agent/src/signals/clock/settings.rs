@@ -1,13 +1,14 @@
 //! The node's clocksource (kernel/time/clocksource.c, drivers/clocksource):
 //! the current one and those available, read from sysfs on every scrape and
-//! report. With a clocksource the vDSO cannot read, every clock read of every
-//! process is a system call.
+//! report, and its switches (`switches`). With a clocksource the vDSO cannot
+//! read, every clock read of every process is a system call.
 
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
+use super::switches::{self, Switches};
 use crate::node::{read_setting, Fact, NodeFact, Unreadable};
 
 /// The files, relative to the sysfs root.
@@ -22,21 +23,32 @@ const FILES: [&str; 2] = [
 pub struct Clocksources {
     pub current: Option<String>,
     pub available: Vec<String>,
+    /// Its switches: since the agent started, and the last one known.
+    pub switches: Switches,
 }
 
 impl Clocksources {
+    #[cfg(test)]
     pub fn new(current: Option<String>, available: Vec<String>) -> Self {
-        Self { current, available }
+        Self {
+            current,
+            available,
+            switches: Switches::default(),
+        }
     }
 }
 
 /// The doctor report's `clocksource` object: `{"available": "tsc hpet",
-/// "current": "tsc"}` (keys sorted, empty strings when unread).
+/// "current": "tsc", "last_switch": {"at": 1764000000.5, "from": "tsc",
+/// "to": "hpet", "reason": "watchdog", "detail": "the skew is too large"}}`
+/// (keys sorted, empty strings when unread; `last_switch` null when none
+/// is known).
 impl Serialize for Clocksources {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(2))?;
+        let mut map = serializer.serialize_map(Some(3))?;
         map.serialize_entry("available", &self.available.join(" "))?;
         map.serialize_entry("current", self.current.as_deref().unwrap_or_default())?;
+        map.serialize_entry("last_switch", &self.switches.last)?;
         map.end()
     }
 }
@@ -56,16 +68,18 @@ impl NodeFact for Clocksources {
 
 /// Reads [`Clocksources`] under a sysfs root (a `node::SettingsReader`).
 pub fn read(sysfs: &Path, unreadable: &mut Vec<Unreadable>) -> Fact {
-    let current = read_setting(sysfs, FILES[0], unreadable);
+    let current = read_setting(sysfs, FILES[0], unreadable)
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
     let available = read_setting(sysfs, FILES[1], unreadable);
-    Arc::new(Clocksources::new(
-        current
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty()),
-        available
+    let switches = switches::observe(sysfs, current.as_deref());
+    Arc::new(Clocksources {
+        current,
+        available: available
             .map(|s| s.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default(),
-    ))
+        switches,
+    })
 }
 
 #[cfg(test)]
