@@ -7,6 +7,8 @@
 #   deploy/render.sh -        prints the manifests (tests/e2e/test_helm.py
 #                             compares that with the committed file)
 #   deploy/render.sh rules -  prints the rules file
+#   deploy/render.sh rules-template   prints deploy/mixin/rules.template.json
+#                             (also written by the first form)
 #
 # Uses the pinned helm from tests/deploy/install-tools.sh (built once into
 # /var/cache/slowpath-tools; the output must not depend on whichever helm is
@@ -52,8 +54,33 @@ render_rules() {
     python3 -c 'import sys, yaml; print(yaml.safe_dump(yaml.safe_load(sys.stdin)["spec"], sort_keys=False, width=100), end="")'
 }
 
+# The rules with a placeholder for every setting the monitoring mixin's
+# _config holds (deploy/mixin: __t_<threshold>__, __for_<duration>__,
+# __runbook__, __selector__, __job__), as JSON: the mixin fills them in, so
+# its rules come from this chart, never from a second copy.
+render_rules_template() {
+  local sets
+  sets=$(python3 - "$here/helm/slowpath/values.yaml" <<'PY'
+import sys, yaml
+rule = yaml.safe_load(open(sys.argv[1]))["prometheusRule"]
+sets = [f"prometheusRule.thresholds.{k}=__t_{k}__" for k in rule["thresholds"]]
+sets += [f"prometheusRule.for.{k}=__for_{k}__" for k in rule["for"]]
+sets += ["prometheusRule.runbookBaseURL=__runbook__", "prometheusRule.selector=__selector__",
+         "prometheusRule.jobSelector=__job__"]
+print(",".join(sets))
+PY
+  )
+  "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath \
+    --set prometheusRule.enabled=true --set-string "$sets" --show-only templates/prometheusrule.yaml |
+    python3 -c 'import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin)["spec"], sys.stdout, indent=1); print()'
+}
+
 if [[ $out == rules ]]; then
   render_rules
+  exit 0
+fi
+if [[ $out == rules-template ]]; then
+  render_rules_template
   exit 0
 fi
 if [[ $out == - ]]; then
@@ -69,4 +96,6 @@ else
   mkdir -p "$here/prometheus"
   render_rules >"$here/prometheus/slowpath-rules.yaml"
   echo "render.sh: wrote $here/prometheus/slowpath-rules.yaml" >&2
+  render_rules_template >"$here/mixin/rules.template.json"
+  echo "render.sh: wrote $here/mixin/rules.template.json" >&2
 fi

@@ -123,14 +123,32 @@ process: the alert keeps its value and gains the finding's known_source label
 (the row of files/known-sources.yaml its call sites matched; a matched row
 wins over an empty one), and fires as before when the agent holds no such
 finding. Arguments: expr (the condition over instance_cgroup_comm series),
-findings (a regex of finding ids), proc (the process labels).
+findings (a regex of finding ids), proc (the process labels), root.
 */}}
+{{/*
+The label matchers of a series of the agent in a rule: its own (labels, may
+be empty) and prometheusRule.selector, in braces; nothing when both are
+empty. Arguments: labels, root.
+*/}}
+{{- define "slowpath.sel" -}}
+{{- $m := compact (list .labels .root.Values.prometheusRule.selector) -}}
+{{- if $m }}{{ printf "{%s}" (join ", " $m) }}{{ end -}}
+{{- end }}
+
+{{/*
+The matcher of the agent's scrape jobs (prometheusRule.jobSelector, or the
+release's job regex).
+*/}}
+{{- define "slowpath.jobSelector" -}}
+{{- .Values.prometheusRule.jobSelector | default (printf "job=~%q" (include "slowpath.jobRegex" .)) }}
+{{- end }}
+
 {{- define "slowpath.withFinding" -}}
 ({{ .expr }})
 + on ({{ .proc }}) group_left (known_source)
 (0 * topk by ({{ .proc }}) (1,
-  2 * slowpath_finding_info{finding=~"{{ .findings }}", known_source!=""}
-  or slowpath_finding_info{finding=~"{{ .findings }}"}))
+  2 * slowpath_finding_info{{ include "slowpath.sel" (dict "labels" (printf "finding=~%q, known_source!=\"\"" .findings) "root" .root) }}
+  or slowpath_finding_info{{ include "slowpath.sel" (dict "labels" (printf "finding=~%q" .findings) "root" .root) }}))
 or on ({{ .proc }})
 ({{ .expr }})
 {{- end }}

@@ -1,0 +1,74 @@
+// slowpath monitoring mixin, in the kube-prometheus convention:
+//
+//   prometheusAlerts    the rule groups that hold alerts (with the records
+//                       their alerts read: the agent's own CPU)
+//   prometheusRules     the recording-rule groups
+//   grafanaDashboards   the dashboards, by file name
+//   _config             thresholds, `for` durations, the runbook's URL and
+//                       label selectors (below)
+//
+// Nothing here is a second copy: the rules are the Helm chart's
+// PrometheusRule (deploy/helm/slowpath/templates/prometheusrule.yaml),
+// rendered by deploy/render.sh with a placeholder for every _config setting
+// (rules.template.json), and the defaults are the chart's values. With the
+// defaults it renders exactly deploy/prometheus/slowpath-rules.yaml and
+// dashboards/*.json (tests/e2e/test_mixin.py).
+local values = std.parseYaml(importstr '../helm/slowpath/values.yaml').prometheusRule;
+local template = import 'rules.template.json';
+
+{
+  _config+:: {
+    // PromQL label matchers (without braces) added to every series of the
+    // agent the rules read, e.g. 'cluster="eu1"'; empty: every slowpath_*.
+    slowpathSelector: values.selector,
+    // The matcher of the agent's scrape jobs (SlowpathAgentDown, the
+    // agent's own CPU).
+    slowpathJobSelector: if values.jobSelector != '' then values.jobSelector else 'job=~".*slowpath.*"',
+    // Alert thresholds and durations: docs/runbook.md explains each default.
+    slowpathThresholds: values.thresholds,
+    slowpathFor: values['for'],
+    slowpathRunbookBaseURL: values.runbookBaseURL,
+  },
+
+  local config = self._config,
+
+  // A threshold as the chart prints it: 10000, 0.05 (jsonnet's own
+  // std.toString(0.05) is 0.050000000000000003).
+  local number(x) =
+    if std.isNumber(x) then (if std.floor(x) == x then std.format('%d', x) else std.format('%g', x))
+    else x,
+
+  local fill(s) =
+    local selector =
+      if config.slowpathSelector == '' then
+        std.strReplace(std.strReplace(s, '{__selector__}', ''), ', __selector__', '')
+      else std.strReplace(s, '__selector__', config.slowpathSelector);
+    local settings =
+      [['__t_%s__' % k, number(config.slowpathThresholds[k])] for k in std.objectFields(config.slowpathThresholds)]
+      + [['__for_%s__' % k, config.slowpathFor[k]] for k in std.objectFields(config.slowpathFor)]
+      + [['__runbook__', config.slowpathRunbookBaseURL], ['__job__', config.slowpathJobSelector]];
+    std.foldl(function(acc, kv) std.strReplace(acc, kv[0], kv[1]), settings, selector),
+
+  local filled(v) =
+    if std.isString(v) then fill(v)
+    else if std.isArray(v) then std.map(filled, v)
+    else if std.isObject(v) then { [k]: filled(v[k]) for k in std.objectFields(v) }
+    else v,
+
+  local groups = filled(template.groups),
+  local hasAlerts(g) = std.length([r for r in g.rules if std.objectHas(r, 'alert')]) > 0,
+
+  prometheusAlerts+:: {
+    groups+: [g for g in groups if hasAlerts(g)],
+  },
+
+  prometheusRules+:: {
+    groups+: [g for g in groups if !hasAlerts(g)],
+  },
+
+  grafanaDashboards+:: {
+    'slowpath-overview.json': import '../../dashboards/slowpath-overview.json',
+    'slowpath-drilldown.json': import '../../dashboards/slowpath-drilldown.json',
+    'slowpath-fleet.json': import '../../dashboards/slowpath-fleet.json',
+  },
+}

@@ -1,0 +1,100 @@
+"""The monitoring mixin (deploy/mixin/mixin.libsonnet), rendered with real
+jsonnet (Debian's python3-jsonnet): with its defaults it gives exactly the
+shipped rules file and dashboards; its _config changes thresholds,
+durations and selectors, and what it renders then still passes promtool
+(Prometheus 3 and 2.42). Its rules come from the chart through
+rules.template.json, which must be what deploy/render.sh renders now."""
+
+import json
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+_jsonnet = pytest.importorskip("_jsonnet", reason="python3-jsonnet not installed (scripts/setup.sh --test)")
+
+MIXIN = REPO / "deploy" / "mixin"
+RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
+DASHBOARDS = REPO / "dashboards"
+
+
+def render(overrides=""):
+    """The mixin's three fields, with `overrides` (jsonnet) added to it."""
+    snippet = f"""
+    local mixin = (import 'mixin.libsonnet') + {{ {overrides} }};
+    {{
+      alerts: mixin.prometheusAlerts,
+      rules: mixin.prometheusRules,
+      dashboards: mixin.grafanaDashboards,
+    }}
+    """
+    return json.loads(_jsonnet.evaluate_snippet("test", snippet, jpathdir=[str(MIXIN)]))
+
+
+def groups(rendered):
+    return rendered["rules"]["groups"] + rendered["alerts"]["groups"]
+
+
+def test_the_rules_template_is_the_rendered_chart():
+    out = subprocess.run([str(REPO / "deploy/render.sh"), "rules-template"], check=True, capture_output=True,
+                         text=True, timeout=1500)
+    assert out.stdout == (MIXIN / "rules.template.json").read_text(), "run deploy/render.sh"
+
+
+def test_the_defaults_render_the_shipped_rules_and_dashboards():
+    rendered = render()
+    shipped = yaml.safe_load(RULES.read_text())["groups"]
+    by_name = {g["name"]: g for g in groups(rendered)}
+    assert len(by_name) == len(groups(rendered)), "a group in both fields"
+    assert by_name == {g["name"]: g for g in shipped}
+    # alerts and records are split by group, as kube-prometheus expects
+    for g in rendered["rules"]["groups"]:
+        assert all("record" in r for r in g["rules"]), g["name"]
+    assert {r["alert"] for g in rendered["alerts"]["groups"] for r in g["rules"] if "alert" in r} == \
+        {r["alert"] for g in shipped for r in g["rules"] if "alert" in r}
+    files = sorted(p.name for p in DASHBOARDS.glob("*.json"))
+    assert sorted(rendered["dashboards"]) == files
+    for name in files:
+        assert rendered["dashboards"][name] == json.loads((DASHBOARDS / name).read_text()), name
+
+
+CONFIG = """
+_config+:: {
+  slowpathSelector: 'cluster="eu1"',
+  slowpathJobSelector: 'job="node-slowpath"',
+  slowpathThresholds+: { clockFallbackPerProcess: 20000, directCompactionStallRatio: 0.1 },
+  slowpathFor+: { timerLoop: '30m' },
+  slowpathRunbookBaseURL: 'https://runbooks.example/slowpath.md',
+},
+"""
+
+
+def test_config_sets_thresholds_durations_and_selectors():
+    rendered = render(CONFIG)
+    rules = [r for g in groups(rendered) for r in g["rules"]]
+    alert = {r["alert"]: r for r in rules if "alert" in r}
+    assert "> 20000" in alert["SlowpathClockSyscallFallback"]["expr"]
+    assert "> 0.1" in alert["SlowpathDirectCompactionStalls"]["expr"]
+    assert alert["SlowpathTimerLoop"]["for"] == "30m"
+    assert alert["SlowpathAgentDown"]["expr"] == 'up{job="node-slowpath", cluster="eu1"} == 0'
+    for r in alert.values():
+        assert r["annotations"]["runbook_url"].startswith("https://runbooks.example/slowpath.md#"), r["alert"]
+    # every series of the agent a rule reads carries the selector (recorded
+    # series, named level:metric:operations, already do)
+    for r in rules:
+        for name, matchers in re.findall(r"(?<![:\w])(slowpath_[a-z_]+|up|process_cpu_seconds_total)(?![\w:])(\{[^}]*\})?",
+                                          r["expr"]):
+            assert 'cluster="eu1"' in matchers, (r.get("alert") or r.get("record"), name, r["expr"])
+    # no placeholder is left
+    assert "__" not in json.dumps(groups(rendered)).replace("__name__", "")
+
+
+@pytest.mark.parametrize("overrides", ["", CONFIG], ids=["defaults", "config"])
+def test_promtool_checks_what_the_mixin_renders(release, tmp_path, overrides):
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups(render(overrides))}))
+    out = subprocess.run([release.promtool, "check", "rules", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
