@@ -1,7 +1,8 @@
 """Overhead of each attach type on Debian's 6.1 kernel, in a QEMU guest.
 
 Runs tests/bench/overhead.c (static) inside one guest boot with no BPF, with
-the agent's syscall hook on fentry (the default there), forced to tp_btf, and
+the agent's syscall hook forced to fentry (allowed there; on TCG the agent's
+own choice is tp_btf), forced to tp_btf, and
 forced to raw_tp, in interleaved rounds. TCG inflates absolute times, so only
 ratios to the no-BPF run mean anything.
 
@@ -19,7 +20,7 @@ import harness
 
 CONFIGS = {
     "none": None,
-    "fentry": "",
+    "fentry": "--bpf.attach-type=fentry",  # forced: on TCG the agent's choice is tp_btf
     "tp_btf": "--bpf.attach-type=tp-btf",
     "raw_tp": "--bpf.attach-type=raw-tp",
 }

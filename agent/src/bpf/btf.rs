@@ -71,6 +71,10 @@ impl KernelOffer for KernelBtf {
     fn exposes_btf(&self) -> bool {
         Path::new(KERNEL_BTF).exists()
     }
+
+    fn unsafe_live_patching(&self) -> Option<&'static str> {
+        super::emulator::unsafe_live_patching()
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ mod btf;
 #[cfg(test)]
 mod check;
 mod cost;
+mod emulator;
 #[cfg(feature = "fault-injection")]
 mod fault;
 mod hooks;

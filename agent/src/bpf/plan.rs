@@ -19,6 +19,11 @@ pub trait KernelOffer {
     /// Whether the kernel exposes its own BTF ([`KERNEL_BTF`]), in which
     /// fentry and tp_btf resolve their targets.
     fn exposes_btf(&self) -> bool;
+    /// Why attaching fentry to syscalls that run right now is unsafe on
+    /// this machine (`None`: it is safe; see `emulator.rs`).
+    fn unsafe_live_patching(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// One attach type per hook, indexed like the [`HookTable`].
@@ -77,7 +82,13 @@ fn forced_plan(table: &HookTable, forced: AttachType) -> Plan {
 /// everywhere. fentry needs the syscall functions in BTF (and may still be
 /// refused at load, e.g. under lockdown); tp_btf needs `btf_trace_<name>`.
 fn auto_plans(table: &HookTable, offer: &dyn KernelOffer) -> Vec<Plan> {
-    let fentry_ok = table.fentry_targets().iter().all(|f| offer.has_type(f));
+    let mut fentry_ok = table.fentry_targets().iter().all(|f| offer.has_type(f));
+    if let Some(why) = offer.unsafe_live_patching().filter(|_| fentry_ok) {
+        info!(
+            "fentry left out of the automatic choice: {why} (--bpf.attach-type=fentry forces it)"
+        );
+        fentry_ok = false;
+    }
     let tracepoint: Plan = table
         .names()
         .into_iter()
@@ -206,6 +217,7 @@ mod tests {
     struct Offer {
         btf: bool,
         types: Vec<String>,
+        emulated: bool,
     }
 
     impl KernelOffer for Offer {
@@ -214,6 +226,9 @@ mod tests {
         }
         fn exposes_btf(&self) -> bool {
             self.btf
+        }
+        fn unsafe_live_patching(&self) -> Option<&'static str> {
+            self.emulated.then_some("an emulator")
         }
     }
 
@@ -227,7 +242,11 @@ mod tests {
         if fentry {
             types.extend(table.fentry_targets().iter().cloned());
         }
-        Offer { btf: true, types }
+        Offer {
+            btf: true,
+            types,
+            emulated: false,
+        }
     }
 
     fn plans_for(offer: &Offer, force: Option<AttachType>) -> Result<Vec<Plan>> {
@@ -246,6 +265,17 @@ mod tests {
                 vec![RawTp; 6]
             ]
         );
+    }
+
+    #[test]
+    fn an_emulator_leaves_fentry_out_unless_forced() {
+        let table = HookTable::new(&setup());
+        let mut offer = kernel(&table, true, &[]);
+        offer.emulated = true;
+        let plans = plans_for(&offer, None).unwrap();
+        assert_eq!(plans, [vec![TpBtf; 6], vec![RawTp; 6]]);
+        let forced = plans_for(&offer, Some(Fentry)).unwrap();
+        assert_eq!(forced[0], vec![Fentry, TpBtf, TpBtf, TpBtf, TpBtf, TpBtf]);
     }
 
     #[test]
@@ -268,6 +298,7 @@ mod tests {
         let offer = Offer {
             btf: false,
             types: Vec::new(),
+            emulated: false,
         };
         assert_eq!(plans_for(&offer, None).unwrap(), [vec![RawTp; 6]]);
         assert_eq!(plans_for(&offer, Some(RawTp)).unwrap(), [vec![RawTp; 6]]);
