@@ -218,9 +218,9 @@ struct {
 	__type(value, __u32);
 } stack_targets SEC(".maps");
 
-/* At most one user stack per jiffy per process (stack_due()): a bounded
- * cost (a stack walk is ~1 us) however hot the path, and no aliasing with
- * calls that alternate (getcontext, setcontext). */
+/* At most one user stack per jiffy per kind of call per process
+ * (stack_due()): a bounded cost (a stack walk is ~1 us) however hot the
+ * path, and no aliasing with calls that alternate (getcontext, setcontext). */
 #define SP_MAX_STACK_DEPTH 127
 
 /* Both tables are sized at load: 1 entry when stacks are not captured (no
@@ -699,17 +699,28 @@ static __always_inline void count_wait(struct sp_counters *c, const bool shared,
 	}
 }
 
-/* Whether this call's user stack is sampled: the first call of each
- * jiffy (1 ms at HZ=1000, 4 ms at HZ=250) per process. bpf_jiffies64() is a
- * plain load, unlike a clock read: the calls not sampled pay next to nothing.
- * The store is plain: a race between threads lets one more stack through. */
-static __always_inline bool stack_due(struct sp_proc *p)
+/* Whether this call's user stack is sampled: the first call of each kind
+ * (enum sp_callsite_kind) in each jiffy (1 ms at HZ=1000, 4 ms at HZ=250)
+ * per process. Per kind, because a process that makes several kinds of
+ * call in a fixed order would otherwise give every sample to the first one:
+ * a loop of clock reads and a 1 ms sleep wakes up, reads the clock first
+ * in every jiffy, and its sleep was never sampled. `stack_jiffy` holds the
+ * jiffy (its low 28 bits) above the kinds sampled in it (one bit each).
+ * bpf_jiffies64() is a plain load, unlike a clock read: the calls not
+ * sampled pay next to nothing. The store is plain: a race between threads
+ * lets one more stack through. */
+#define SP_STACK_KIND_BITS ((1u << SP_CALLSITE_KIND_COUNT) - 1)
+static __always_inline bool stack_due(struct sp_proc *p, __u32 kind)
 {
-	__u32 now = bpf_jiffies64();
+	__u32 now = (__u32)bpf_jiffies64() << SP_CALLSITE_KIND_COUNT;
+	__u32 bit = (1u << kind) & SP_STACK_KIND_BITS;
+	__u32 last = p->stack_jiffy;
 
-	if (now == p->stack_jiffy)
+	if ((last & ~SP_STACK_KIND_BITS) != now)
+		last = now; /* a new jiffy: no kind sampled in it yet */
+	else if (last & bit)
 		return false;
-	p->stack_jiffy = now;
+	p->stack_jiffy = last | bit;
 	return true;
 }
 
@@ -801,7 +812,7 @@ static __noinline void sample_if_wanted(void *ctx, struct sp_proc *p, __u32 tgid
 	if (!p)
 		return;
 	left = bpf_map_lookup_elem(&stack_targets, &tgid);
-	if (!left || *left == 0 || !stack_due(p))
+	if (!left || *left == 0 || !stack_due(p, kind))
 		return;
 	*left -= 1;
 	sample_stack(ctx, p, kind, regs);
@@ -813,7 +824,7 @@ static __always_inline void maybe_sample(void *ctx, struct sp_proc *p, __u32 tgi
 					 struct pt_regs *regs)
 {
 	if (capture_stacks) {
-		if (stack_due(p))
+		if (stack_due(p, kind))
 			sample_stack(ctx, p, kind, regs);
 	} else if (stack_targets_on()) {
 		sample_if_wanted(ctx, p, tgid, kind, regs);
@@ -1826,7 +1837,7 @@ static __always_inline int on_page_alloc(void *ctx, bool failed, unsigned int or
 	/* The user stack of a fault is the code that touched the page (a JVM
 	 * pre-touching its heap, malloc growing an arena). */
 	if (capture_stacks || sample_thp_faults) {
-		if (stack_due(p))
+		if (stack_due(p, SP_CALLSITE_THP_FAULT))
 			sample_stack(ctx, p, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));
 	} else if (stack_targets_on()) {
 		sample_if_wanted(ctx, p, tgid, SP_CALLSITE_THP_FAULT, task_user_regs(task, btf));

@@ -177,7 +177,9 @@ struct sp_proc {
 	__u64 exec_id;
 	__u32 flags;	 /* SP_PROC_* */
 	char comm[16];	 /* group leader's comm at first event (after exec) */
-	__u32 stack_jiffy; /* jiffies (low 32 bits) of the last sampled user stack (capture_stacks only) */
+	/* jiffies (low 28 bits) of the last sampled user stack, shifted above one
+	 * bit per enum sp_callsite_kind sampled in that jiffy (stack_due()) */
+	__u32 stack_jiffy;
 	__u32 timer_window; /* number of the current timer window: jiffies / HZ (or ns >> 30) */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
 	/* timer wakeups in the window before it: a CPU's slot hands a window's

@@ -171,6 +171,20 @@ def test_one_sample_per_sleep_when_sleeps_are_over_a_jiffy_apart(stacks_agent, w
                for p in folded(stacks_agent, "sleep")), folded(stacks_agent, "sleep")
 
 
+def test_each_kind_of_call_is_sampled_in_a_jiffy_another_kind_took(stacks_agent, workload_bin):
+    """One sample per jiffy per kind of call: a loop that reads the clock and
+    then sleeps 11 ms (longer than any jiffy) has its clock read first in
+    every jiffy, and both calls of every round are sampled. With one sample
+    per jiffy for all kinds, the sleeps were never sampled."""
+    before = {k: samples(stacks_agent, "sp-workload", k) for k in ("clock", "sleep")}
+    rounds = 150
+    run_workload(workload_bin, "clock-sleep", rounds, 11_000)
+    settle()
+    got = {k: samples(stacks_agent, "sp-workload", k) - before[k] for k in before}
+    assert got == {"clock": rounds, "sleep": rounds}, (
+        got, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total"))
+
+
 def test_exited_processes_leave_the_kernel_tables(stacks_agent, workload_bin):
     pid = run_workload(workload_bin, "clock-raw", 200_000)
     settle()

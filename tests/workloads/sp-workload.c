@@ -19,6 +19,10 @@
  *                         nanosleep: a paced vDSO bypass (about 1000 K reads a
  *                         second) that is also a 1 ms timer loop, at a few %
  *                         of a CPU (the soak's long-lived findings)
+ *   clock-sleep N USEC    N times: one raw clock_gettime(MONOTONIC), then a
+ *                         nanosleep(USEC): two kinds of counted call, always
+ *                         the clock read first in its jiffy (call-site sampling
+ *                         per kind)
  *   clock-yield N         N raw clock_gettime(MONOTONIC), each followed by
  *                         sched_yield(): processes sharing a CPU take turns
  *   clock-int80 N         N raw clock_gettime(MONOTONIC) by the SYSCALL
@@ -674,6 +678,15 @@ int main(int argc, char **argv)
 		for (long i = 0; i < n; i++) {
 			raw_clock_loop(m, CLOCK_MONOTONIC);
 			nanosleep(&ms, NULL);
+		}
+		return 0;
+	}
+	if (!strcmp(mode, "clock-sleep")) {
+		struct timespec pause = ts_of_usec(m);
+
+		for (long i = 0; i < n; i++) {
+			syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+			nanosleep(&pause, NULL);
 		}
 		return 0;
 	}

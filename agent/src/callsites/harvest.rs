@@ -4,7 +4,7 @@
 //! folded stacks served at `/debug/callsites` (flame graph input).
 //!
 //! Costs and bounds: the kernel side takes at most one stack per jiffy
-//! per process; each harvest reads the `callsites` table (one lookup per
+//! per kind of call per process; each harvest reads the `callsites` table (one lookup per
 //! entry, at most 16384 entries) and the stacks of new entries only, with
 //! their stack copies (unwound once, then deleted from the kernel table to
 //! leave room for new sites: see `unwind.rs`).
@@ -137,7 +137,7 @@ impl CallSiteMetrics {
             samples: IntCounter::new(
                 "slowpath_callsite_samples_total",
                 "User stacks sampled at counted syscalls and folded into /debug/callsites \
-                 (at most one per jiffy per process)",
+                 (at most one per jiffy per kind of call per process)",
             )?,
             dropped: IntCounter::new(
                 "slowpath_callsite_samples_dropped_total",

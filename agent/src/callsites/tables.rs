@@ -3,8 +3,8 @@
 //! through their own file descriptors so that any thread can use them, not
 //! only the BPF worker.
 //!
-//! The BPF side samples at most one user stack per jiffy (1 to 10 ms) per process
-//! at the counted syscalls, and only when loaded with `capture_stacks`
+//! The BPF side samples at most one user stack per jiffy (1 to 10 ms) per kind
+//! of call per process at the counted syscalls, and only when loaded with `capture_stacks`
 //! (`slowpath doctor`, or the agent with `--debug.callsites`).
 
 use std::collections::HashSet;
@@ -64,8 +64,8 @@ impl StackTables {
     }
 
     /// Make `stack_targets` hold exactly the thread groups of `wanted`,
-    /// tgid -> samples (at most one per jiffy per process, at its counted
-    /// calls). Returns how many the table took (it holds
+    /// tgid -> samples (at most one per jiffy per kind of call, at its
+    /// counted calls). Returns how many the table took (it holds
     /// `SP_MAX_STACK_TARGETS`): the count the programs must be told
     /// (`Worker::set_stack_target_count`), 0 before the table changes and
     /// the new count after, so that they never look up a table in the middle

@@ -1,7 +1,8 @@
 //! Call sites on demand: when a process crosses a finding's threshold, the
 //! agent asks the kernel side for its user stacks (the `stack_targets`
-//! table) for [`SAMPLE_FOR`]: at most one sample per jiffy, taken at that
-//! process's counted calls only, so a storm gives up to HZ samples a second
+//! table) for [`SAMPLE_FOR`]: at most one sample per jiffy per kind of call
+//! (clock, sigprocmask, timed wait, THP fault), taken at that process's
+//! counted calls only, so a storm gives up to HZ samples a second
 //! and a quiet process of the same series a few. It then symbolizes them off
 //! the hot path with blazesym and keeps the result for as long as the process
 //! lives. While no target waits, a counted call pays a load and a branch
