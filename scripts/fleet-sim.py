@@ -1,29 +1,44 @@
 #!/usr/bin/env python3
-"""Fleet simulation: what N slowpath agents cost the Prometheus that scrapes
-them, for N = 10, 100, 1,000 on one machine.
+"""Fleet simulation: what N slowpath agents cost the metrics backend that
+scrapes them, on one machine, for a single Prometheus and for a sharded,
+horizontally scalable backend (scripts/fleetstack.py).
 
-    scripts/fleet-sim.sh [--nodes 10,100,1000] [--minutes 3] [--out DIR]
+    scripts/fleet-sim.sh [--backend prometheus|thanos|both] [--nodes 10,100,1000]
+                         [--minutes 3] [--out DIR] [--check]
 
 1. Records a busy node: the real agent (no pid label, as a fleet runs it)
    while tests/e2e/busynode.py runs 360 processes in 40 cgroups hitting every
    signal; its /metrics page is saved as DIR/busy-node.prom.
-2. For each N: a static target on loopback serves that page as N nodes
-   (Prometheus scrapes one URL N times, each with its own instance label;
-   counters keep growing at the rates they had), and a fresh real Prometheus
-   scrapes them every 15 s with the shipped rules (recording rules and
-   alerts) evaluated every 15 s, for --minutes. Then it reads Prometheus's
-   own metrics: head series, resident memory, the rule groups' evaluation
-   time; and times the fleet dashboard's query (top 10 pods by timer
-   wakeups) on the recorded series and on the raw counters.
-3. Writes DIR/fleet.csv and DIR/fleet.png (gnuplot) and prints a table with
-   the projection to 10,000 nodes (linear in N, from the 1,000-node run).
+2. For each N: a static target on loopback serves that page as N nodes (one
+   target per node, each with its own instance label; counters keep growing
+   at the rates they had), scraped every 15 s by the backend, which
+   evaluates the shipped recording and alert rules every 15 s:
+   - prometheus: one Prometheus 3 server;
+   - thanos: two Prometheus 3 agents (hashmod shards) remote-writing to two
+     thanos receive (one hashring), thanos query over them, thanos rule
+     evaluating the rules through that query;
+   - both: the two at once, on the same targets.
+   After --minutes it reads every component's own metrics (series, samples
+   appended per second, memory and CPU per component, rule evaluation time,
+   missed evaluations, remote-write lag) and times the fleet dashboard's
+   queries (all 30, and the top 10 pods by timer wakeups on the recorded
+   series and on the raw counters) through the backend's query API.
+3. With both backends it runs every fleet dashboard query on each at the same
+   instant and compares the answers (the same series with values within
+   1 %, ties of a topk compared by value); --check exits 1 when they differ,
+   a rule fails to evaluate, or a component dies. Answers agree once every
+   rate window is full: --minutes 6 or more.
+4. Writes DIR/fleet.csv and DIR/fleet.png (gnuplot), prints a table with the
+   projection to 10,000 nodes (linear in N, from the largest run).
 
-Loopback only. Needs prometheus and gnuplot (scripts/setup.sh --test)."""
+Loopback only. Needs Prometheus 3, Thanos and gnuplot (scripts/setup.sh
+--test, tests/deploy/install-tools.sh)."""
 
 import argparse
 import csv
 import http.server
 import json
+import math
 import re
 import signal
 import subprocess
@@ -31,34 +46,22 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 sys.path.insert(0, str(REPO / "scripts"))
 import busynode  # noqa: E402
+import fleetstack  # noqa: E402
+from fleetstack import INTERVAL, query, wait_http  # noqa: E402
 from hostutil import cgroup2_root, free_port  # noqa: E402
 
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
-INTERVAL = 15
+FLEET_DASHBOARD = REPO / "dashboards" / "slowpath-fleet.json"
+TOOLS = Path("/var/cache/slowpath-tools")  # tests/deploy/install-tools.sh's default cache
 FLEET_QUERY = "topk(10, namespace_pod:slowpath_timer_wakeups:rate5m)"
 RAW_QUERY = "topk(10, sum by (namespace, pod) (rate(slowpath_timer_wakeups_total[5m])))"
-
-
-def wait_http(url, timeout=60, proc=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return resp.read()
-        except OSError:
-            if proc is not None and proc.poll() is not None:
-                sys.exit(f"fleet-sim: {proc.args[0]} exited {proc.returncode}")
-            if time.monotonic() > deadline:
-                sys.exit(f"fleet-sim: {url} did not answer")
-            time.sleep(0.2)
+TOLERANCE = 0.01  # relative difference of two answers' values still "the same"
 
 
 def record_busy_node(agent_bin, workload_bin, out):
@@ -69,11 +72,11 @@ def record_busy_node(agent_bin, workload_bin, out):
                              stdout=log, stderr=subprocess.STDOUT)
     base, dirs = busynode.make_pods(cgroup2_root())
     try:
-        wait_http(f"http://127.0.0.1:{port}/readyz", proc=agent)
+        wait_http(f"http://127.0.0.1:{port}/readyz", agent)
         with tempfile.TemporaryDirectory() as tmp:
             busynode.run(workload_bin, dirs, Path(tmp))
         time.sleep(1.5)
-        page = wait_http(f"http://127.0.0.1:{port}/metrics").decode()
+        page = wait_http(f"http://127.0.0.1:{port}/metrics", agent).decode()
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=10)
@@ -85,9 +88,12 @@ def record_busy_node(agent_bin, workload_bin, out):
 
 class Page:
     """The recorded page, served with counters growing at a steady rate (as
-    if each had counted for 10 minutes when recorded)."""
+    if each had counted for 10 minutes when recorded), and labelled as the
+    agent labels series on Kubernetes (--kubernetes.enabled): the busy node's
+    40 cgroups .../podN are pods of 8 namespaces."""
 
     COUNTER = re.compile(r"(_total|_bucket|_count|_sum)$")
+    POD_CGROUP = re.compile(r'cgroup="[^"]*/pod(\d+)"')
 
     def __init__(self, text):
         self.lines = []  # (prefix, base, per second) or a literal line
@@ -96,12 +102,25 @@ class Page:
                 self.lines.append(line)
                 continue
             prefix, value = line.rsplit(" ", 1)
+            prefix = self.with_pod_labels(prefix)
             name = re.split(r"[{ ]", prefix, maxsplit=1)[0]
             base = float(value)
             rate = base / 600 if self.COUNTER.search(name) else 0.0
             self.lines.append((prefix + " ", base, rate))
         self.start = time.monotonic()
         self.series = sum(1 for x in self.lines if isinstance(x, tuple))
+
+    @classmethod
+    def with_pod_labels(cls, prefix):
+        """`prefix` (name and labels) with namespace, pod and container added
+        to a per-process series (one with a cgroup label and without them):
+        empty outside a pod, as the agent does."""
+        if 'cgroup="' not in prefix or 'namespace="' in prefix:
+            return prefix
+        m = cls.POD_CGROUP.search(prefix)
+        pod = (f'namespace="team-{int(m.group(1)) % 8}",pod="service-{m.group(1)}",container="main"'
+               if m else 'namespace="",pod="",container=""')
+        return prefix[:-1] + "," + pod + "}"
 
     def render(self):
         t = time.monotonic() - self.start
@@ -136,78 +155,172 @@ def serve(page):
     return server, server.server_address[1]
 
 
-def prom_query(base, expr):
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    started = time.monotonic()
-    with urllib.request.urlopen(url, timeout=120) as resp:
-        body = json.load(resp)
-    return time.monotonic() - started, body["data"]["result"]
+def fleet_queries():
+    """[(panel title, PromQL)] of every query of the fleet dashboard, with its
+    variable at "All" (namespace=~".*")."""
+    dash = json.loads(FLEET_DASHBOARD.read_text())
+    out = []
+    for panel in dash["panels"]:
+        for p in [panel, *panel.get("panels", [])]:
+            for t in p.get("targets", []):
+                expr = re.sub(r"\$\{?namespace(:[a-z]+)?\}?", ".*", t["expr"])
+                assert "$" not in expr, expr
+                out.append((f"{p['title']} [{t['refId']}]", expr))
+    return out
 
 
-def own_metrics(base):
-    """Prometheus's own metrics (from its /metrics page), summed by name."""
-    with urllib.request.urlopen(f"{base}/metrics", timeout=30) as resp:
-        text = resp.read().decode()
-    sums = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name = re.split(r"[{ ]", line, maxsplit=1)[0]
-            sums[name] = sums.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
-    return sums
+def time_queries(base):
+    """Seconds per fleet dashboard query (best of three), and the top-10
+    pods query on recorded and raw series."""
+    best = {title: min(query(base, expr)[0] for _ in range(3)) for title, expr in fleet_queries()}
+    return {
+        "dashboard_queries_seconds": sum(best.values()),
+        "slowest_dashboard_query_seconds": max(best.values()),
+        "fleet_query_seconds": min(query(base, FLEET_QUERY)[0] for _ in range(3)),
+        "raw_query_seconds": min(query(base, RAW_QUERY)[0] for _ in range(3)),
+    }
 
 
-def one_fleet(nodes, target_port, minutes, workdir):
-    """Prometheus scraping `nodes` copies of the target (step 2)."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    configs = [{"targets": [f"127.0.0.1:{target_port}"], "labels": {"instance": f"node-{i:05d}"}}
-               for i in range(nodes)]
-    (workdir / "rules.yaml").write_text(RULES.read_text())
-    (workdir / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: {INTERVAL}s, evaluation_interval: {INTERVAL}s, scrape_timeout: 10s}}\n"
-        "rule_files: [rules.yaml]\n"
-        + "scrape_configs: " + json.dumps([{"job_name": "slowpath", "static_configs": configs}]) + "\n")
-    port = free_port()
-    log = open(workdir / "prometheus.log", "wb")
-    prom = subprocess.Popen(["prometheus", f"--config.file={workdir / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={workdir / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-                            stdout=log, stderr=subprocess.STDOUT, cwd=workdir)
-    base = f"http://127.0.0.1:{port}"
+def vector(data):
+    """{labels (sorted tuple): value} of an instant query's vector or scalar."""
+    if data["resultType"] == "scalar":
+        return {(): float(data["result"][1])}
+    return {tuple(sorted(r["metric"].items())): float(r["value"][1]) for r in data["result"]}
+
+
+def close(a, b):
+    return math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-9)
+
+
+def same_answer(a, b):
+    """Whether two answers agree: the same series with close values, or, when
+    a topk picked other series among equals, the same values in order."""
+    if a.keys() == b.keys():
+        return all(close(a[k], b[k]) for k in a)
+    va, vb = sorted(a.values()), sorted(b.values())
+    return len(va) == len(vb) and all(close(x, y) for x, y in zip(va, vb))
+
+
+def compare(stacks):
+    """Every fleet dashboard query on each backend at one instant (20 s ago,
+    so that remote writes and rule evaluations have landed); returns the
+    queries whose answers differ, with both answers."""
+    at = time.time() - 20
+    problems, empty = [], 0
+    for title, expr in fleet_queries():
+        answers = [vector(query(s.query_url, expr, at)[1]) for s in stacks]
+        empty += not answers[0]
+        if not same_answer(*answers):
+            problems.append(f"{title}: {expr}\n    " + "\n    ".join(
+                f"{s.name}: {sorted(a.items())[:12]}" for s, a in zip(stacks, answers)))
+    total = len(fleet_queries())
+    print(f"fleet-sim: {total} fleet dashboard queries compared at one instant: "
+          f"{total - len(problems)} alike ({total - empty} with data), {len(problems)} differ", flush=True)
+    return problems
+
+
+def rule_health(stack):
+    """Problems of the backend's ruler: rules that failed to evaluate, and
+    how many rules it evaluates."""
+    m = fleetstack.own_metrics(stack.ruler)
+    failures = int(m.get("prometheus_rule_evaluation_failures_total", 0))
+    return failures, int(m.get("prometheus_rule_group_rules", 0))
+
+
+def start(backend, workdir, targets, args):
+    rules = RULES.read_text()
+    if backend == "prometheus":
+        return fleetstack.Single(workdir, args.prometheus, targets, rules)
+    return fleetstack.Thanos(workdir, args.prometheus, args.thanos, targets, rules)
+
+
+def one_fleet(nodes, target_port, args):
+    """Each chosen backend scraping `nodes` copies of the target, at once
+    (step 2); returns (rows, problems)."""
+    targets = [(f"127.0.0.1:{target_port}", f"node-{i:05d}") for i in range(nodes)]
+    backends = ["prometheus", "thanos"] if args.backend == "both" else [args.backend]
+    stacks, rows, problems = [], [], []
     try:
-        wait_http(f"{base}/-/ready", proc=prom)
-        time.sleep(60 * minutes)
-        metrics = own_metrics(base)
-        row = {
-            "nodes": nodes,
-            "head_series": int(metrics["prometheus_tsdb_head_series"]),
-            "rss_mib": metrics["process_resident_memory_bytes"] / 2**20,
-            "rule_eval_seconds": metrics["prometheus_rule_group_last_duration_seconds"],
-            "targets_up": int(float(prom_query(base, 'count(up{job="slowpath"} == 1)')[1][0]["value"][1])),
-        }
-        # the query a fleet dashboard runs, best of three, on recorded and raw series
-        row["fleet_query_seconds"] = min(prom_query(base, FLEET_QUERY)[0] for _ in range(3))
-        row["raw_query_seconds"] = min(prom_query(base, RAW_QUERY)[0] for _ in range(3))
-        return row
+        for b in backends:
+            stacks.append(start(b, args.out / f"{b}-{nodes}", targets, args))
+        time.sleep(60 * args.minutes)
+        for stack in stacks:
+            up = query(stack.query_url, 'count(up{job="slowpath"} == 1) or vector(0)')[1]["result"]
+            row = {"backend": stack.name, "nodes": nodes, "targets_up": int(float(up[0]["value"][1]))}
+            row |= stack.measure(2 * INTERVAL)
+            row |= time_queries(stack.query_url)
+            failures, rules = rule_health(stack)
+            row["rule_failures"], row["rules"] = failures, rules
+            rows.append(row)
+            report(row)
+            if failures:
+                problems.append(f"{stack.name}: {failures} rule evaluations failed (see {stack.workdir})")
+            if row["targets_up"] != nodes:
+                problems.append(f"{stack.name}: {row['targets_up']} of {nodes} targets up")
+        if len(stacks) > 1:
+            problems += compare(stacks)
+            if len({r["rules"] for r in rows}) != 1:
+                problems.append(f"rule counts differ: {[(r['backend'], r['rules']) for r in rows]}")
+        for stack in stacks:
+            problems += [f"{stack.name}: {name} exited (log in {stack.workdir})" for name in stack.died()]
+        return rows, problems
     finally:
-        prom.terminate()
-        prom.wait(timeout=60)
-        log.close()
+        for stack in stacks:
+            stack.stop()
 
 
-def plot(csv_path, png_path):
+def report(row):
+    parts = ", ".join(f"{name} {rss:.0f} MiB {cpu * 100:.0f} %" for name, (rss, cpu) in row["components"].items())
+    print(f"fleet-sim: {row['backend']}, {row['nodes']} nodes: {row['series']} series, "
+          f"{row['samples_per_second']:.0f} samples/s, rules {row['rule_eval_seconds'] * 1000:.0f} ms "
+          f"({row['rule_iterations_missed']} missed, {row['rule_failures']} failed), "
+          f"remote-write lag {row['remote_write_lag_seconds']:.1f} s, "
+          f"fleet dashboard {row['dashboard_queries_seconds'] * 1000:.0f} ms for {len(fleet_queries())} queries "
+          f"(slowest {row['slowest_dashboard_query_seconds'] * 1000:.0f} ms), top-10 pods "
+          f"{row['fleet_query_seconds'] * 1000:.1f} ms (raw {row['raw_query_seconds'] * 1000:.0f} ms), "
+          f"{row['targets_up']} targets up; per component (RSS, CPU of a core): {parts}", flush=True)
+
+
+COLUMNS = ["backend", "nodes", "series", "samples_per_second", "rss_mib", "cpu_cores", "rule_eval_seconds",
+           "rule_iterations_missed", "remote_write_lag_seconds", "targets_up", "dashboard_queries_seconds",
+           "slowest_dashboard_query_seconds", "fleet_query_seconds", "raw_query_seconds", "components"]
+
+
+def write_csv(rows, path):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            comps = r["components"]
+            out = r | {
+                "rss_mib": sum(rss for rss, _ in comps.values()),
+                "cpu_cores": sum(cpu for _, cpu in comps.values()),
+                "components": " ".join(f"{n}:{rss:.0f}MiB:{cpu:.2f}" for n, (rss, cpu) in comps.items()),
+            }
+            w.writerow({k: (f"{out[k]:.4f}" if isinstance(out[k], float) else out[k]) for k in COLUMNS})
+
+
+def plot(csv_path, png_path, backends):
+    lines = {"series": [], "time": []}
+    for i, b in enumerate(backends):
+        sel = f"(strcol(1) eq '{b}' ? $%d : 1/0)"
+        lines["series"] += [f"'{csv_path}' using 2:{sel % 3} with linespoints title '{b}: series'",
+                            f"'{csv_path}' using 2:{sel % 5} with linespoints title '{b}: RSS (MiB), all components'"]
+        lines["time"] += [f"'{csv_path}' using 2:{sel % 7} with linespoints title '{b}: rule evaluation'",
+                          f"'{csv_path}' using 2:{sel % 11} with linespoints title '{b}: fleet dashboard (30 queries)'"]
     script = f"""
 set terminal png size 1000,420
 set output '{png_path}'
 set datafile separator ','
-set key autotitle columnhead left top
+set key left top
 set logscale x
 set xlabel 'nodes (slowpath agents scraped)'
 set multiplot layout 1,2
-set ylabel 'Prometheus head series / memory (MiB)'
+set ylabel 'series / memory (MiB)'
 set logscale y
-plot '{csv_path}' using 1:2 with linespoints title 'head series', '' using 1:3 with linespoints title 'RSS (MiB)'
+plot {", ".join(lines["series"])}
 set ylabel 'seconds'
-plot '{csv_path}' using 1:4 with linespoints title 'rule evaluation', \\
-     '' using 1:6 with linespoints title 'fleet query (recorded)', '' using 1:7 with linespoints title 'same, raw'
+plot {", ".join(lines["time"])}
 unset multiplot
 """
     subprocess.run(["gnuplot"], input=script, text=True, check=True)
@@ -215,43 +328,46 @@ unset multiplot
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", choices=["prometheus", "thanos", "both"], default="prometheus")
     ap.add_argument("--nodes", default="10,100,1000")
     ap.add_argument("--minutes", type=float, default=3)
     ap.add_argument("--out", type=Path, default=Path("fleet-out"))
+    ap.add_argument("--check", action="store_true", help="exit 1 on a problem (see step 3)")
     ap.add_argument("--agent", type=Path, default=REPO / "target" / "release" / "slowpath")
     ap.add_argument("--workload", type=Path, default=REPO / "tests" / "workloads" / "bin" / "sp-workload")
     ap.add_argument("--page", type=Path, help="a recorded page to use instead of recording one")
+    ap.add_argument("--prometheus", type=Path, default=TOOLS / "prometheus3" / "bin" / "prometheus")
+    ap.add_argument("--thanos", type=Path, default=TOOLS / "thanos" / "bin" / "thanos")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     text = args.page.read_text() if args.page else record_busy_node(args.agent, args.workload, args.out)
     page = Page(text)
     print(f"fleet-sim: one busy node exposes {page.series} series", flush=True)
     server, port = serve(page)
-    rows = []
+    rows, problems = [], []
     try:
         for n in [int(x) for x in args.nodes.split(",")]:
-            row = one_fleet(n, port, args.minutes, args.out / f"prometheus-{n}")
-            rows.append(row)
-            print(f"fleet-sim: {n} nodes: {row['head_series']} head series, {row['rss_mib']:.0f} MiB, "
-                  f"rules {row['rule_eval_seconds'] * 1000:.1f} ms, fleet query "
-                  f"{row['fleet_query_seconds'] * 1000:.1f} ms (raw {row['raw_query_seconds'] * 1000:.1f} ms), "
-                  f"{row['targets_up']} targets up", flush=True)
+            got, found = one_fleet(n, port, args)
+            rows += got
+            problems += found
     finally:
         server.shutdown()
-    columns = ["nodes", "head_series", "rss_mib", "rule_eval_seconds", "targets_up", "fleet_query_seconds",
-               "raw_query_seconds"]
-    with open(args.out / "fleet.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=columns)
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (f"{r[k]:.4f}" if isinstance(r[k], float) else r[k]) for k in columns})
-    plot(args.out / "fleet.csv", args.out / "fleet.png")
-    last = rows[-1]
-    scale = 10_000 / last["nodes"]
-    print(f"fleet-sim: projected to 10,000 nodes (x{scale:.0f} the {last['nodes']}-node run): "
-          f"{last['head_series'] * scale / 1e6:.1f}M head series, {last['rss_mib'] * scale / 1024:.0f} GiB, "
-          f"rules {last['rule_eval_seconds'] * scale:.1f} s per {INTERVAL} s evaluation")
+    write_csv(rows, args.out / "fleet.csv")
+    plot(args.out / "fleet.csv", args.out / "fleet.png", sorted({r["backend"] for r in rows}))
+    for backend in sorted({r["backend"] for r in rows}):
+        last = [r for r in rows if r["backend"] == backend][-1]
+        scale = 10_000 / last["nodes"]
+        rss = sum(rss for rss, _ in last["components"].values())
+        cpu = sum(cpu for _, cpu in last["components"].values())
+        print(f"fleet-sim: {backend} projected to 10,000 nodes (x{scale:.0f} the {last['nodes']}-node run): "
+              f"{last['series'] * scale / 1e6:.1f}M series, {last['samples_per_second'] * scale / 1e3:.0f}k samples/s, "
+              f"{rss * scale / 1024:.0f} GiB, {cpu * scale:.0f} cores, "
+              f"rules {last['rule_eval_seconds'] * scale:.1f} s per {INTERVAL} s evaluation")
     print(f"fleet-sim: wrote {args.out / 'fleet.csv'} and {args.out / 'fleet.png'}")
+    for p in problems:
+        print(f"fleet-sim: problem: {p}", flush=True)
+    if args.check and problems:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,9 @@
 #   scripts/setup.sh --test   plus --arm64 and what the test suite uses (strace,
 #                             bpftool, pytest, prometheus-client, Debian's Prometheus
 #                             2.42 and promtool, the Go-built test tools (Prometheus 3
-#                             and its promtool, helm, kubeconform: tests/deploy/
-#                             install-tools.sh, cached; about 9 min the first
-#                             time), bpftrace, QEMU
+#                             and its promtool, Thanos, helm, kubeconform: tests/
+#                             deploy/install-tools.sh, cached; about 15 min the
+#                             first time), bpftrace, QEMU
 #                             x86_64 and aarch64, busybox and cpio for the guest
 #                             kernel tests)
 set -euo pipefail
@@ -68,6 +68,6 @@ if ((want_arm64)); then
     || scripts/debian-fetch.sh bookworm arm64 target/aarch64-libs libelf1 libelf-dev zlib1g zlib1g-dev
 fi
 if ((want_test)); then
-  echo "setup.sh: test tools (Prometheus 3, helm, kubeconform) in $(tests/deploy/install-tools.sh)"
+  echo "setup.sh: test tools (Prometheus 3, Thanos, helm, kubeconform) in $(tests/deploy/install-tools.sh)"
 fi
 echo "setup.sh: ready ($(cargo --version), $(clang --version | head -1))"

@@ -14,13 +14,19 @@
 #                     is Prometheus 3.xx.y; no replace directives, so `go
 #                     install` builds it; the web UI's assets are not embedded:
 #                     the tests use the HTTP API)
+#   thanos/bin/thanos Thanos (receive, query, rule: the distributed backend of
+#                     scripts/fleet-sim.sh and tests/e2e/test_fleet_backend.py),
+#                     built from github.com/thanos-io/thanos through a wrapper
+#                     module that copies its replace directives (`go install`
+#                     refuses a module that has them)
 #   venv/             PyPI kubernetes-validate, which bundles the Kubernetes
 #                     JSON schemas for 1.25-1.37 (and validates with them itself)
 #   schemas/          those schemas rewritten for kubeconform (see below)
 #
-# Cold about 9 minutes on an idle 2-core machine (Prometheus 3: 5 min, helm:
-# 2.5 min; 7.5 minutes for helm alone while other builds shared the CPUs),
-# warm 0.05 s.
+# Cold about 15 minutes on an idle 2-core machine (Prometheus 3: 5 min, helm:
+# 2.5 min, Thanos: 3 min measured with its modules already downloaded, so
+# about 5 min cold; 7.5 minutes for helm alone while other builds shared the
+# CPUs), warm 0.05 s.
 # Only the Go module proxy and PyPI are used.
 set -euo pipefail
 
@@ -31,6 +37,7 @@ KUBERNETES_VALIDATE_VERSION=1.37.0          # schemas 1.25 .. 1.37
 PROMETHEUS_OPERATOR_API_VERSION=v0.94.1     # github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
 SIGS_YAML_VERSION=v1.6.0                    # sigs.k8s.io/yaml
 PROMETHEUS_MODULE_VERSION=v0.316.0          # github.com/prometheus/prometheus: Prometheus 3.16.0
+THANOS_VERSION=v0.42.4                      # the newest whose go.mod this Go (1.26.x) builds (v0.42.5 wants 1.26.10)
 
 cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}
 mkdir -p "$cache/bin"
@@ -91,6 +98,39 @@ if ! have prometheus3/bin/promtool prometheus3 "$PROMETHEUS_MODULE_VERSION"; the
     "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_MODULE_VERSION" \
     "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_MODULE_VERSION"
   stamp prometheus3 "$PROMETHEUS_MODULE_VERSION"
+fi
+
+# Thanos: its go.mod replaces six modules, and the replace directives of a
+# dependency are ignored, so the wrapper module copies them from Thanos' own
+# go.mod; the build list is then Thanos' own. Build tags and version stamp as
+# its .promu.yml has them: without `slicelabels` Prometheus' labels package
+# takes another memory layout than Thanos assumes, and query and receive
+# panic at their first gRPC call.
+THANOS_RECIPE="$THANOS_VERSION tags=netgo,slicelabels"
+if ! have thanos/bin/thanos thanos "$THANOS_RECIPE"; then
+  log "building thanos $THANOS_VERSION (about 5 min cold)"
+  need_go thanos
+  src="$cache/thanos/src"
+  rm -rf "$src"
+  mkdir -p "$src" "$cache/thanos/bin"
+  thanos_mod=$(cd "$src" && go mod download -json "github.com/thanos-io/thanos@$THANOS_VERSION" |
+    sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
+  [[ -f "$thanos_mod" ]] || { log "cannot download github.com/thanos-io/thanos@$THANOS_VERSION"; exit 1; }
+  {
+    echo "module slowpath.local/thanos"
+    echo
+    sed -n 's/^go \([0-9.]*\)$/go \1/p' "$thanos_mod"
+    echo
+    echo "require github.com/thanos-io/thanos $THANOS_VERSION"
+    echo
+    sed -n '/^replace (/,/^)/p' "$thanos_mod"
+  } >"$src/go.mod"
+  (cd "$src" && go get "github.com/thanos-io/thanos/cmd/thanos@$THANOS_VERSION" &&
+    go build -mod=mod -trimpath -tags netgo,slicelabels -o "$cache/thanos/bin/thanos.tmp" \
+      -ldflags="-s -w -X github.com/prometheus/common/version.Version=${THANOS_VERSION#v}" \
+      github.com/thanos-io/thanos/cmd/thanos)
+  mv -f "$cache/thanos/bin/thanos.tmp" "$cache/thanos/bin/thanos"
+  stamp thanos "$THANOS_RECIPE"
 fi
 
 # kubernetes-validate in its own venv (Debian's Python refuses a system-wide

@@ -300,14 +300,21 @@ class PrometheusRelease:
 
 
 @functools.cache
+def tools_cache():
+    """The cache tests/deploy/install-tools.sh fills (Prometheus 3, Thanos,
+    helm, ...): about 15 min the first time, then cached; scripts/setup.sh
+    --test runs it."""
+    out = subprocess.run(["bash", str(INSTALL_TOOLS)], capture_output=True, text=True)
+    assert out.returncode == 0, f"{INSTALL_TOOLS.name} failed: {out.stderr[-3000:]}"
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
 def prometheus_release(name="3"):
-    """Prometheus 3 (tests/deploy/install-tools.sh: about 5 min the first
-    time, then cached; scripts/setup.sh --test builds it) or Debian's 2.42
-    ("2.42", apt package prometheus)."""
+    """Prometheus 3 (from `tools_cache()`) or Debian's 2.42 ("2.42", apt
+    package prometheus)."""
     if name == "3":
-        out = subprocess.run(["bash", str(INSTALL_TOOLS)], capture_output=True, text=True)
-        assert out.returncode == 0, f"{INSTALL_TOOLS.name} failed: {out.stderr[-3000:]}"
-        bin_dir = Path(out.stdout.strip().splitlines()[-1]) / "prometheus3" / "bin"
+        bin_dir = tools_cache() / "prometheus3" / "bin"
         return PrometheusRelease("3", str(bin_dir / "prometheus"), str(bin_dir / "promtool"))
     assert name == "2.42", name
     server, promtool = shutil.which("prometheus"), shutil.which("promtool")
