@@ -258,7 +258,7 @@ pub struct DoctorArgs {
     /// Only processes with this comm.
     #[arg(long)]
     pub comm: Option<String>,
-    /// Output: a report for a terminal, or JSON for automation (schema in README).
+    /// Output: a report for a terminal, or JSON for automation (schema in docs/doctor.md).
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }

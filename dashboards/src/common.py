@@ -24,7 +24,7 @@ PER_PROCESS_METRICS = (
 )
 
 # Clocksources the vDSO cannot read: every clock_gettime/gettimeofday/time
-# then enters the kernel (README, case 1).
+# then enters the kernel (docs/metrics.md, case 1).
 NON_VDSO_CLOCKSOURCES = "xen|hpet|acpi_pm|jiffies"
 
 # Grafana unit ids used here.

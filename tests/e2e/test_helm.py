@@ -461,8 +461,8 @@ def test_required_client_certificates_make_tcp_probes(tools, tmp_path):
 
 
 def readme_rbac_proxy_values():
-    """The kube-rbac-proxy values of README "Security", as written there."""
-    text = (REPO / "README.md").read_text()
+    """The kube-rbac-proxy values of docs/security.md, as written there."""
+    text = (REPO / "docs" / "security.md").read_text()
     after = text[text.index("**kube-rbac-proxy instead.**"):]
     block = after[after.index("```yaml\n") + len("```yaml\n"):]
     return yaml.safe_load(block[:block.index("```")])

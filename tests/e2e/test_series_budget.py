@@ -2,7 +2,7 @@
 (no pid label) while hundreds of processes in dozens of cgroups hit every
 signal (clock fallbacks, rt_sigprocmask, sleeps, timer loops, short-lived
 churn), and the number of series it exposes must stay under the budget the
-README states ("Scale"), family by family."""
+docs/fleet.md states ("A busy node"), family by family."""
 
 import re
 import time
@@ -14,10 +14,10 @@ from conftest import REPO, Agent, Scrape, cgroup2_root
 
 
 def budget_from_readme():
-    """The busy-node budget written in the README's "Scale" section."""
-    text = (REPO / "README.md").read_text()
+    """The busy-node budget written in docs/fleet.md, "A busy node"."""
+    text = (REPO / "docs" / "fleet.md").read_text()
     m = re.search(r"busy-node budget: at most ([\d,]+) series", text)
-    assert m, "README states no busy-node budget"
+    assert m, "docs/fleet.md states no busy-node budget"
     return int(m.group(1).replace(",", ""))
 
 
@@ -62,6 +62,6 @@ def test_a_busy_node_stays_under_the_budget(agent_bin, workload_bin, pods, tmp_p
         print(f"busy node: {processes} processes in {busynode.PODS} cgroups: {total} series ({report})")
         assert total <= budget, f"{total} series > budget {budget}: {report}"
         # and not far under it: the budget is a measured figure, not a wish
-        assert total >= budget * 0.6, f"{total} series: the README budget {budget} is stale: {report}"
+        assert total >= budget * 0.6, f"{total} series: the budget {budget} of docs/fleet.md is stale: {report}"
     finally:
         assert agent.stop() == 0, agent.log_text()

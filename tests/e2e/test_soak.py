@@ -2,7 +2,7 @@
 scrape every second, and two long-lived storms the agent's findings must
 name, must stay inside its bounds (RSS, its growth, CPU, slowest scrape, no
 lost event, no scrape error, the storms' findings) and write its CSV and PNG.
-The 30-minute run in the README is the same script with --minutes 30."""
+The 30-minute run in docs/cost.md is the same script with --minutes 30."""
 
 import argparse
 import csv

@@ -66,7 +66,7 @@ impl<'a> Scrape<'a> {
 /// One signal: its families, how it exports them, how it diagnoses, and
 /// what it needs from the node and the kernel.
 pub struct Signal {
-    /// Short name, as in the README's signal table.
+    /// Short name, as in the collector flags of docs/flags.md.
     pub name: &'static str,
     /// Every family [`export`](Self::export) may produce.
     pub families: &'static [&'static Family],

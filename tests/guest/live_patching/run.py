@@ -12,7 +12,7 @@ is safe there, and whose fault it is when it is not.
 Prints one line: whether the guest hung, the rounds completed, and the
 kernel's complaints (soft lockups, Oops). Needs a release build (its
 libbpf.a), clang and qemu-system-x86 (scripts/setup.sh --test). Findings:
-README, "Live patching under QEMU's TCG"."""
+docs/guest.md, "Live patching under QEMU's TCG"."""
 
 import argparse
 import glob
