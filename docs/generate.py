@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Rewrites the generated blocks of the docs from their sources, so that no
+table is written twice by hand:
+
+  docs/flags.md    flags and doctor-flags: the agent's `--help` and
+                   `doctor --help` (clap), from the release binary
+  docs/metrics.md  families: every metric family the agent defines (name,
+                   type, help, file), read from agent/src (`Family` constants
+                   and the prometheus crate's `*::new("slowpath_...", "help")`)
+  docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
+  README.md        cases: each case's families (from agent/src) and the alerts
+                   that read them (from the rules, through the recording rules)
+
+A block is the text between `<!-- generated:NAME begin -->` and
+`<!-- generated:NAME end -->`. `--check` rewrites nothing and exits 1 with a
+diff when a block differs from what its source gives.
+"""
+
+import argparse
+import difflib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
+AGENT_SRC = REPO / "agent" / "src"
+REGENERATE = "python3 docs/generate.py --bin target/release/slowpath"
+
+
+def cell(text):
+    """Text safe in one Markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+# --- flags, from clap's help -------------------------------------------------
+
+def help_text(binary, *args):
+    """The long help, with no SLOWPATH_* variable set (clap shows their values)."""
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+    res = subprocess.run([str(binary), *args, "--help"], capture_output=True, text=True, check=True, env=env)
+    return res.stdout
+
+
+def help_options(text):
+    """[{flag, meaning, env, default}] of the Options section of clap's long
+    help: an entry starts with an indented `-x`/`--name`; under it, text
+    lines, a `Possible values:` list and `[env: ...]`/`[default: ...]`/
+    `[possible values: ...]` lines."""
+    options, in_options = [], False
+    for line in text.splitlines():
+        if re.match(r"^\S.*:$", line):
+            in_options = line.strip().lower() == "options:"
+            continue
+        if not in_options or not line.strip():
+            continue
+        m = re.match(r"^ {2,6}(-\S.*)$", line)
+        if m:
+            options.append({"flag": m.group(1).strip(), "meaning": [], "env": "", "default": ""})
+            continue
+        opt, body = options[-1], line.strip()
+        bracket = re.match(r"^\[(env|default|possible values): (.*)\]$", body)
+        if bracket and bracket.group(1) == "env":
+            opt["env"] = bracket.group(2).rstrip("=")
+        elif bracket and bracket.group(1) == "default":
+            opt["default"] = bracket.group(2)
+        elif bracket:
+            end_sentence(opt["meaning"])
+            opt["meaning"].append(f"One of: {bracket.group(2)}.")
+        elif body == "Possible values:":
+            end_sentence(opt["meaning"])
+            opt["meaning"].append("One of:")
+        else:
+            opt["meaning"].append(body)
+    return options
+
+
+def end_sentence(lines):
+    if lines and not lines[-1].endswith((".", ":", ";")):
+        lines[-1] += "."
+
+
+def flags_table(text):
+    rows = ["| flag | default | environment | meaning |", "| --- | --- | --- | --- |"]
+    for opt in help_options(text):
+        default = f"`{cell(opt['default'])}`" if opt["default"] else ""
+        env = f"`{opt['env']}`" if opt["env"] else ""
+        rows.append(f"| `{cell(opt['flag'])}` | {default} | {env} | {cell(' '.join(opt['meaning']))} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- metric families, from the agent's source --------------------------------
+
+RUST_STR = r'"((?:[^"\\]|\\.)*)"'
+FAMILY_CONST = re.compile(r"Family\s*\{\s*name:\s*" + RUST_STR + r",\s*help:\s*" + RUST_STR
+                          + r",\s*kind:\s*MetricType::(\w+)", re.S)
+CRATE_NEW = re.compile(r"\b(IntCounter|IntGauge|Counter|Gauge|Histogram)(Vec)?::(?:new|with_opts)\(\s*"
+                       r"(?:(?:prometheus::)?(?:Histogram)?Opts::new\(\s*)?" + RUST_STR + r",\s*" + RUST_STR, re.S)
+CRATE_KIND = {"IntCounter": "counter", "Counter": "counter", "IntGauge": "gauge", "Gauge": "gauge",
+              "Histogram": "histogram"}
+
+
+def rust_string(literal):
+    """The value of a Rust string literal's body: `\\` at a line end joins
+    lines without the next line's indentation."""
+    text = re.sub(r"\\\n\s*", "", literal)
+    return re.sub(r'\\(["\\])', r"\1", text)
+
+
+def metric_families():
+    """{name: (type, help, file)} of every slowpath_ family defined in the
+    agent's non-test source."""
+    families = {}
+    for path in sorted(AGENT_SRC.rglob("*.rs")):
+        if path.name == "golden.rs":
+            continue
+        text = path.read_text()
+        # Unit tests build their own registries: only the code above them.
+        text = text.split("#[cfg(test)]")[0]
+        rel = path.relative_to(REPO).as_posix()
+        for name, help_, kind in FAMILY_CONST.findall(text):
+            families[rust_string(name)] = (kind.lower(), rust_string(help_), rel)
+        for cls, _vec, name, help_ in CRATE_NEW.findall(text):
+            if name.startswith("slowpath_"):
+                families[rust_string(name)] = (CRATE_KIND[cls], rust_string(help_), rel)
+    return dict(sorted(families.items()))
+
+
+def families_table():
+    rows = ["| family | type | help (as the agent exports it) | defined in |", "| --- | --- | --- | --- |"]
+    for name, (kind, help_, rel) in metric_families().items():
+        rows.append(f"| `{name}` | {kind} | {cell(help_)} | [`{rel}`](../{rel}) |")
+    return "\n".join(rows) + "\n"
+
+
+# --- alerts, from the rules ----------------------------------------------------
+
+def alert_rules():
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    return [rule for group in groups for rule in group["rules"] if "alert" in rule]
+
+
+def runbook_link(url):
+    """The runbook section a runbook_url points at, as a link from docs/."""
+    anchor = url.split("#", 1)[1] if "#" in url else ""
+    if not anchor or "{{" in anchor:
+        return "[runbook](runbook.md)"
+    return f"[runbook](runbook.md#{anchor})"
+
+
+def alerts_table():
+    rows = ["| alert | severity | for | summary | runbook |", "| --- | --- | --- | --- | --- |"]
+    for rule in alert_rules():
+        ann = rule.get("annotations", {})
+        rows.append(f"| `{rule['alert']}` | {cell(rule.get('labels', {}).get('severity', ''))} "
+                    f"| {cell(rule.get('for', '-'))} | {cell(ann.get('summary', ''))} "
+                    f"| {runbook_link(ann.get('runbook_url', ''))} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- README: the families of each case, and the alerts that read them -------------
+
+# (case, what it shows, families: a regex on the name). A family goes to the
+# first case it matches; the last case takes the rest.
+CASES = [
+    ("vDSO fallback", "clock reads that enter the kernel, the clocksource, its switches, the canary",
+     r"slowpath_(clock|clocksource|vdso)_"),
+    ("rt_sigprocmask storms", "`rt_sigprocmask` calls by operation", r"slowpath_rt_sigprocmask_"),
+    ("sleeps", "sleep calls and their requested lengths", r"slowpath_sleep_"),
+    ("timer loops", "timer wakeups per process and the timeouts asked for", r"slowpath_(node_)?timer_"),
+    ("THP faults and compaction", "huge-page faults, their fallbacks, compaction runs and stalls",
+     r"slowpath_(thp|compaction)_"),
+    ("findings", "the agent's own diagnosis, per process", r"slowpath_finding"),
+    ("the agent itself", "probes, lost events, own cost, scrapes, HTTP, Kubernetes", r"slowpath_"),
+]
+
+
+def names_read(expr, recorded):
+    """Every series name an expression reads, through recording rules."""
+    seen, todo = set(), set(re.findall(r"[a-zA-Z_:][\w:]*", expr))
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo |= set(re.findall(r"[a-zA-Z_:][\w:]*", recorded.get(name, "")))
+    return seen
+
+
+def case_of(name):
+    return next(i for i, (_, _, regex) in enumerate(CASES) if re.match(regex, name))
+
+
+def readme_cases_table():
+    groups = yaml.safe_load(RULES.read_text())["groups"]
+    rules = [rule for group in groups for rule in group["rules"]]
+    recorded = {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
+    families = metric_families()
+    alerts = [[] for _ in CASES]
+    for rule in alert_rules():
+        read = sorted(case_of(n) for n in names_read(rule["expr"], recorded) if n in families)
+        alerts[read[0] if read else len(CASES) - 1].append(f"`{rule['alert']}`")
+    rows = ["| case | what | families | alerts |", "| --- | --- | --- | --- |"]
+    for i, (case, what, _) in enumerate(CASES):
+        names = ", ".join(f"`{n}`" for n in families if case_of(n) == i)
+        rows.append(f"| {case} | {what} | {names} | {', '.join(alerts[i]) or '-'} |")
+    return "\n".join(rows) + "\n"
+
+
+# --- blocks --------------------------------------------------------------------
+
+def blocks(binary):
+    """{(page, block name): generated text}."""
+    return {
+        ("docs/flags.md", "flags"): lambda: flags_table(help_text(binary)),
+        ("docs/flags.md", "doctor-flags"): lambda: flags_table(help_text(binary, "doctor")),
+        ("docs/metrics.md", "families"): families_table,
+        ("docs/alerts.md", "alerts"): alerts_table,
+        ("README.md", "cases"): readme_cases_table,
+    }
+
+
+def replace_block(text, name, body):
+    begin, end = f"<!-- generated:{name} begin -->\n", f"<!-- generated:{name} end -->"
+    start, stop = text.find(begin), text.find(end)
+    if start < 0 or stop < start:
+        raise SystemExit(f"no generated:{name} markers")
+    return text[:start + len(begin)] + body + text[stop:]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 with a diff if a block is stale")
+    parser.add_argument("--bin", default=os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"),
+                        help="the agent binary whose --help gives the flags (default: $SLOWPATH_BIN, else "
+                             "target/release/slowpath)")
+    args = parser.parse_args()
+    if not Path(args.bin).exists():
+        raise SystemExit(f"{args.bin} missing: build it with cargo build --release -p slowpath")
+    pages, stale = {}, []
+    for (page, name), generate in blocks(args.bin).items():
+        text = pages.setdefault(page, (REPO / page).read_text())
+        pages[page] = replace_block(text, name, generate())
+    for page, text in pages.items():
+        old = (REPO / page).read_text()
+        if old == text:
+            continue
+        stale.append(page)
+        if args.check:
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), page, page))
+        else:
+            (REPO / page).write_text(text)
+            print(f"rewrote {page}")
+    if args.check and stale:
+        print(f"\nstale generated blocks in {', '.join(stale)}: regenerate with\n  {REGENERATE}\n"
+              f"(after cargo build --release -p slowpath) and commit the result.")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
