@@ -7,7 +7,8 @@
 - Every relative link of README.md, CONTRIBUTING.md, ARCHITECTURE.md and
   docs/*.md opens a file and, with an #anchor, a heading of it.
 - Every `slowpath_...` name quoted in the docs is a family the agent defines
-  (or a recording rule's).
+  (or a recording rule's), and every log line quoted in the troubleshooting
+  page is one the agent writes.
 
 Loads no BPF: of the agent, only its --help is run (SLOWPATH_BIN).
 """
@@ -23,7 +24,7 @@ import yaml
 from conftest import REPO
 
 GENERATE = REPO / "docs" / "generate.py"
-PAGES = sorted([REPO / "README.md", REPO / "ARCHITECTURE.md",
+PAGES = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "ARCHITECTURE.md",
                 REPO / "dashboards" / "README.md",
                 *(REPO / "docs").glob("*.md")])
 # Names quoted in the docs that are no family of the agent: the prefix itself.
@@ -118,3 +119,18 @@ def test_quoted_metric_names_exist():
                 if name not in known and base not in known:
                     unknown.append(f"{page.relative_to(REPO)}: {name} in `{code}`")
     assert not unknown, "\n".join(unknown)
+
+
+def agent_strings():
+    """The agent's source with Rust's line continuations joined."""
+    text = "\n".join(p.read_text() for p in (REPO / "agent" / "src").rglob("*.rs"))
+    return re.sub(r"\\\n\s*", "", text)
+
+
+def test_quoted_log_lines_exist():
+    source = agent_strings()
+    text = (REPO / "docs" / "troubleshooting.md").read_text()
+    quoted = [" ".join(q.split()) for q in re.findall(r'`"([^`]+)"`', text)]
+    assert len(quoted) >= 8
+    missing = [q for q in quoted if q not in source]
+    assert not missing, f"log lines the agent does not write: {missing}"
