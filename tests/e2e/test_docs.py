@@ -6,6 +6,8 @@
   expositions (agent/tests/golden) with the same help and type.
 - Every relative link of README.md, CONTRIBUTING.md, ARCHITECTURE.md and
   docs/*.md opens a file and, with an #anchor, a heading of it.
+- README.md stays short and its first screen links to the pages a new user
+  needs.
 - Every `slowpath_...` name quoted in the docs is a family the agent defines
   (or a recording rule's), and every log line quoted in the troubleshooting
   page is one the agent writes.
@@ -101,6 +103,15 @@ def test_relative_links_resolve(page):
         elif anchor and path.suffix == ".md" and anchor not in anchors(path):
             broken.append(f"{link}: no heading #{anchor} in {path.relative_to(REPO)}")
     assert not broken, "\n".join(broken)
+
+
+def test_readme_is_short_and_its_first_screen_links_every_first_need():
+    lines = (REPO / "README.md").read_text().splitlines()
+    assert len(lines) < 250, f"README.md has {len(lines)} lines"
+    first = "\n".join(lines[:40])
+    for target in ["#quick-start", "docs/install.md", "docs/cost.md", "docs/metrics.md", "docs/alerts.md",
+                   "docs/troubleshooting.md"]:
+        assert f"]({target}" in first, f"README's first 40 lines do not link to {target}"
 
 
 def recorded_names():
