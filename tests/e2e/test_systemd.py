@@ -267,6 +267,9 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     # Files where the package puts them; /etc/default/slowpath is a conffile.
     c.sh("test -x /usr/bin/slowpath && test -f /lib/systemd/system/slowpath.service "
          "&& test -f /etc/default/slowpath")
+    # The README's relative links open in the installed copy too.
+    c.sh("test -f /usr/share/doc/slowpath/README.md && test -f /usr/share/doc/slowpath/docs/runbook.md "
+         "&& test -f /usr/share/doc/slowpath/docs/troubleshooting.md")
     conffiles = c.sh("cat /var/lib/dpkg/info/slowpath.conffiles").stdout
     assert "/etc/default/slowpath" in conffiles and "/etc/slowpath/web-config.yml" in conffiles
     verify = c.sh("systemd-analyze verify slowpath.service 2>&1", check=False)
