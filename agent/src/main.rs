@@ -100,6 +100,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(path) => Some(Arc::new(http::WebConfig::load(path)?)),
         None => None,
     };
+    preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
     preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
@@ -308,6 +309,7 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
 
 /// `slowpath doctor`: the same programs, observed for a while, then a report.
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
+    preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
     let btf = bpf::KernelBtf::open(&cli.btf_path)?;
