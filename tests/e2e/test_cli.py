@@ -25,17 +25,50 @@ def nothing_left_attached():
     assert wait_unloaded(our_program_ids() - before), "a test left BPF programs loaded"
 
 
+# A wrong command line exits 2 (as clap and getopt tools do); a start-up
+# failure (port in use, privileges, BTF, the kernel refusing) exits 1.
+USAGE_ERROR = 2
+
+
 def test_unknown_flag(agent_bin):
     result = run_agent(agent_bin, "--no-such-flag")
-    assert result.returncode == 2
+    assert result.returncode == USAGE_ERROR
     assert "unexpected argument '--no-such-flag'" in result.stderr
 
 
 @pytest.mark.parametrize("address", ["9891", "127.0.0.1:99999", "localhost:http"])
 def test_bad_listen_address(agent_bin, address):
     result = subprocess.run([str(agent_bin), f"--web.listen-address={address}"], capture_output=True, text=True)
-    assert result.returncode == 1
-    assert error_line(result).startswith("slowpath: error: bad --web.listen-address")
+    assert result.returncode == USAGE_ERROR
+    assert error_line(result) == (f'slowpath: error: bad --web.listen-address "{address}": '
+                                  "expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891")
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--bpf.ringbuf-bytes=5000"],
+     'bad --bpf.ringbuf-bytes "5000": expected a power of two of at least 4096 bytes, e.g. 1048576'),
+    (["--canary.interval=50ms"], 'bad --canary.interval "50ms": too short: expected at least 100ms'),
+    (["--findings.window=soon"],
+     'bad --findings.window "soon": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)'),
+    (["--metrics.max-series=0"], 'bad --metrics.max-series "0": expected a whole number from 1 to 10000000'),
+    (["--log.level=loud"], 'bad --log.level "loud": expected one of error, warn, info, debug, trace'),
+    (["doctor", "--duration=forever"],
+     'bad --duration "forever": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)'),
+    (["--bpf.stats-interval=1s", "--bpf.stats-window=1s"],
+     "--bpf.stats-window (1s) must be shorter than --bpf.stats-interval (1s): "
+     "shorten the window or lengthen the interval"),
+])
+def test_a_bad_value_exits_2_with_one_line_naming_the_flag_and_the_fix(agent_bin, args, line):
+    result = run_agent(agent_bin, *args)
+    assert result.returncode == USAGE_ERROR
+    assert result.stderr == f"slowpath: error: {line}\n"
+
+
+def test_a_bad_value_from_the_environment_exits_2_too(agent_bin):
+    result = subprocess.run([str(agent_bin)], capture_output=True, text=True, timeout=20,
+                            env={**os.environ, "SLOWPATH_BPF_RINGBUF_BYTES": "1000"})
+    assert result.returncode == USAGE_ERROR
+    assert error_line(result).startswith('slowpath: error: bad --bpf.ringbuf-bytes "1000": expected a power')
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "fast", "inf"])
@@ -43,7 +76,7 @@ def test_bad_timer_loop_threshold(agent_bin, value):
     for cmd in ([], ["doctor", "--duration=1s"]):
         result = subprocess.run([str(agent_bin), *cmd, f"--timer.loop-threshold={value}"],
                                 capture_output=True, text=True, timeout=20)
-        assert result.returncode == 1
+        assert result.returncode == USAGE_ERROR
         assert error_line(result) == (
             f'slowpath: error: bad --timer.loop-threshold "{value}": expected a positive number of '
             "wakeups per second, e.g. 200")
