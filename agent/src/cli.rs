@@ -53,7 +53,7 @@ pub struct Cli {
         env = "SLOWPATH_WEB_MAX_CONNECTIONS",
         default_value_t = 512,
         value_name = "N",
-        value_parser = clap::value_parser!(u16).range(1..)
+        value_parser = whole_number(1u16, u16::MAX)
     )]
     pub max_connections: u16,
 
@@ -96,14 +96,14 @@ pub struct Cli {
     /// comm="[over the limit]", cgroup="[over the limit]" and in
     /// slowpath_series_folded_total{limit="series"}.
     #[arg(long = "metrics.max-series", env = "SLOWPATH_METRICS_MAX_SERIES", default_value_t = 10_000,
-          value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+          value_name = "N", value_parser = whole_number(1u64, 10_000_000))]
     pub max_series: u64,
 
     /// Most distinct comm values per cgroup; the processes of new comms
     /// beyond it are counted in the cgroup's comm="[over the limit]" series
     /// and in slowpath_series_folded_total{limit="comms_per_cgroup"}.
     #[arg(long = "metrics.max-comms-per-cgroup", env = "SLOWPATH_METRICS_MAX_COMMS_PER_CGROUP",
-          default_value_t = 200, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+          default_value_t = 200, value_name = "N", value_parser = whole_number(1u64, 1_000_000))]
     pub max_comms_per_cgroup: u64,
 
     /// How long the series of processes that are gone stay once their
@@ -117,7 +117,7 @@ pub struct Cli {
     /// once; 1304 bytes each, preallocated). Beyond it events are counted in
     /// slowpath_lost_events_total{reason="process_table_full"}.
     #[arg(long = "bpf.max-processes", global = true, env = "SLOWPATH_BPF_MAX_PROCESSES", default_value_t = 16384, value_name = "N",
-          value_parser = clap::value_parser!(u32).range(64..=4_194_304))]
+          value_parser = whole_number(64u32, 4_194_304))]
     pub max_processes: u32,
 
     /// Size in bytes of the ring buffer that carries the final counts of
@@ -210,7 +210,7 @@ pub struct Cli {
     /// Most findings shown at once, per finding and process; the ones
     /// beyond are counted in slowpath_findings_over_limit.
     #[arg(long = "findings.max", env = "SLOWPATH_FINDINGS_MAX", default_value_t = 100,
-          value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+          value_name = "N", value_parser = whole_number(1u64, 10_000))]
     pub findings_max: u64,
 
     /// How long a finding stays shown after its rule stops holding.
@@ -250,7 +250,7 @@ pub struct DoctorArgs {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
     /// Only this process (tgid).
-    #[arg(long)]
+    #[arg(long, value_parser = whole_number(1u32, 4_194_304))]
     pub pid: Option<u32>,
     /// Only processes in this cgroup (v2 path, e.g. /system.slice/app.service) or below it.
     #[arg(long)]
@@ -269,44 +269,60 @@ pub enum Format {
     Json,
 }
 
-/// A flag value that the agent refuses with its own one-line message (cause
-/// and fix), printed as `slowpath: error: ...` with exit status 1 like every
-/// other start-up error, rather than clap's usage error.
-#[derive(Debug)]
-pub struct BadFlag(pub String);
+/// Exit status of a wrong command line (unknown flag, a value that does not
+/// parse or is out of range, flags that contradict each other), as clap and
+/// getopt tools use it; a start-up failure (port in use, no BTF, missing
+/// privileges, a bad web config file) exits 1.
+pub const USAGE_ERROR: u8 = 2;
 
-impl fmt::Display for BadFlag {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Parse the command line. A wrong one ends here with exit status 2: a bad
+/// value as one line naming the flag, the value and what to give instead;
+/// anything else (unknown flag, `--help`, `--version`) as clap prints it.
+pub fn parse() -> Result<Cli, ExitCode> {
+    let cli = Cli::try_parse().map_err(exit_on_parse_error)?;
+    cli.check().map_err(|problem| usage_error(&problem))?;
+    Ok(cli)
 }
 
-impl std::error::Error for BadFlag {}
+fn usage_error(line: &str) -> ExitCode {
+    eprintln!("slowpath: error: {line}");
+    ExitCode::from(USAGE_ERROR)
+}
 
-/// Report a failed parse: a [`BadFlag`] as one line and exit status 1;
-/// anything else (unknown flag, `--help`, `--version`) as clap does.
-pub fn exit_on_parse_error(err: clap::Error) -> ExitCode {
-    use std::error::Error;
-    let bad = (err.kind() == ErrorKind::ValueValidation)
-        .then(|| err.source().and_then(|e| e.downcast_ref::<BadFlag>()))
-        .flatten();
-    match bad {
-        Some(bad) => {
-            eprintln!("slowpath: error: {bad}");
-            ExitCode::FAILURE
-        }
+fn exit_on_parse_error(err: clap::Error) -> ExitCode {
+    match bad_value_line(&err) {
+        Some(line) => usage_error(&line),
         None => err.exit(),
     }
 }
 
+/// The one line for a flag value clap refused: `bad --FLAG "VALUE": what
+/// to give instead` (the value parser's reason, or the values allowed).
+/// `None` for every other parse error.
+fn bad_value_line(err: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue};
+    use std::error::Error;
+    let context = |kind| match err.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        Some(ContextValue::Strings(v)) => Some(v.join(", ")),
+        _ => None,
+    };
+    // "--web.listen-address <[HOST]:PORT>": the flag alone
+    let arg = context(ContextKind::InvalidArg)?;
+    let flag = arg.split(' ').next().unwrap_or(&arg);
+    let value = context(ContextKind::InvalidValue)?;
+    let expected = match err.kind() {
+        ErrorKind::ValueValidation => err.source()?.to_string(),
+        ErrorKind::InvalidValue => format!("expected one of {}", context(ContextKind::ValidValue)?),
+        _ => return None,
+    };
+    Some(format!("bad {flag} {value:?}: {expected}"))
+}
+
 /// Parse `--web.listen-address`: `:PORT` (every IPv4 address), `HOST:PORT`,
 /// `[V6]:PORT`.
-pub fn parse_listen_address(s: &str) -> Result<SocketAddr, BadFlag> {
-    let bad = || {
-        BadFlag(format!(
-            "bad --web.listen-address {s:?}: expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891"
-        ))
-    };
+pub fn parse_listen_address(s: &str) -> Result<SocketAddr, String> {
+    let bad = || "expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891".to_string();
     let with_host = if s.starts_with(':') {
         format!("0.0.0.0{s}")
     } else {
@@ -322,30 +338,38 @@ pub fn parse_listen_address(s: &str) -> Result<SocketAddr, BadFlag> {
 }
 
 /// `--web.telemetry-path`: an absolute path other than `/`.
-fn parse_telemetry_path(s: &str) -> Result<String, BadFlag> {
+fn parse_telemetry_path(s: &str) -> Result<String, String> {
     if !s.starts_with('/') || s.len() < 2 {
-        return Err(BadFlag(format!(
-            "bad --web.telemetry-path {s:?}: it must start with / and name a path, e.g. /metrics"
-        )));
+        return Err("expected a path that starts with / and names a page, e.g. /metrics".into());
     }
     Ok(s.to_string())
 }
 
 fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
-    let n: u32 = s.parse().map_err(|e| format!("{e}"))?;
-    if n < 4096 || !n.is_power_of_two() {
-        return Err(format!("{n} is not a power of two >= 4096"));
+    match s.parse::<u32>() {
+        Ok(n) if n >= 4096 && n.is_power_of_two() => Ok(n),
+        _ => Err("expected a power of two of at least 4096 bytes, e.g. 1048576".into()),
     }
-    Ok(n)
+}
+
+/// A whole number from `lo` to `hi`; the message says so.
+pub fn whole_number<T>(lo: T, hi: T) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
+where
+    T: std::str::FromStr + PartialOrd + fmt::Display + Copy + Send + Sync,
+{
+    move |s| match s.parse::<T>() {
+        Ok(n) if lo <= n && n <= hi => Ok(n),
+        _ => Err(format!("expected a whole number from {lo} to {hi}")),
+    }
 }
 
 /// A duration flag: humantime (`15s`, `500ms`, `1m`), at least 100 ms.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 15s, 500ms, 1m)"))?;
-    if d < Duration::from_millis(100) {
-        return Err("must be at least 100ms".into());
+    match humantime::parse_duration(s) {
+        Ok(d) if d >= Duration::from_millis(100) => Ok(d),
+        Ok(_) => Err("too short: expected at least 100ms".into()),
+        Err(e) => Err(format!("expected a duration, e.g. 15s, 500ms, 1m ({e})")),
     }
-    Ok(d)
 }
 
 /// A duration of at least 100ms, or 0 (off).
@@ -361,29 +385,33 @@ pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
 pub fn parse_findings_window(s: &str) -> Result<Duration, String> {
     let d = parse_duration_or_zero(s)?;
     if !d.is_zero() && !(Duration::from_secs(4)..=Duration::from_secs(3600)).contains(&d) {
-        return Err("must be 0 (off) or from 4s to 1h".into());
+        return Err("expected 0 (off) or a duration from 4s to 1h".into());
     }
     Ok(d)
 }
 
 impl Cli {
-    /// The statistics windows (`--bpf.stats-interval`, `--bpf.stats-window`).
-    /// Errors when a window would not end before the next one starts.
-    pub fn cost_options(&self) -> anyhow::Result<crate::bpf::CostOptions> {
-        let interval = (!self.stats_interval.is_zero()).then_some(self.stats_interval);
-        if interval.is_some_and(|every| self.stats_window >= every) {
-            anyhow::bail!(
+    /// What no value parser can see: flags that contradict each other.
+    fn check(&self) -> Result<(), String> {
+        let interval = self.stats_interval;
+        if !interval.is_zero() && self.stats_window >= interval {
+            return Err(format!(
                 "--bpf.stats-window ({}) must be shorter than --bpf.stats-interval ({}): \
                  shorten the window or lengthen the interval",
                 humantime::format_duration(self.stats_window),
-                humantime::format_duration(self.stats_interval)
-            );
+                humantime::format_duration(interval)
+            ));
         }
-        Ok(crate::bpf::CostOptions {
-            interval,
+        Ok(())
+    }
+
+    /// The statistics windows (`--bpf.stats-interval`, `--bpf.stats-window`).
+    pub fn cost_options(&self) -> crate::bpf::CostOptions {
+        crate::bpf::CostOptions {
+            interval: (!self.stats_interval.is_zero()).then_some(self.stats_interval),
             window: self.stats_window,
             first_after: crate::bpf::FIRST_WINDOW_AFTER,
-        })
+        }
     }
 }
 
@@ -472,8 +500,11 @@ mod tests {
             "[::1]:9891".parse().unwrap()
         );
         for bad in ["9891", ":99999", "nohost:", ":http"] {
-            let err = parse_listen_address(bad).unwrap_err().to_string();
-            assert!(err.contains("bad --web.listen-address"), "{bad}: {err}");
+            let err = parse_listen_address(bad).unwrap_err();
+            assert!(
+                err.starts_with("expected [HOST]:PORT, e.g."),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -493,5 +524,84 @@ mod tests {
         }
         let raw = Cli::try_parse_from(["slowpath", "--bpf.attach-type", "raw-tp"]).unwrap();
         assert_eq!(raw.attach_type, Some(AttachType::RawTp));
+    }
+
+    /// The line a wrong value gets (exit status 2): the flag, the value,
+    /// and what to give instead.
+    fn bad_value(args: &[&str]) -> String {
+        let mut argv = vec!["slowpath"];
+        argv.extend_from_slice(args);
+        bad_value_line(&Cli::try_parse_from(argv).unwrap_err()).unwrap()
+    }
+
+    #[test]
+    fn a_bad_value_is_one_line_with_the_flag_the_value_and_the_fix() {
+        let cases = [
+            (
+                &["--bpf.ringbuf-bytes=5000"][..],
+                r#"bad --bpf.ringbuf-bytes "5000": expected a power of two of at least 4096 bytes, e.g. 1048576"#,
+            ),
+            (
+                &["--canary.interval", "soon"],
+                r#"bad --canary.interval "soon": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)"#,
+            ),
+            (
+                &["--findings.window=2s"],
+                r#"bad --findings.window "2s": expected 0 (off) or a duration from 4s to 1h"#,
+            ),
+            (
+                &["--bpf.stats-window=1ms"],
+                r#"bad --bpf.stats-window "1ms": too short: expected at least 100ms"#,
+            ),
+            (
+                &["--web.max-connections=0"],
+                r#"bad --web.max-connections "0": expected a whole number from 1 to 65535"#,
+            ),
+            (
+                &["--bpf.max-processes=lots"],
+                r#"bad --bpf.max-processes "lots": expected a whole number from 64 to 4194304"#,
+            ),
+            (
+                &["doctor", "--pid=-1"],
+                r#"bad --pid "-1": expected a whole number from 1 to 4194304"#,
+            ),
+            (
+                &["--web.telemetry-path=/"],
+                r#"bad --web.telemetry-path "/": expected a path that starts with / and names a page, e.g. /metrics"#,
+            ),
+            (
+                &["--log.level=loud"],
+                r#"bad --log.level "loud": expected one of error, warn, info, debug, trace"#,
+            ),
+        ];
+        for (args, want) in cases {
+            assert_eq!(bad_value(args), want, "{args:?}");
+        }
+        // an unknown flag keeps clap's message and usage
+        let unknown = Cli::try_parse_from(["slowpath", "--no-such-flag"]).unwrap_err();
+        assert_eq!(bad_value_line(&unknown), None);
+    }
+
+    #[test]
+    fn a_window_as_long_as_the_interval_is_a_wrong_command_line() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).unwrap().check();
+        let err = parse(&[
+            "slowpath",
+            "--bpf.stats-interval=1s",
+            "--bpf.stats-window=1s",
+        ])
+        .unwrap_err();
+        assert_eq!(
+            err,
+            "--bpf.stats-window (1s) must be shorter than --bpf.stats-interval (1s): \
+             shorten the window or lengthen the interval"
+        );
+        assert!(parse(&[
+            "slowpath",
+            "--bpf.stats-interval=0",
+            "--bpf.stats-window=5s"
+        ])
+        .is_ok());
+        assert!(parse(&["slowpath"]).is_ok());
     }
 }

@@ -33,7 +33,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use clap::Parser;
 use libbpf_rs::PrintLevel;
 use prometheus::Registry;
 use tracing::{debug, info, trace, warn};
@@ -43,9 +42,9 @@ use crate::cli::{Cli, Command, DoctorArgs};
 use crate::worker::{Worker, WorkerOptions};
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match cli::parse() {
         Ok(cli) => cli,
-        Err(err) => return cli::exit_on_parse_error(err),
+        Err(usage_error) => return usage_error,
     };
     let doctor = matches!(cli.command, Some(Command::Doctor(_)));
     // The doctor's output is its report: keep the log to warnings unless asked.
@@ -100,6 +99,7 @@ fn run(cli: Cli) -> Result<()> {
         Some(path) => Some(Arc::new(http::WebConfig::load(path)?)),
         None => None,
     };
+    preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
     preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
@@ -170,7 +170,7 @@ fn start_worker(cli: &Cli, kube: Option<&labels::kubernetes::KubeState>) -> Resu
             index: k.index.clone(),
             deleted_pod_grace: cli.deleted_pod_grace,
         }),
-        cost: cli.cost_options()?,
+        cost: cli.cost_options(),
     };
     Worker::start(options, kernel, btf)
 }
@@ -308,6 +308,7 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
 
 /// `slowpath doctor`: the same programs, observed for a while, then a report.
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
+    preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
     bpf::check_btf(&cli.btf_path)?;
     let btf = bpf::KernelBtf::open(&cli.btf_path)?;

@@ -2,10 +2,12 @@
 a probe the kernel refuses degrades the agent instead of killing it;
 SIGTERM detaches everything and exits 0 within a second."""
 
+import ctypes
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -23,17 +25,50 @@ def nothing_left_attached():
     assert wait_unloaded(our_program_ids() - before), "a test left BPF programs loaded"
 
 
+# A wrong command line exits 2 (as clap and getopt tools do); a start-up
+# failure (port in use, privileges, BTF, the kernel refusing) exits 1.
+USAGE_ERROR = 2
+
+
 def test_unknown_flag(agent_bin):
     result = run_agent(agent_bin, "--no-such-flag")
-    assert result.returncode == 2
+    assert result.returncode == USAGE_ERROR
     assert "unexpected argument '--no-such-flag'" in result.stderr
 
 
 @pytest.mark.parametrize("address", ["9891", "127.0.0.1:99999", "localhost:http"])
 def test_bad_listen_address(agent_bin, address):
     result = subprocess.run([str(agent_bin), f"--web.listen-address={address}"], capture_output=True, text=True)
-    assert result.returncode == 1
-    assert error_line(result).startswith("slowpath: error: bad --web.listen-address")
+    assert result.returncode == USAGE_ERROR
+    assert error_line(result) == (f'slowpath: error: bad --web.listen-address "{address}": '
+                                  "expected [HOST]:PORT, e.g. :9891 or 127.0.0.1:9891")
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--bpf.ringbuf-bytes=5000"],
+     'bad --bpf.ringbuf-bytes "5000": expected a power of two of at least 4096 bytes, e.g. 1048576'),
+    (["--canary.interval=50ms"], 'bad --canary.interval "50ms": too short: expected at least 100ms'),
+    (["--findings.window=soon"],
+     'bad --findings.window "soon": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)'),
+    (["--metrics.max-series=0"], 'bad --metrics.max-series "0": expected a whole number from 1 to 10000000'),
+    (["--log.level=loud"], 'bad --log.level "loud": expected one of error, warn, info, debug, trace'),
+    (["doctor", "--duration=forever"],
+     'bad --duration "forever": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)'),
+    (["--bpf.stats-interval=1s", "--bpf.stats-window=1s"],
+     "--bpf.stats-window (1s) must be shorter than --bpf.stats-interval (1s): "
+     "shorten the window or lengthen the interval"),
+])
+def test_a_bad_value_exits_2_with_one_line_naming_the_flag_and_the_fix(agent_bin, args, line):
+    result = run_agent(agent_bin, *args)
+    assert result.returncode == USAGE_ERROR
+    assert result.stderr == f"slowpath: error: {line}\n"
+
+
+def test_a_bad_value_from_the_environment_exits_2_too(agent_bin):
+    result = subprocess.run([str(agent_bin)], capture_output=True, text=True, timeout=20,
+                            env={**os.environ, "SLOWPATH_BPF_RINGBUF_BYTES": "1000"})
+    assert result.returncode == USAGE_ERROR
+    assert error_line(result).startswith('slowpath: error: bad --bpf.ringbuf-bytes "1000": expected a power')
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "fast", "inf"])
@@ -41,7 +76,7 @@ def test_bad_timer_loop_threshold(agent_bin, value):
     for cmd in ([], ["doctor", "--duration=1s"]):
         result = subprocess.run([str(agent_bin), *cmd, f"--timer.loop-threshold={value}"],
                                 capture_output=True, text=True, timeout=20)
-        assert result.returncode == 1
+        assert result.returncode == USAGE_ERROR
         assert error_line(result) == (
             f'slowpath: error: bad --timer.loop-threshold "{value}": expected a positive number of '
             "wakeups per second, e.g. 200")
@@ -174,6 +209,48 @@ def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(faults_bin, w
         assert "kernel refused every program of this hook" in log and "invalid func unknown#32767" in log
     finally:
         assert agent.stop() == 0
+
+
+def refuse_bpf_attach():
+    """In the child before exec: a seccomp filter that fails the bpf()
+    commands that attach (BPF_RAW_TRACEPOINT_OPEN, BPF_LINK_CREATE) with
+    EPERM, as a strict container profile may, and lets every other call
+    through: the programs load and no hook can attach."""
+    bpf_nr = {"x86_64": 321, "aarch64": 280}[os.uname().machine]
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}[os.uname().machine]
+    ld, jeq, ret = 0x20, 0x15, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO|EPERM
+    program = [  # (code, jump if true, jump if false, k) over struct seccomp_data
+        (ld, 0, 0, 4), (jeq, 0, 5, arch),  # arch
+        (ld, 0, 0, 0), (jeq, 0, 3, bpf_nr),  # nr
+        (ld, 0, 0, 16), (jeq, 2, 0, 17), (jeq, 1, 0, 28),  # args[0]: the bpf() command
+        (ret, 0, 0, allow), (ret, 0, 0, eperm),
+    ]
+    filters = b"".join(struct.pack("=HBBI", *insn) for insn in program)
+    buf = ctypes.create_string_buffer(filters)
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(buf))  # struct sock_fprog
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) or \
+            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.c_char_p(fprog), 0, 0):
+        raise OSError(ctypes.get_errno(), "prctl")
+
+
+def test_no_hook_attached_names_each_reason_and_the_fix(agent_bin):
+    """Every attach fails with EPERM (the programs load): exit 1, one line
+    with each hook's reason and the fix for EPERM, nothing left loaded."""
+    result = subprocess.run([str(agent_bin), f"--web.listen-address=127.0.0.1:{free_port()}"],
+                            capture_output=True, text=True, timeout=120, preexec_fn=refuse_bpf_attach)
+    assert result.returncode == 1, result.stderr
+    line = error_line(result)
+    hooks = line.count(": failed to attach BPF program: Operation not permitted (os error 1)")
+    assert hooks >= 3 and hooks == line.count(": failed to attach"), line  # every hook, with its errno
+    assert line.startswith("slowpath: error: no BPF program could be attached (sys_enter: "
+                           "failed to attach BPF program: Operation not permitted (os error 1); "), line
+    assert line.endswith("): EPERM/EACCES: the kernel refuses to attach: check CAP_PERFMON (or CAP_SYS_ADMIN), "
+                         "then a seccomp profile (run the container with seccomp unconfined (Kubernetes: "
+                         "securityContext.seccompProfile.type: Unconfined; podman/docker: "
+                         "--security-opt seccomp=unconfined)) or an LSM policy (SELinux, AppArmor)"), line
 
 
 @pytest.mark.parametrize("flag", ["--bpf.test-break-probe", "--bpf.test-refuse-probe"])

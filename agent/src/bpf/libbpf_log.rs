@@ -74,21 +74,39 @@ pub(super) fn log_tail(log: &str) -> String {
     format!("libbpf: {}", tail.join(" | "))
 }
 
+/// How to take a container's seccomp profile out of the way.
+pub(super) const SECCOMP_UNCONFINED: &str = "run the container with seccomp unconfined \
+     (Kubernetes: securityContext.seccompProfile.type: Unconfined; podman/docker: \
+     --security-opt seccomp=unconfined)";
+
 /// Add the likely cause and fix to a final load failure.
 pub(super) fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
+    let release = crate::preflight::kernel_release().unwrap_or_default();
+    explain_load_error_on(err, &release)
+}
+
+/// [`explain_load_error`] on a kernel `release`: a kernel older than 5.8
+/// first (nothing else helps then), then EPERM (seccomp, lockdown), else
+/// where libbpf's full log is.
+fn explain_load_error_on(err: anyhow::Error, release: &str) -> anyhow::Error {
+    if let Some(too_old) = crate::preflight::kernel_too_old(release) {
+        return err.context(too_old);
+    }
     let eperm = err
         .chain()
         .any(|e| e.to_string().contains("Operation not permitted"));
     if eperm {
-        return err.context(
+        return err.context(format!(
             "the kernel refused bpf() with EPERM although the capabilities are present: \
              a seccomp profile (a container runtime's default one) or kernel lockdown blocks it; \
-             run the container with seccomp unconfined (Kubernetes: \
-             securityContext.seccompProfile.type: Unconfined; podman/docker: \
-             --security-opt seccomp=unconfined)",
-        );
+             {SECCOMP_UNCONFINED}"
+        ));
     }
-    err
+    err.context(
+        "the kernel refused every plan of BPF programs (the log lines above that start with \
+         \"kernel refused\" give each attempt): run with --log.level=debug for libbpf's full \
+         log, and report it with that log",
+    )
 }
 
 #[cfg(test)]
@@ -113,5 +131,34 @@ mod tests {
         // fentry refusals and logs that name no program move the whole plan
         assert!(refused_program("libbpf: prog 'sys_enter_fentry_time': BPF program load failed: Operation not permitted").is_none());
         assert!(refused_program("libbpf: failed to load object").is_none());
+    }
+
+    #[test]
+    fn a_final_load_failure_says_the_cause_and_the_next_step() {
+        let failure = || {
+            anyhow::anyhow!("map 'proc_events': failed to create: Invalid argument")
+                .context("loading the BPF programs into the kernel")
+        };
+        let old = format!(
+            "{:#}",
+            explain_load_error_on(failure(), "5.4.0-150-generic")
+        );
+        assert_eq!(
+            old,
+            "slowpath needs Linux 5.8 or newer (BPF ring buffer, CAP_BPF); this kernel is \
+             5.4.0-150-generic: upgrade the kernel: loading the BPF programs into the kernel: \
+             map 'proc_events': failed to create: Invalid argument"
+        );
+        let other = format!("{:#}", explain_load_error_on(failure(), "6.1.0-18-amd64"));
+        assert!(
+            other.starts_with(
+                "the kernel refused every plan of BPF programs (the log lines above that start \
+                 with \"kernel refused\" give each attempt): run with --log.level=debug"
+            ),
+            "{other}"
+        );
+        let eperm = anyhow::anyhow!("Operation not permitted (os error 1)");
+        let eperm = format!("{:#}", explain_load_error_on(eperm, "6.1.0-18-amd64"));
+        assert!(eperm.contains("seccomp=unconfined"), "{eperm}");
     }
 }

@@ -4,10 +4,10 @@
 use std::mem::MaybeUninit;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, OpenObject};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::attach::{attach, Attached, ProbeStatus};
 use super::btf::KernelBtf;
@@ -85,11 +85,14 @@ pub fn load<'obj>(
     storage.resize_with(max_attempts(table.len()), MaybeUninit::uninit);
     let mut slots = storage.iter_mut();
     loop {
-        let slot = slots
-            .next()
-            .context("the kernel kept refusing the BPF programs: see the log")?;
+        let Some(slot) = slots.next() else {
+            return Err(kept_refusing(&search, max_attempts(table.len())));
+        };
         let (loaded, log) =
             with_libbpf_log(|| open_and_load(slot, opts, setup, btf.path(), &search));
+        if loaded.is_err() {
+            debug!(plan = %search.describe(), "libbpf's log of the refused load:\n{log}");
+        }
         let err = match loaded {
             Ok(skel) => match attach(skel, opts, &search)? {
                 Attached::All(loaded) => return Ok(*loaded),
@@ -121,6 +124,29 @@ fn next_plan(search: &mut Search<'_>, err: anyhow::Error, log: &str) -> Result<(
     info!(plan = %tried, error = %format!("{err:#}"),
           "kernel refused this attach plan; trying the next");
     Ok(())
+}
+
+/// The error when every load attempt was used up (each one moved a hook
+/// or the plan on, so this is a bug or a kernel that answers differently
+/// each time): the last plan, what was left out and why, where the log has
+/// each refusal, and what to do.
+fn kept_refusing(search: &Search<'_>, attempts: usize) -> anyhow::Error {
+    let table = search.table();
+    let left_out: Vec<String> = (search.refused().iter().enumerate())
+        .filter_map(|(idx, reason)| Some(format!("{}: {}", table.name(idx), reason.as_ref()?)))
+        .collect();
+    let left_out = match left_out.is_empty() {
+        true => "no hook left out".to_string(),
+        false => format!("left out: {}", left_out.join("; ")),
+    };
+    anyhow!(
+        "the kernel kept refusing the BPF programs: {attempts} load attempts, the last with \
+         {plan} ({left_out}); the log lines above that start with \"kernel refused\" or \
+         \"kernel cannot\" name each hook, its attach type and the kernel's reason: run with \
+         --log.level=debug for libbpf's full log of each attempt, try \
+         --bpf.attach-type=raw-tp, and report it with that log",
+        plan = search.describe()
+    )
 }
 
 /// One load attempt: open a fresh copy of the object in `slot`, shape it
@@ -262,5 +288,34 @@ fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) {
         }
         let wanted = search.table().classify(prog.name()).ok();
         prog.set_autoload(wanted.is_some_and(|(idx, attach_type)| search.wants(idx, attach_type)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpf::hooks::tests::setup;
+    use AttachType::RawTp;
+
+    #[test]
+    fn used_up_attempts_name_the_plan_the_refusals_and_the_next_step() {
+        let table = HookTable::new(&setup());
+        let mut search = Search::new(&table, vec![vec![RawTp; 6]]).unwrap();
+        search.refuse(3, RawTp, "invalid func unknown#158");
+        assert_eq!(
+            kept_refusing(&search, 21).to_string(),
+            "the kernel kept refusing the BPF programs: 21 load attempts, the last with \
+             sys_enter=raw_tp sched_process_exit=raw_tp sched_process_exec=raw_tp \
+             mm_page_alloc=raw_tp mm_compaction_end=raw_tp cgroup_mkdir=raw_tp (left out: \
+             mm_page_alloc: kernel refused the program: invalid func unknown#158; \
+             mm_compaction_end: needs mm_page_alloc, which the kernel refused); the log lines \
+             above that start with \"kernel refused\" or \"kernel cannot\" name each hook, its \
+             attach type and the kernel's reason: run with --log.level=debug for libbpf's full \
+             log of each attempt, try --bpf.attach-type=raw-tp, and report it with that log"
+        );
+        let clean = Search::new(&table, vec![vec![RawTp; 6]]).unwrap();
+        assert!(kept_refusing(&clean, 21)
+            .to_string()
+            .contains("(no hook left out)"));
     }
 }

@@ -11,7 +11,6 @@
 //! collector from the environment; either flag on the command line wins
 //! over it, and of the two flags the last one given wins.
 
-use clap::builder::BoolishValueParser;
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use tracing::info;
@@ -80,6 +79,16 @@ fn env_var(name: &str) -> String {
     format!("SLOWPATH_COLLECTOR_{}", name.to_uppercase())
 }
 
+/// `SLOWPATH_COLLECTOR_<NAME>`: the words clap's `BoolishValueParser`
+/// takes, refused with the fix.
+fn parse_switch(s: &str) -> Result<bool, &'static str> {
+    match s.to_ascii_lowercase().as_str() {
+        "y" | "yes" | "t" | "true" | "on" | "1" => Ok(true),
+        "n" | "no" | "f" | "false" | "off" | "0" => Ok(false),
+        _ => Err("expected true or false"),
+    }
+}
+
 impl clap::Args for Collectors {
     fn augment_args(cmd: Command) -> Command {
         SIGNALS.iter().fold(cmd, |cmd, signal| {
@@ -92,7 +101,7 @@ impl clap::Args for Collectors {
                         signal.name
                     ))
                     .action(ArgAction::SetTrue)
-                    .value_parser(BoolishValueParser::new())
+                    .value_parser(parse_switch)
                     .default_value("true")
                     .env(env_var(signal.name))
                     .overrides_with(on.clone()) // given twice: the last one
@@ -287,7 +296,19 @@ mod tests {
             .unwrap()
             .is_on("memory"));
         let bad = [("SLOWPATH_COLLECTOR_MEMORY", "maybe")];
-        assert!(parse(&[], &bad).is_err());
+        let err = parse(&[], &bad).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(err.to_string().contains("expected true or false"), "{err}");
+        for (word, on) in [
+            ("yes", true),
+            ("ON", true),
+            ("1", true),
+            ("off", false),
+            ("0", false),
+        ] {
+            let env = [("SLOWPATH_COLLECTOR_MEMORY", word)];
+            assert_eq!(parse(&[], &env).unwrap().is_on("memory"), on, "{word}");
+        }
     }
 
     #[test]

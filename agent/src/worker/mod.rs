@@ -114,10 +114,7 @@ impl Worker {
                 let _ = thread.join();
                 Err(err)
             }
-            Err(_) => {
-                let _ = thread.join();
-                Err(anyhow!("the BPF worker thread died while loading"))
-            }
+            Err(_) => Err(died_while_loading(thread)),
         }
     }
 
@@ -165,6 +162,31 @@ impl Drop for Worker {
             let _ = thread.join();
         }
     }
+}
+
+/// The error for a worker thread that ended without a word while loading:
+/// it panicked (its message, which the panic hook also printed above), or
+/// it ended some other way.
+fn died_while_loading(thread: JoinHandle<()>) -> anyhow::Error {
+    let cause = match thread.join() {
+        Err(payload) => format!("it panicked: {}", panic_message(payload.as_ref())),
+        Ok(()) => "it ended without reporting a result".to_string(),
+    };
+    anyhow!(
+        "the BPF worker thread died while loading the BPF programs ({cause}): this is a bug \
+         in slowpath; please report it with this message and the log of a run with \
+         --log.level=debug"
+    )
+}
+
+/// A panic's message: its payload is a `&str` (`panic!("literal")`) or a
+/// `String` (`panic!("{x}")`, `expect`), anything else has no text.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
 
 fn run(
@@ -229,4 +251,28 @@ fn start<'obj>(
         new_cgroups,
     };
     Ok((loaded, rings, ready))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_that_died_says_why_and_what_to_do() {
+        // the payloads of panic!("literal"), panic!("{x}") and panic_any
+        let literal = std::thread::spawn(|| panic!("ring buffer vanished"));
+        let formatted = std::thread::spawn(|| panic!("map {} vanished", "procs"));
+        let other = std::thread::spawn(|| std::panic::panic_any(42u8));
+        let quiet = std::thread::spawn(|| ());
+        let message = |thread| died_while_loading(thread).to_string();
+        assert_eq!(
+            message(literal),
+            "the BPF worker thread died while loading the BPF programs (it panicked: ring \
+             buffer vanished): this is a bug in slowpath; please report it with this message \
+             and the log of a run with --log.level=debug"
+        );
+        assert!(message(formatted).contains("(it panicked: map procs vanished)"));
+        assert!(message(other).contains("(it panicked: no message)"));
+        assert!(message(quiet).contains("(it ended without reporting a result)"));
+    }
 }
