@@ -23,6 +23,7 @@ RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 KNOWN_SOURCES = REPO / "deploy" / "helm" / "slowpath" / "files" / "known-sources.yaml"
+RUNBOOK_BASE = yaml.safe_load((REPO / "deploy/helm/slowpath/values.yaml").read_text())["prometheusRule"]["runbookBaseURL"]
 
 def rules():
     return yaml.safe_load(RULES.read_text())
@@ -132,7 +133,7 @@ def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path
                                        "sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
                         "cause": jvm_clock["cause"],
                         "fix": jvm_clock["fix"],
-                        "runbook_url": "docs/runbook.md#clock-syscall-fallback",
+                        "runbook_url": f"{RUNBOOK_BASE}#clock-syscall-fallback",
                     },
                 }],
             }],
