@@ -9,6 +9,18 @@
 #   deploy/render.sh rules -  prints the rules file
 #   deploy/render.sh rules-template   prints deploy/mixin/rules.template.json
 #                             (also written by the first form)
+#   deploy/render.sh grafana-alerts -  prints the Grafana alert file
+#                             (dashboards/provisioning/alerting/slowpath-alerts.yaml,
+#                             whose runbook links the first form rewrites)
+#
+# The alerts' runbook links start with the chart's
+# prometheusRule.runbookBaseURL (the project's public copy of
+# docs/runbook.md). To link to your own copy, render with another base:
+#
+#   RUNBOOK_BASE_URL=https://wiki.example.com/slowpath/runbook.md \
+#     deploy/render.sh rules - > slowpath-rules.yaml
+#
+# (also for grafana-alerts -; the mixin takes _config.slowpathRunbookBaseURL).
 #
 # Uses the pinned helm from tests/deploy/install-tools.sh (built once into
 # /var/cache/slowpath-tools; the output must not depend on whichever helm is
@@ -17,6 +29,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/kubernetes/slowpath.yaml}
 helm=${HELM:-$("$here/../tests/deploy/install-tools.sh")/bin/helm}
+grafana_alerts=$(dirname "$here")/dashboards/provisioning/alerting/slowpath-alerts.yaml
+# --set for the rules when RUNBOOK_BASE_URL is given, else the chart's default.
+runbook_set=()
+if [[ -n ${RUNBOOK_BASE_URL:-} ]]; then
+  runbook_set=(--set-string "prometheusRule.runbookBaseURL=$RUNBOOK_BASE_URL")
+fi
 
 render() {
   cat <<'YAML'
@@ -49,9 +67,26 @@ render_rules() {
   echo "# PrometheusRule (deploy/helm/slowpath) with default thresholds by"
   echo "# deploy/render.sh. Thresholds are justified in docs/runbook.md; to change"
   echo "# them, set prometheusRule.thresholds in the chart or edit this file."
+  echo "# Runbook links start with prometheusRule.runbookBaseURL: to link to your copy,"
+  echo "# RUNBOOK_BASE_URL=https://... deploy/render.sh rules - (see deploy/render.sh)."
   "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath \
-    --set prometheusRule.enabled=true --show-only templates/prometheusrule.yaml |
+    --set prometheusRule.enabled=true "${runbook_set[@]}" --show-only templates/prometheusrule.yaml |
     python3 -c 'import sys, yaml; print(yaml.safe_dump(yaml.safe_load(sys.stdin)["spec"], sort_keys=False, width=100), end="")'
+}
+
+# The Grafana alert file with its runbook links (runbook_url, and the link
+# of a finding's known source in a cause) on RUNBOOK_BASE_URL, else on the
+# chart's prometheusRule.runbookBaseURL: the file is written by hand, its
+# base is not.
+render_grafana_alerts() {
+  python3 - "$here/helm/slowpath/values.yaml" "$grafana_alerts" <<'PY'
+import os, re, sys, yaml
+base = os.environ.get("RUNBOOK_BASE_URL") or yaml.safe_load(open(sys.argv[1]))["prometheusRule"]["runbookBaseURL"]
+text = open(sys.argv[2]).read()
+text = re.sub(r"(runbook_url: )\S+?#", lambda m: m.group(1) + base + "#", text)
+text = re.sub(r"(\s)\S+?#(\{\{ \$labels\.known_source)", lambda m: m.group(1) + base + "#" + m.group(2), text)
+sys.stdout.write(text)
+PY
 }
 
 # The rules with a placeholder for every setting the monitoring mixin's
@@ -83,6 +118,10 @@ if [[ $out == rules-template ]]; then
   render_rules_template
   exit 0
 fi
+if [[ $out == grafana-alerts ]]; then
+  render_grafana_alerts
+  exit 0
+fi
 if [[ $out == - ]]; then
   render
 else
@@ -98,4 +137,7 @@ else
   echo "render.sh: wrote $here/prometheus/slowpath-rules.yaml" >&2
   render_rules_template >"$here/mixin/rules.template.json"
   echo "render.sh: wrote $here/mixin/rules.template.json" >&2
+  alerts=$(render_grafana_alerts)
+  printf '%s\n' "$alerts" >"$grafana_alerts"
+  echo "render.sh: wrote $grafana_alerts" >&2
 fi

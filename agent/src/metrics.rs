@@ -33,6 +33,14 @@ const PROBE_ATTACHED: Family = Family {
     help: "1 when the BPF program for this kernel hook is attached, 0 when it failed (see the agent log); attach_type is fentry, tp_btf or raw_tp",
     kind: MetricType::GAUGE,
 };
+/// Whether each hook is expected to attach here: 0 for a hook left out by
+/// design on this kernel with these privileges (the log says why at start),
+/// so the alert on `slowpath_probe_attached` 0 leaves it out too.
+const PROBE_EXPECTED: Family = Family {
+    name: "slowpath_probe_expected",
+    help: "1 when the BPF program for this kernel hook is expected to attach on this kernel with the agent's privileges, 0 when it is left out by design (e.g. the timer hooks on 5.10 to 5.12 without CAP_SYSLOG, a tracepoint the kernel was built without; the agent log says why at start)",
+    kind: MetricType::GAUGE,
+};
 const COMBINING_SLOTS: Family = Family {
     name: "slowpath_combining_slots_enabled",
     help: "1 when the per-CPU combining slots count the syscall and timer wakeup counters (tp_btf programs on x86_64, after the agent folded every CPU at start: no table lookup and no locked add per event), 0 when every event adds to its process's table entry (see the agent log for why)",
@@ -62,9 +70,10 @@ const FOLDED: Family = Family {
 };
 
 /// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 10] = [
+const AGENT_FAMILIES: [&Family; 11] = [
     &BUILD_INFO,
     &PROBE_ATTACHED,
+    &PROBE_EXPECTED,
     &COMBINING_SLOTS,
     &TRACKED,
     &LOST,
@@ -223,6 +232,12 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
             )
         })
         .collect();
+    let expected = (snapshot.probes.iter())
+        .map(|p| {
+            let value = if p.expected { 1.0 } else { 0.0 };
+            gauge(&[("probe", p.probe.to_string())], value)
+        })
+        .collect();
     let lost = LOST_REASON_NAMES
         .iter()
         .zip(snapshot.lost)
@@ -231,6 +246,7 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
     vec![
         family(&BUILD_INFO, vec![build]),
         family(&PROBE_ATTACHED, probes),
+        family(&PROBE_EXPECTED, expected),
         family(
             &COMBINING_SLOTS,
             (snapshot.combining_slots.iter())

@@ -23,6 +23,7 @@ RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 KNOWN_SOURCES = REPO / "deploy" / "helm" / "slowpath" / "files" / "known-sources.yaml"
+RUNBOOK_BASE = yaml.safe_load((REPO / "deploy/helm/slowpath/values.yaml").read_text())["prometheusRule"]["runbookBaseURL"]
 
 def rules():
     return yaml.safe_load(RULES.read_text())
@@ -132,7 +133,7 @@ def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path
                                        "sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
                         "cause": jvm_clock["cause"],
                         "fix": jvm_clock["fix"],
-                        "runbook_url": "docs/runbook.md#clock-syscall-fallback",
+                        "runbook_url": f"{RUNBOOK_BASE}#clock-syscall-fallback",
                     },
                 }],
             }],
@@ -274,3 +275,37 @@ def test_recording_rules_cover_every_signal_at_every_level_and_the_tests_cover_b
         assert f":{signal}:" in tested, signal
     for level in LEVELS:
         assert f"{level}:" in tested, level
+
+
+# The doctor's finding behind each alert that reports one.
+FINDING_OF_ALERT = {
+    "SlowpathClocksourceNotVdsoCapable": "clocksource_not_vdso_capable",
+    "SlowpathClockSyscallFallback": "vdso_bypass",
+    "SlowpathRtSigprocmaskStorm": "rt_sigprocmask_storm",
+    "SlowpathTimerLoop": "timer_loop",
+    "SlowpathDirectCompactionStalls": "direct_compaction_stalls",
+}
+
+
+def test_the_alerts_carry_the_doctors_severities():
+    """The doctor (agent/src/signals: each finding's `id` and `severity`)
+    and the alerts agree on severity, and the runbook says it where it is
+    not warning."""
+    source = "\n".join(p.read_text() for p in (REPO / "agent" / "src" / "signals").rglob("*.rs"))
+    doctor = dict(re.findall(r'id: "(\w+)",\s*severity: Severity::(\w+),', source))
+    by_name = {a["alert"]: a for a in alerts()}
+    runbook = RUNBOOK.read_text()
+    for alert, finding in FINDING_OF_ALERT.items():
+        severity = doctor[finding].lower()
+        assert by_name[alert]["labels"]["severity"] == severity, (alert, finding, severity)
+        if severity != "warning":
+            assert f"`{alert}` (severity `{severity}`" in runbook, alert
+
+
+def test_the_readme_names_the_shipped_alerts():
+    """README's alert pointers name rules that exist (no second copy of
+    their thresholds to drift)."""
+    readme = (REPO / "README.md").read_text()
+    named = set(re.findall(r"`(Slowpath[A-Za-z]+)`", readme))
+    assert {"SlowpathScrapeErrors", "SlowpathEventsLost", "SlowpathProbeNotAttached"} <= named
+    assert named <= {a["alert"] for a in alerts()}, named - {a["alert"] for a in alerts()}

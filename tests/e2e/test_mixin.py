@@ -79,7 +79,8 @@ def test_config_sets_thresholds_durations_and_selectors():
     assert "> 20000" in alert["SlowpathClockSyscallFallback"]["expr"]
     assert "> 0.1" in alert["SlowpathDirectCompactionStalls"]["expr"]
     assert alert["SlowpathTimerLoop"]["for"] == "30m"
-    assert alert["SlowpathAgentDown"]["expr"] == 'up{job="node-slowpath", cluster="eu1"} == 0'
+    assert alert["SlowpathAgentDown"]["expr"] == \
+        'up{job="node-slowpath", cluster="eu1"} == 0 or absent(up{job="node-slowpath", cluster="eu1"})'
     for r in alert.values():
         assert r["annotations"]["runbook_url"].startswith("https://runbooks.example/slowpath.md#"), r["alert"]
     # every series of the agent a rule reads carries the selector (recorded

@@ -22,6 +22,10 @@ pub struct ProbeStatus {
     pub attach_type: AttachType,
     /// `None` when attached; else the kernel's or libbpf's reason.
     pub error: Option<String>,
+    /// Whether the hook is expected to attach on this kernel with these
+    /// privileges; false when it is left out by design
+    /// (`slowpath_probe_expected` 0: its refusal is no alert).
+    pub expected: bool,
 }
 
 impl ProbeStatus {
@@ -73,10 +77,16 @@ pub(super) fn attach<'obj>(
                 probe: table.name(idx),
                 attach_type: search.plan()[idx],
                 error: Some(reason.clone()),
+                expected: true,
             });
         }
     }
     probes.sort_by_key(|p| table.index(p.probe));
+    for p in &mut probes {
+        p.expected = table
+            .index(p.probe)
+            .is_none_or(|idx| table.by_design(idx).is_none());
+    }
     if links.is_empty() {
         bail!(nothing_attached(&probes));
     }
@@ -181,6 +191,7 @@ fn attach_all(
                 probe,
                 attach_type,
                 error,
+                expected: true,
             }),
         }
     }

@@ -54,6 +54,10 @@ pub struct KernelSetup {
     /// Capacities of maps only a signal uses, from its flags: (the map's
     /// name in the object, max entries).
     pub map_sizes: Vec<(&'static str, u32)>,
+    /// Hooks the kernel is expected to refuse on this node, by design, with
+    /// why (a signal knows it from the kernel and the agent's privileges):
+    /// `slowpath_probe_expected` 0, so that their refusal is no alert.
+    pub left_out: Vec<(&'static str, String)>,
 }
 
 /// The core hook of the counted syscalls; the only one with fentry twins.
@@ -133,12 +137,15 @@ pub(super) struct HookTable {
     hooks: Vec<Hook>,
     /// Kernel functions of the fentry programs, from the setup's syscalls.
     fentry_targets: Vec<String>,
+    /// Why each hook is left out by design on this kernel (`None`: it is
+    /// expected to attach), indexed like `hooks`.
+    by_design: Vec<Option<String>>,
 }
 
 impl HookTable {
     pub(super) fn new(setup: &KernelSetup) -> Self {
         let sys_enter = Some(Hook::new(SYS_ENTER)).filter(|_| !setup.fentry_syscalls.is_empty());
-        let hooks = sys_enter
+        let hooks: Vec<Hook> = sys_enter
             .iter()
             .chain(&CORE_FIRST)
             .chain(&setup.hooks)
@@ -146,10 +153,33 @@ impl HookTable {
             .copied()
             .collect();
         let fentry_targets = setup.fentry_syscalls.iter().map(|s| fentry_target(s));
-        Self {
+        let mut table = Self {
+            by_design: vec![None; hooks.len()],
             hooks,
             fentry_targets: fentry_targets.collect(),
+        };
+        for (name, why) in &setup.left_out {
+            if let Some(idx) = table.index(name) {
+                table.leave_out_by_design(idx, why.clone());
+            }
         }
+        table
+    }
+
+    /// Hook `idx` is not expected to attach on this kernel, for `why`; nor
+    /// are the hooks that only serve it.
+    pub(super) fn leave_out_by_design(&mut self, idx: usize, why: String) {
+        let name = self.name(idx);
+        for dependent in self.dependents(idx).collect::<Vec<_>>() {
+            self.by_design[dependent]
+                .get_or_insert_with(|| format!("it only serves {name}: {why}"));
+        }
+        self.by_design[idx].get_or_insert(why);
+    }
+
+    /// Why hook `idx` is left out by design here, if it is.
+    pub(super) fn by_design(&self, idx: usize) -> Option<&str> {
+        self.by_design[idx].as_deref()
     }
 
     pub(super) fn len(&self) -> usize {
@@ -251,7 +281,21 @@ pub(super) mod tests {
             fentry_syscalls: vec!["clock_gettime", "futex"],
             rodata: Vec::new(),
             map_sizes: Vec::new(),
+            left_out: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_hook_left_out_by_design_takes_the_hooks_it_serves_with_it() {
+        let mut setup = setup();
+        setup.left_out = vec![("mm_page_alloc", "no such tracepoint".into())];
+        let table = HookTable::new(&setup);
+        assert_eq!(table.by_design(3), Some("no such tracepoint"));
+        assert_eq!(
+            table.by_design(4),
+            Some("it only serves mm_page_alloc: no such tracepoint")
+        );
+        assert!((0..3).chain(5..6).all(|idx| table.by_design(idx).is_none()));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::attach::{attach, Attached, ProbeStatus};
 use super::btf::KernelBtf;
 use super::hooks::{AttachType, HookTable, KernelSetup};
 use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libbpf_log};
-use super::plan::{plans, Search};
+use super::plan::{leave_out_missing_tracepoints, plans, Search};
 use super::skel::{OpenSlowpathSkel, SlowpathSkel, SlowpathSkelBuilder};
 
 /// Settings that shape the BPF object before load.
@@ -76,7 +76,9 @@ pub fn load<'obj>(
     setup: &KernelSetup,
     btf: &KernelBtf,
 ) -> Result<Loaded<'obj>> {
-    let table = HookTable::new(setup);
+    let mut table = HookTable::new(setup);
+    leave_out_missing_tracepoints(&mut table, btf);
+    log_left_out_by_design(&table);
     let plans = plans(&table, opts.force_attach, btf.path(), btf)?;
     #[cfg(feature = "fault-injection")]
     let plans = super::fault::break_plans(plans, &table, opts)?;
@@ -110,6 +112,18 @@ pub fn load<'obj>(
         match refused_program(&log, &table) {
             Some((idx, attach_type, reason)) => search.refuse(idx, attach_type, &reason),
             None => next_plan(&mut search, err, &log)?,
+        }
+    }
+}
+
+/// One line per hook left out by design on this kernel, with why: the
+/// kernel will refuse it, and `slowpath_probe_expected` 0 says that is no
+/// failure.
+fn log_left_out_by_design(table: &HookTable) {
+    for idx in 0..table.len() {
+        if let Some(why) = table.by_design(idx) {
+            info!(probe = table.name(idx), reason = %why,
+                  "hook left out by design on this kernel (slowpath_probe_expected 0, no alert)");
         }
     }
 }

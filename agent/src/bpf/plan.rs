@@ -112,6 +112,23 @@ fn auto_plans(table: &HookTable, offer: &dyn KernelOffer) -> Vec<Plan> {
     vec![cheapest, tracepoint, vec![AttachType::RawTp; table.len()]]
 }
 
+/// Leave out by design the hooks whose tracepoint this kernel was built
+/// without: a kernel that exposes its BTF has a `btf_trace_<name>` for every
+/// tracepoint it has (`CONFIG_COMPACTION=n` removes the compaction ones).
+/// Without the kernel's BTF nothing can be told: every hook stays expected.
+pub(super) fn leave_out_missing_tracepoints(table: &mut HookTable, offer: &dyn KernelOffer) {
+    if !offer.exposes_btf() {
+        return;
+    }
+    for (idx, probe) in table.names().into_iter().enumerate() {
+        if !offer.has_type(&format!("btf_trace_{probe}")) {
+            let why =
+                format!("the kernel has no {probe} tracepoint (no btf_trace_{probe} in its BTF)");
+            table.leave_out_by_design(idx, why);
+        }
+    }
+}
+
 /// The search for a plan the kernel takes: the plan being tried, the plans
 /// after it, and the hooks left out so far.
 pub(super) struct Search<'t> {
@@ -365,5 +382,24 @@ mod tests {
             "sys_enter=raw_tp sched_process_exit=raw_tp sched_process_exec=raw_tp \
              mm_page_alloc=raw_tp mm_compaction_end=raw_tp cgroup_mkdir=raw_tp"
         );
+    }
+
+    #[test]
+    fn hooks_without_a_tracepoint_are_left_out_by_design_only_when_btf_tells() {
+        let mut table = HookTable::new(&setup());
+        let offer = kernel(&table, true, &["mm_page_alloc"]);
+        leave_out_missing_tracepoints(&mut table, &offer);
+        let left_out: Vec<_> = (0..table.len())
+            .filter(|&i| table.by_design(i).is_some())
+            .collect();
+        assert_eq!(left_out, [3, 4]); // mm_compaction_end only serves mm_page_alloc
+        let mut table = HookTable::new(&setup());
+        let no_btf = Offer {
+            btf: false,
+            types: Vec::new(),
+            emulated: false,
+        };
+        leave_out_missing_tracepoints(&mut table, &no_btf);
+        assert!((0..table.len()).all(|i| table.by_design(i).is_none()));
     }
 }

@@ -349,6 +349,7 @@ mod tests {
             probe: name,
             attach_type: AttachType::RawTp,
             error: (!attached).then(|| "refused".to_string()),
+            expected: true,
         }
     }
 

@@ -154,7 +154,14 @@ pub struct KernelNeeds {
     /// Capacities of the maps only it uses, from its flags: (map name in
     /// the object, max entries).
     pub map_sizes: Option<MapSizes>,
+    /// Its hooks the kernel will refuse by design on this node, with why,
+    /// from the kernel's BTF and the agent's privileges (checked once per
+    /// start): `slowpath_probe_expected` 0 for them, not an alert.
+    pub left_out: Option<LeftOut>,
 }
+
+/// (hook, why) of each hook of a signal left out by design on this kernel.
+pub type LeftOut = fn(&KernelBtf) -> Vec<(&'static str, String)>;
 
 /// (map name in the object, max entries) of each map a signal sizes, from
 /// its flags.
@@ -181,6 +188,10 @@ pub fn kernel_setup(args: &SignalArgs, btf: &KernelBtf) -> KernelSetup {
         map_sizes: needs()
             .filter_map(|k| k.map_sizes)
             .flat_map(|sizes| sizes(args))
+            .collect(),
+        left_out: needs()
+            .filter_map(|k| k.left_out)
+            .flat_map(|left_out| left_out(btf))
             .collect(),
     }
 }

@@ -58,6 +58,7 @@ pub const SIGNAL: Signal = Signal {
         rodata: Some(count_sigprocmask),
         upkeep: None,
         map_sizes: None,
+        left_out: None,
     },
 };
 

@@ -73,6 +73,7 @@ pub const SIGNAL: Signal = Signal {
         rodata: Some(count_sleeps),
         upkeep: Some(update_clock_offsets),
         map_sizes: None,
+        left_out: None,
     },
 };
 

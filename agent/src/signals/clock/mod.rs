@@ -166,6 +166,7 @@ pub const SIGNAL: Signal = Signal {
         rodata: Some(count_clock_reads),
         upkeep: None,
         map_sizes: None,
+        left_out: None,
     },
 };
 

@@ -98,6 +98,7 @@ pub const SIGNAL: Signal = Signal {
         rodata: None,
         upkeep: None,
         map_sizes: Some(map_sizes),
+        left_out: None,
     },
 };
 

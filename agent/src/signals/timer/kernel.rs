@@ -38,7 +38,7 @@ pub const HOOKS: [Hook; 3] = [
 pub fn rodata(args: &SignalArgs, btf: &KernelBtf) -> RodataPatch {
     let hz = jiffies_per_second();
     let hot_wakeups = hot_window_wakeups(args.timer.loop_threshold, hz);
-    let addrs = timer_fn_addresses(btf);
+    let addrs = logged_timer_fn_addresses(btf);
     Box::new(move |rodata| {
         if let Some(addrs) = addrs {
             rodata.timer_fns_by_address = true;
@@ -62,29 +62,63 @@ const TIMER_FNS: [(&str, sp_timer_fn); 4] = [
     ("posix_timer_fn", sp_timer_fn::SP_TIMER_FN_POSIX),
 ];
 
+/// Why `hrtimer_expire_entry` cannot name timer callbacks on this kernel
+/// with these privileges: no `bpf_snprintf()` and no kallsyms addresses.
+const UNNAMED: &str = "kernel without bpf_snprintf() (before 5.13) and /proc/kallsyms shows no \
+     addresses (needs CAP_SYSLOG): the timer callbacks cannot be named";
+
+/// The timer hooks left out by design here: `hrtimer_expire_entry` (and
+/// the two hooks that only serve it) on a kernel without `bpf_snprintf()`
+/// whose kallsyms shows this agent no addresses; the kernel refuses it.
+pub fn left_out(btf: &KernelBtf) -> Vec<(&'static str, String)> {
+    match timer_fn_addresses(btf) {
+        Naming::Unnamed => vec![(EXPIRE_ENTRY, UNNAMED.to_string())],
+        Naming::Helper | Naming::Addresses(_) => Vec::new(),
+    }
+}
+
+/// How `hrtimer_expire_entry` names the expiring timer's callback.
+enum Naming {
+    /// With `bpf_snprintf()` (5.13+).
+    Helper,
+    /// By the callbacks' kallsyms addresses.
+    Addresses([u64; 4]),
+    /// It cannot: the kernel refuses the hook.
+    Unnamed,
+}
+
 /// On a kernel without `bpf_snprintf()` (before 5.13: no `BPF_FUNC_snprintf`
 /// in its BTF's `enum bpf_func_id`), the timer callbacks' addresses from
 /// `/proc/kallsyms`, so that `hrtimer_expire_entry` can name them without
-/// it. `None` when the kernel has the helper, or when kallsyms shows no
-/// addresses (without CAP_SYSLOG it shows zeros): the hook is then refused
-/// on such a kernel, and the log says why.
-fn timer_fn_addresses(btf: &KernelBtf) -> Option<[u64; 4]> {
+/// it; unnamed when kallsyms shows no addresses (without CAP_SYSLOG it
+/// shows zeros): the hook is then refused on such a kernel.
+fn timer_fn_addresses(btf: &KernelBtf) -> Naming {
     if btf.has_helper("snprintf") {
-        return None;
+        return Naming::Helper;
     }
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    let Ok(kallsyms) = std::fs::read_to_string("/proc/kallsyms") else {
+        return Naming::Unnamed;
+    };
     let addrs = kallsyms_addresses(&kallsyms, &TIMER_FNS.map(|(name, _)| name));
-    let found = addrs[0] != 0 && addrs[1] != 0;
-    match found {
-        true => {
-            info!("kernel without bpf_snprintf: timer callbacks named by their kallsyms addresses")
-        }
-        false => warn!(
-            "kernel without bpf_snprintf and /proc/kallsyms shows no addresses (needs CAP_SYSLOG): \
-             the timer-wakeup hooks will be left out"
-        ),
+    match addrs[0] != 0 && addrs[1] != 0 {
+        true => Naming::Addresses(addrs),
+        false => Naming::Unnamed,
     }
-    found.then_some(addrs)
+}
+
+/// The addresses for the object, with a log line saying how it went.
+fn logged_timer_fn_addresses(btf: &KernelBtf) -> Option<[u64; 4]> {
+    match timer_fn_addresses(btf) {
+        Naming::Helper => None,
+        Naming::Addresses(addrs) => {
+            info!("kernel without bpf_snprintf: timer callbacks named by their kallsyms addresses");
+            Some(addrs)
+        }
+        Naming::Unnamed => {
+            warn!("{UNNAMED}: the timer-wakeup hooks will be left out");
+            None
+        }
+    }
 }
 
 /// Addresses of `names` in a /proc/kallsyms text (a name may carry an LTO

@@ -111,6 +111,7 @@ pub const SIGNAL: Signal = Signal {
         // absolute deadlines on CLOCK_REALTIME and CLOCK_TAI (futex, futex_waitv)
         upkeep: Some(crate::signals::sleep::update_clock_offsets),
         map_sizes: None,
+        left_out: Some(kernel::left_out),
     },
 };
 

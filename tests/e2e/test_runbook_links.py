@@ -1,0 +1,96 @@
+"""Runbook links that open: every rendering of the alerts (the chart's
+PrometheusRule, the plain rules file, the monitoring mixin, the Grafana
+alert file) puts every runbook link on one configurable base, absolute by
+default, and every link's #anchor is a heading of docs/runbook.md (GitHub's
+anchors: lowercase, punctuation but - and _ dropped, spaces to -)."""
+
+import json
+import os
+import re
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+BASE = "https://runbooks.example.test/slowpath.md"
+RENDER = REPO / "deploy" / "render.sh"
+CHART = REPO / "deploy" / "helm" / "slowpath"
+RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
+GRAFANA_ALERTS = REPO / "dashboards" / "provisioning" / "alerting" / "slowpath-alerts.yaml"
+DEFAULT_BASE = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["runbookBaseURL"]
+
+
+def anchors():
+    """GitHub's anchor of every heading of the runbook."""
+    headings = re.findall(r"^#{1,6} (.+?)\s*$", (REPO / "docs" / "runbook.md").read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def links(text):
+    """Every runbook link of a rendered file: the runbook_url annotations
+    and the links a cause gives to a known source's section."""
+    found = re.findall(r"runbook_url\"?: \"?(\S+?)\"?,?$", text, re.M)
+    found += re.findall(r"(\S+#)\{\{ \$labels\.known_source", text)
+    return found
+
+
+def render(*args, base=None):
+    env = {k: v for k, v in os.environ.items() if k != "RUNBOOK_BASE_URL"}
+    if base:
+        env["RUNBOOK_BASE_URL"] = base
+    return subprocess.run([str(RENDER), *args], check=True, capture_output=True, text=True, env=env,
+                          timeout=1500).stdout
+
+
+def chart(base):
+    helm = os.environ.get("HELM") or subprocess.run(
+        [str(REPO / "tests/deploy/install-tools.sh")], check=True, capture_output=True, text=True,
+        timeout=1500).stdout.strip() + "/bin/helm"
+    return subprocess.run([helm, "template", "slowpath", str(CHART), "--set", "prometheusRule.enabled=true",
+                           "--set-string", f"prometheusRule.runbookBaseURL={base}",
+                           "--show-only", "templates/prometheusrule.yaml"],
+                          check=True, capture_output=True, text=True).stdout
+
+
+def mixin(base):
+    jsonnet = pytest.importorskip("_jsonnet", reason="python3-jsonnet not installed (scripts/setup.sh --test)")
+    snippet = f"((import 'mixin.libsonnet') + {{ _config+:: {{ slowpathRunbookBaseURL: '{base}' }} }}).prometheusAlerts"
+    return json.dumps(json.loads(jsonnet.evaluate_snippet("test", snippet, jpathdir=[str(REPO / "deploy/mixin")])),
+                      indent=1)
+
+
+RENDERINGS = {
+    "chart": chart,
+    "rules file": lambda base: render("rules", "-", base=base),
+    "mixin": mixin,
+    "grafana": lambda base: render("grafana-alerts", "-", base=base),
+}
+
+
+@pytest.mark.parametrize("name", RENDERINGS)
+def test_every_link_is_on_the_base_and_opens_a_runbook_section(name):
+    text = RENDERINGS[name](BASE)
+    found = links(text)
+    # one runbook_url per alert (a Grafana rule: one per uid), and more
+    alerts = len(re.findall(r'(?:- alert:|"alert":|^\s+- uid:)', text, re.M))
+    assert alerts >= 4 and len(re.findall("runbook_url", text)) == alerts, found
+    sections = anchors()
+    for link in found:
+        assert link.startswith(BASE + "#"), f"{name}: {link}"
+        anchor = link.split("#", 1)[1]
+        assert anchor in sections or anchor == "", f"{name}: no runbook heading for #{anchor}"
+
+
+def test_the_default_base_is_absolute_and_the_shipped_files_use_it():
+    assert re.fullmatch(r"https://\S+/docs/runbook\.md", DEFAULT_BASE), DEFAULT_BASE
+    for path in (RULES, GRAFANA_ALERTS, REPO / "deploy" / "mixin" / "rules.template.json"):
+        text = path.read_text()
+        assert "docs/runbook.md#" not in text.replace(DEFAULT_BASE + "#", ""), f"{path.name}: a relative link"
+        if path.suffix != ".json":
+            assert all(link.startswith(DEFAULT_BASE + "#") for link in links(text)), path.name
+
+
+def test_the_grafana_alert_file_is_what_render_sh_writes():
+    assert render("grafana-alerts", "-") == GRAFANA_ALERTS.read_text(), "run deploy/render.sh"
