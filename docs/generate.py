@@ -203,7 +203,10 @@ def readme_cases_table():
     alerts = [[] for _ in CASES]
     for rule in alert_rules():
         read = sorted(case_of(n) for n in names_read(rule["expr"], recorded) if n in families)
-        alerts[read[0] if read else len(CASES) - 1].append(f"`{rule['alert']}`")
+        case = alerts[read[0] if read else len(CASES) - 1]
+        # An alert split into rules per severity is named once.
+        if f"`{rule['alert']}`" not in case:
+            case.append(f"`{rule['alert']}`")
     rows = ["| case | what | families | alerts |", "| --- | --- | --- | --- |"]
     for i, (case, what, _) in enumerate(CASES):
         names = ", ".join(f"`{n}`" for n in families if case_of(n) == i)
