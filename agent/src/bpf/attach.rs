@@ -227,6 +227,7 @@ mod tests {
             probe,
             attach_type: AttachType::RawTp,
             error: Some(error.to_string()),
+            expected: true,
         }
     }
 
