@@ -82,19 +82,24 @@ pub(super) const SECCOMP_UNCONFINED: &str = "run the container with seccomp unco
 /// Add the likely cause and fix to a final load failure.
 pub(super) fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
     let release = crate::preflight::kernel_release().unwrap_or_default();
-    explain_load_error_on(err, &release)
+    explain_load_error_on(err, &release, crate::preflight::memlock_limit())
 }
 
-/// [`explain_load_error`] on a kernel `release`: a kernel older than 5.8
-/// first (nothing else helps then), then EPERM (seccomp, lockdown), else
-/// where libbpf's full log is.
-fn explain_load_error_on(err: anyhow::Error, release: &str) -> anyhow::Error {
+/// [`explain_load_error`] on a kernel `release` with the soft locked-memory
+/// limit `memlock` (bytes, `None`: unlimited): a kernel older than 5.8 first
+/// (nothing else helps then), then EPERM (a finite memlock limit before
+/// 5.11, else seccomp or lockdown), else where libbpf's full log is.
+fn explain_load_error_on(err: anyhow::Error, release: &str, memlock: Option<u64>) -> anyhow::Error {
     if let Some(too_old) = crate::preflight::kernel_too_old(release) {
         return err.context(too_old);
     }
     let eperm = err
         .chain()
         .any(|e| e.to_string().contains("Operation not permitted"));
+    let memlock = crate::preflight::memlock_too_low(release, memlock);
+    if let (true, Some(memlock)) = (eperm, memlock) {
+        return err.context(format!("the kernel refused bpf() with EPERM: {memlock}"));
+    }
     if eperm {
         return err.context(format!(
             "the kernel refused bpf() with EPERM although the capabilities are present: \
@@ -141,7 +146,7 @@ mod tests {
         };
         let old = format!(
             "{:#}",
-            explain_load_error_on(failure(), "5.4.0-150-generic")
+            explain_load_error_on(failure(), "5.4.0-150-generic", None)
         );
         assert_eq!(
             old,
@@ -149,7 +154,10 @@ mod tests {
              5.4.0-150-generic: upgrade the kernel: loading the BPF programs into the kernel: \
              map 'proc_events': failed to create: Invalid argument"
         );
-        let other = format!("{:#}", explain_load_error_on(failure(), "6.1.0-18-amd64"));
+        let other = format!(
+            "{:#}",
+            explain_load_error_on(failure(), "6.1.0-18-amd64", None)
+        );
         assert!(
             other.starts_with(
                 "the kernel refused every plan of BPF programs (the log lines above that start \
@@ -157,8 +165,25 @@ mod tests {
             ),
             "{other}"
         );
-        let eperm = anyhow::anyhow!("Operation not permitted (os error 1)");
-        let eperm = format!("{:#}", explain_load_error_on(eperm, "6.1.0-18-amd64"));
-        assert!(eperm.contains("seccomp=unconfined"), "{eperm}");
+        let eperm = || anyhow::anyhow!("Operation not permitted (os error 1)");
+        let seccomp = format!(
+            "{:#}",
+            explain_load_error_on(eperm(), "6.1.0-18-amd64", Some(8 << 20))
+        );
+        assert!(seccomp.contains("seccomp=unconfined"), "{seccomp}");
+        // before 5.11 a finite memlock limit is the likelier cause
+        let memlock = format!(
+            "{:#}",
+            explain_load_error_on(eperm(), "5.10.0-28-amd64", Some(65536))
+        );
+        assert!(
+            memlock.starts_with("the kernel refused bpf() with EPERM: Linux before 5.11"),
+            "{memlock}"
+        );
+        let unlimited = format!(
+            "{:#}",
+            explain_load_error_on(eperm(), "5.10.0-28-amd64", None)
+        );
+        assert!(unlimited.contains("seccomp=unconfined"), "{unlimited}");
     }
 }
