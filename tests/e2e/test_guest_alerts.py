@@ -113,9 +113,18 @@ def test_the_agent_runs_as_the_chart_runs_it_and_leaves_the_timer_hooks_out_by_d
     assert "hook left out by design on this kernel" in idle["agent_log"], idle["agent_log"]
 
 
+# Left out of the guest's case, by what a guest is: QEMU TCG runs the agent
+# 10-50 times slower than a CPU does, so its own CPU in the 10 s between the
+# scrapes (start-up included) is no measure of a node's. The overhead alert
+# has its promtool cases (tests/prometheus) and the agent's own cost is
+# measured on the host (test_self_cost.py, tests/bench).
+NOT_MEASURABLE_UNDER_TCG = {"SlowpathOverheadHigh"}
+
+
 def test_no_alert_fires_on_the_idle_exposition(idle, release, tmp_path):
     alerts = sorted({r["alert"] for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
-                     if "alert" in r})
+                     if "alert" in r} - NOT_MEASURABLE_UNDER_TCG)
+    assert "SlowpathProbeNotAttached" in alerts and "SlowpathEventsLost" in alerts
     minutes = 30
     case = {
         "rule_files": [str(RULES)],
