@@ -220,10 +220,10 @@ def compare(stacks):
 
 
 def rule_health(stack):
-    """Problems of the backend's ruler: rules that failed to evaluate, and
-    how many rules it evaluates."""
+    """Problems of the backend's ruler: rules that failed to evaluate once
+    every store was up, and how many rules it evaluates."""
     m = fleetstack.own_metrics(stack.ruler)
-    failures = int(m.get("prometheus_rule_evaluation_failures_total", 0))
+    failures = int(m.get("prometheus_rule_evaluation_failures_total", 0)) - stack.failures_at_ready
     return failures, int(m.get("prometheus_rule_group_rules", 0))
 
 

@@ -98,6 +98,7 @@ class Stack:
         self.procs = []    # (name, Popen)
         self.metrics = {}  # component name -> base URL of its /metrics
         self.started = time.monotonic()
+        self.failures_at_ready = 0  # the ruler's failed evaluations before every store was up
 
     def spawn(self, name, argv, ready_url):
         path = self.workdir / f"{name}.log"
@@ -243,6 +244,25 @@ class Thanos(Stack):
             ], f"{base}/-/ready")
             self.metrics[f"agent-{i}"] = base
             self.agents.append(base)
+        self.failures_at_ready = self.rule_failures_once_ready([*endpoints, f"127.0.0.1:{rule_grpc}"])
+
+    def rule_failures_once_ready(self, addresses, timeout=120):
+        """The ruler's failed evaluations once the query reaches every store.
+        The ruler's first rounds, run before the query has found the
+        ruler's own gRPC endpoint (strict, so the query refuses to answer
+        without it), fail by the start-up order alone: they are counted
+        here and left out of the run's failures."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{self.query_url}/api/v1/stores", timeout=10) as resp:
+                stores = json.load(resp).get("data") or {}
+            healthy = {s["name"] for kind in stores.values() for s in kind if not s.get("lastError")}
+            if set(addresses) <= healthy:
+                time.sleep(INTERVAL + 1)  # one evaluation round with every store reachable
+                return int(own_metrics(self.ruler).get("prometheus_rule_evaluation_failures_total", 0))
+            time.sleep(1)
+        self.stop()
+        sys.exit(f"fleet: thanos query did not reach {addresses} in {timeout} s (logs: {self.workdir})")
 
     def measure(self, seconds):
         """Series (the receivers' heads and the ruler's), samples appended
