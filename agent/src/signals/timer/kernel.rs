@@ -96,14 +96,23 @@ fn timer_fn_addresses(btf: &KernelBtf) -> Naming {
     if btf.has_helper("snprintf") {
         return Naming::Helper;
     }
-    let Ok(kallsyms) = std::fs::read_to_string("/proc/kallsyms") else {
-        return Naming::Unnamed;
-    };
-    let addrs = kallsyms_addresses(&kallsyms, &TIMER_FNS.map(|(name, _)| name));
-    match addrs[0] != 0 && addrs[1] != 0 {
-        true => Naming::Addresses(addrs),
-        false => Naming::Unnamed,
+    match kallsyms_timer_fns() {
+        Some(addrs) => Naming::Addresses(addrs),
+        None => Naming::Unnamed,
     }
+}
+
+/// The timer callbacks' addresses from `/proc/kallsyms`, read once per
+/// process: both the expected hooks ([`left_out`]) and the object's rodata
+/// ask, and the file is megabytes. `None` when it cannot be read or shows
+/// no addresses.
+fn kallsyms_timer_fns() -> Option<[u64; 4]> {
+    static ADDRS: std::sync::OnceLock<Option<[u64; 4]>> = std::sync::OnceLock::new();
+    *ADDRS.get_or_init(|| {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").ok()?;
+        let addrs = kallsyms_addresses(&kallsyms, &TIMER_FNS.map(|(name, _)| name));
+        (addrs[0] != 0 && addrs[1] != 0).then_some(addrs)
+    })
 }
 
 /// The addresses for the object, with a log line saying how it went.
