@@ -58,7 +58,11 @@ for arch in "${arches[@]}"; do
   rm -rf "$root"
   scripts/debian-fetch.sh bookworm "$arch" "$root" libelf1 >&2
   install -D -m 0755 "$bin" "$root/usr/bin/slowpath"
-  setcap cap_bpf,cap_perfmon,cap_sys_ptrace,cap_dac_read_search,cap_checkpoint_restore=p "$root/usr/bin/slowpath"
+  # Permitted-only file capabilities: a non-root exec (the chart's uid 65534)
+  # keeps, of what the runtime permits, only what the file grants; the agent
+  # raises what it uses into its effective set. CAP_SYS_RESOURCE lifts
+  # RLIMIT_MEMLOCK on kernels before 5.11 and is dropped at start.
+  setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search,cap_checkpoint_restore=p "$root/usr/bin/slowpath"
   args=(--platform "linux/$arch" -f deploy/Containerfile -t "$name-$arch")
   base_var=BASE_$arch
   [[ -n ${!base_var:-} ]] && args+=(--build-arg "BASE=${!base_var}")

@@ -179,6 +179,7 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
     Snapshot {
         series,
         tracked_processes: 17,
+        process_capacity: 16384,
         live_tgids: Default::default(),
         live_images: Default::default(),
         lost: [1, 2, 3, 4, 5, 6],

@@ -18,6 +18,7 @@ mod findings;
 mod golden;
 mod http;
 mod labels;
+mod memlock;
 mod metrics;
 mod node;
 mod preflight;
@@ -101,6 +102,7 @@ fn run(cli: Cli) -> Result<()> {
     };
     preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
+    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
     bpf::check_btf(&cli.btf_path)?;
     preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
 
@@ -109,7 +111,7 @@ fn run(cli: Cli) -> Result<()> {
         .build()
         .context("starting the async runtime")?;
     let kube = kubernetes_watch(&cli, &runtime)?;
-    let mut worker = start_worker(&cli, kube.as_ref().map(|(_, _, k)| k))?;
+    let mut worker = start_worker(&cli, memlock, kube.as_ref().map(|(_, _, k)| k))?;
     let stack_tables = worker.take_stack_tables();
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
@@ -157,11 +159,15 @@ fn run(cli: Cli) -> Result<()> {
 
 /// Load and attach the programs every signal asks for, with the flags'
 /// settings; with Kubernetes on, series get their pod's labels from `kube`.
-fn start_worker(cli: &Cli, kube: Option<&labels::kubernetes::KubeState>) -> Result<Worker> {
+fn start_worker(
+    cli: &Cli,
+    memlock: memlock::Memlock,
+    kube: Option<&labels::kubernetes::KubeState>,
+) -> Result<Worker> {
     let btf = bpf::KernelBtf::open(&cli.btf_path)?;
     let kernel = signals::kernel_setup(&cli.signals, &btf);
     let options = WorkerOptions {
-        load: load_options(cli, cli.debug_callsites),
+        load: load_options(cli, cli.debug_callsites, memlock),
         pid_label: cli.pid_label,
         limits: series_limits(cli),
         signals: cli.signals.clone(),
@@ -291,10 +297,12 @@ fn series_limits(cli: &Cli) -> procs::SeriesLimits {
     }
 }
 
-/// BPF settings from the flags; `capture_stacks` for the doctor.
-fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
+/// BPF settings from the flags; `capture_stacks` for the doctor; `memlock`
+/// from `memlock::settle`.
+fn load_options(cli: &Cli, capture_stacks: bool, memlock: memlock::Memlock) -> bpf::LoadOptions {
     bpf::LoadOptions {
         max_processes: cli.max_processes,
+        memlock,
         ringbuf_bytes: cli.ringbuf_bytes,
         force_attach: cli.attach_type,
         capture_stacks,
@@ -310,11 +318,12 @@ fn load_options(cli: &Cli, capture_stacks: bool) -> bpf::LoadOptions {
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
+    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
     bpf::check_btf(&cli.btf_path)?;
     let btf = bpf::KernelBtf::open(&cli.btf_path)?;
     let kernel = signals::kernel_setup(&cli.signals, &btf);
     let options = WorkerOptions {
-        load: load_options(cli, true),
+        load: load_options(cli, true, memlock),
         pid_label: true,
         // every process of the observation, none dropped or folded
         limits: procs::SeriesLimits {

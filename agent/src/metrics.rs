@@ -51,6 +51,13 @@ const TRACKED: Family = Family {
     help: "Thread groups with an entry in the kernel's process table now",
     kind: MetricType::GAUGE,
 };
+/// The process table's size, which the locked-memory limit may have cut
+/// (`bpf::fit`): with `slowpath_tracked_processes`, how full it is.
+const PROCESS_CAPACITY: Family = Family {
+    name: "slowpath_process_table_capacity",
+    help: "Thread groups the kernel's process table can hold (--bpf.max-processes, or fewer where a kernel before 5.11 charges BPF maps to a locked-memory limit the agent may not lift; the agent log says so at start); a process beyond it is counted in slowpath_lost_events_total{reason=\"process_table_full\"}",
+    kind: MetricType::GAUGE,
+};
 const LOST: Family = Family {
     name: "slowpath_lost_events_total",
     help: "Events the kernel side could not record, by reason (a full table or ring buffer, an unreadable sleep request)",
@@ -256,6 +263,10 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
         family(
             &TRACKED,
             vec![gauge(&[], snapshot.tracked_processes as f64)],
+        ),
+        family(
+            &PROCESS_CAPACITY,
+            vec![gauge(&[], f64::from(snapshot.process_capacity))],
         ),
         family(&LOST, lost),
         family(

@@ -104,7 +104,7 @@ const MIN_KERNEL: (u32, u32) = (5, 8);
 
 /// Major and minor of a kernel release (`6.1.0-18-amd64` gives (6, 1));
 /// `None` when it does not start with them.
-fn kernel_version(release: &str) -> Option<(u32, u32)> {
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut numbers = release
         .split(|c: char| !c.is_ascii_digit())
         .map(str::parse::<u32>);
@@ -124,43 +124,6 @@ pub fn kernel_too_old(release: &str) -> Option<String> {
             MIN_KERNEL.0, MIN_KERNEL.1
         )
     })
-}
-
-/// The first kernel that charges BPF maps to the memory cgroup; older ones
-/// charge them to RLIMIT_MEMLOCK (kernel/bpf/syscall.c, 5.11's memcg
-/// accounting series).
-const MEMCG_BPF_ACCOUNTING: (u32, u32) = (5, 11);
-
-/// The plain statement when a kernel `release` charges BPF maps to
-/// RLIMIT_MEMLOCK and the soft limit `memlock` (bytes; `None`: unlimited
-/// or unreadable) is finite, so `bpf()` refuses maps with EPERM; `None`
-/// otherwise. libbpf raises the limit itself where it may (root, or
-/// CAP_SYS_RESOURCE); an agent with only CAP_BPF and CAP_PERFMON cannot.
-pub fn memlock_too_low(release: &str, memlock: Option<u64>) -> Option<String> {
-    let limit = memlock?;
-    let version = kernel_version(release)?;
-    (version < MEMCG_BPF_ACCOUNTING).then(|| {
-        format!(
-            "Linux before 5.11 (this is {release}) charges BPF maps to the locked-memory limit, \
-             here {} KiB: raise it (LimitMEMLOCK=infinity in the systemd unit, as the shipped one \
-             has; `ulimit -l unlimited` in the shell; `--ulimit memlock=-1` for podman or docker, \
-             or the container runtime's default memlock ulimit on Kubernetes)",
-            limit / 1024
-        )
-    })
-}
-
-/// The soft RLIMIT_MEMLOCK in bytes; `None` when unlimited or unreadable.
-pub fn memlock_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut lim) } != 0 {
-        return None;
-    }
-    (lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
 }
 
 /// The running kernel's release (`uname -r`).
@@ -231,22 +194,6 @@ mod tests {
                 "CAP_CHECKPOINT_RESTORE"
             ]
         );
-    }
-
-    #[test]
-    fn a_finite_memlock_limit_is_the_cause_before_5_11_only() {
-        let said = memlock_too_low("5.10.0-28-amd64", Some(64 * 1024)).unwrap();
-        assert!(
-            said.starts_with(
-                "Linux before 5.11 (this is 5.10.0-28-amd64) charges BPF maps to the \
-                 locked-memory limit, here 64 KiB: raise it (LimitMEMLOCK=infinity"
-            ),
-            "{said}"
-        );
-        assert!(memlock_too_low("5.10.0-28-amd64", None).is_none());
-        assert!(memlock_too_low("5.11.0", Some(64 * 1024)).is_none());
-        assert!(memlock_too_low("6.18.0", Some(8 << 20)).is_none());
-        assert!(memlock_too_low("unparsable", Some(64 * 1024)).is_none());
     }
 
     #[test]

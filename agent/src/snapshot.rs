@@ -98,6 +98,9 @@ pub struct Snapshot {
     pub series: Vec<Series>,
     /// Live entries in the kernel's process table.
     pub tracked_processes: usize,
+    /// Entries the kernel's process table holds at most: `--bpf.max-processes`,
+    /// or fewer where the loader fitted it to the locked-memory limit.
+    pub process_capacity: u32,
     /// The live thread groups (tgids) behind each series, the busiest since
     /// the last snapshot first: who to name and sample when a series crosses
     /// a finding's threshold without a pid label.

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from as_shipped import container_exec, image_binary, pod_prefix
 from conftest import Agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,8 +48,9 @@ CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 VALUE_SETS = {
     "default": {},
     "privileged": {"privileged": True},
-    # findings without call sites: only CAP_BPF and CAP_PERFMON
-    "no-call-sites": {"agent": {"findings": {"callSites": False}}},
+    # findings without call sites, the memlock limit not lifted: only CAP_BPF
+    # and CAP_PERFMON
+    "no-call-sites": {"agent": {"findings": {"callSites": False}, "liftMemlockLimit": False}},
     "monitors": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
         "podMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -321,9 +323,11 @@ def test_daemonset_least_privilege(tools, tmp_path):
 
     assert pod["hostPID"] is True
     assert not pod.get("hostNetwork") and not pod.get("hostIPC")
-    # BPF and PERFMON to count; the three that symbolize other processes'
-    # stacks for the findings' call sites (agent.findings.callSites, on)
-    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH",
+    # BPF and PERFMON to count; SYS_RESOURCE to lift the locked-memory limit
+    # before 5.11 (agent.liftMemlockLimit, on); the three that symbolize
+    # other processes' stacks for the findings' call sites
+    # (agent.findings.callSites, on)
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE", "DAC_READ_SEARCH",
                                                            "CHECKPOINT_RESTORE"]}
     minimal = container_of(render(tools, tmp_path, "no-call-sites"))["securityContext"]
     assert minimal["capabilities"] == {"drop": ["ALL"], "add": ["BPF", "PERFMON"]}
@@ -402,7 +406,8 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert env["SLOWPATH_METRICS_PID_LABEL"]["value"] == "true"
     assert env["SLOWPATH_DEBUG_CALLSITES"]["value"] == "true"
     # symbolizing other processes' stacks
-    assert c["securityContext"]["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_PTRACE", "DAC_READ_SEARCH", "CHECKPOINT_RESTORE"]
+    assert c["securityContext"]["capabilities"]["add"] == ["BPF", "PERFMON", "SYS_RESOURCE", "SYS_PTRACE",
+                                                           "DAC_READ_SEARCH", "CHECKPOINT_RESTORE"]
     assert env["SLOWPATH_BPF_MAX_PROCESSES"]["value"] == "65536"
     assert env["SLOWPATH_KUBERNETES_ENABLED"]["value"] == "false"
     assert env["SLOWPATH_WEB_LISTEN_ADDRESS"]["value"] == ":9100"
@@ -583,14 +588,17 @@ def test_agent_accepts_the_daemonset_environment(tools, tmp_path, agent_bin, mon
     monkeypatch.setenv("SLOWPATH_KUBERNETES_ENABLED", "false")
     assert os.environ["SLOWPATH_PATH_SYSFS"] == "/sys"
 
-    sc = c["securityContext"]
-    caps = ",".join("+" + cap.lower() for cap in sc["capabilities"]["add"])
-    prefix = ["setpriv", f"--reuid={sc['runAsUser']}", f"--regid={sc['runAsGroup']}", "--clear-groups",
-              f"--inh-caps=-all,{caps}", f"--ambient-caps={caps}", f"--bounding-set=-all,{caps}",
-              "--no-new-privs"]
+    # Started as runc starts the pod: uid 65534, the chart's capabilities
+    # permitted (none ambient), no_new_privs, the image's file capabilities.
+    prefix = pod_prefix(container_exec(tmp_path))
     # The listen address is the test's own port (a flag wins over the
     # environment); the chart's ":9891" is checked above.
-    agent = Agent(agent_bin, [], tmp_path / "agent.log", prefix=prefix)
+    with image_binary(agent_bin) as binary:
+        agent_in_pod(binary, prefix, tmp_path)
+
+
+def agent_in_pod(binary, prefix, tmp_path):
+    agent = Agent(binary, [], tmp_path / "agent.log", prefix=prefix)
     try:
         scrape = agent.scrape()
         assert {s.value for s in scrape.select("slowpath_probe_attached")} == {1}

@@ -221,6 +221,9 @@ def build_initramfs(out, files, scenario, arch="x86_64"):
     dlopen()ed libjvm.so), but for those inside the tree itself."""
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        # the guest's / as on a real system (TemporaryDirectory is 0700): a
+        # non-root process without CAP_DAC_READ_SEARCH must reach its libraries
+        root.chmod(0o755)
         for d in ["bin", "usr/bin", "proc", "sys", "dev", "tmp", "lib64"]:
             (root / d).mkdir(parents=True, exist_ok=True)
         shutil.copy2(busybox_for(arch), root / "bin/busybox")

@@ -93,6 +93,7 @@ pub(super) fn attach<'obj>(
     Ok(Attached::All(Box::new(Loaded {
         skel,
         probes,
+        process_capacity: opts.max_processes,
         table: table.clone(),
         _links: links,
     })))

@@ -82,7 +82,7 @@ pub(super) const SECCOMP_UNCONFINED: &str = "run the container with seccomp unco
 /// Add the likely cause and fix to a final load failure.
 pub(super) fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
     let release = crate::preflight::kernel_release().unwrap_or_default();
-    explain_load_error_on(err, &release, crate::preflight::memlock_limit())
+    explain_load_error_on(err, &release, crate::memlock::limit())
 }
 
 /// [`explain_load_error`] on a kernel `release` with the soft locked-memory
@@ -96,7 +96,7 @@ fn explain_load_error_on(err: anyhow::Error, release: &str, memlock: Option<u64>
     let eperm = err
         .chain()
         .any(|e| e.to_string().contains("Operation not permitted"));
-    let memlock = crate::preflight::memlock_too_low(release, memlock);
+    let memlock = crate::memlock::too_low(release, memlock);
     if let (true, Some(memlock)) = (eperm, memlock) {
         return err.context(format!("the kernel refused bpf() with EPERM: {memlock}"));
     }

@@ -11,6 +11,7 @@ use tracing::{debug, info, warn};
 
 use super::attach::{attach, Attached, ProbeStatus};
 use super::btf::KernelBtf;
+use super::fit::Fit;
 use super::hooks::{AttachType, HookTable, KernelSetup};
 use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libbpf_log};
 use super::plan::{leave_out_missing_tracepoints, plans, Search};
@@ -27,6 +28,10 @@ pub struct LoadOptions {
     pub force_attach: Option<AttachType>,
     /// Sample user stacks at the counted syscalls (`slowpath doctor`).
     pub capture_stacks: bool,
+    /// Whether the kernel charges BPF memory to a finite locked-memory
+    /// limit the agent could not lift (`crate::memlock::settle`): then the
+    /// tables shrink until they fit (`fit.rs`).
+    pub memlock: crate::memlock::Memlock,
     /// Size the stack tables for sampling the thread groups the agent asks
     /// for (`stack_targets`: its findings), without `capture_stacks`.
     pub stacks_on_demand: bool,
@@ -46,6 +51,9 @@ pub struct Loaded<'obj> {
     pub skel: SlowpathSkel<'obj>,
     /// One status per hook of the table, in its order.
     pub probes: Vec<ProbeStatus>,
+    /// Entries of the `procs` map: `--bpf.max-processes`, or fewer where
+    /// the tables were fitted to the locked-memory limit.
+    pub process_capacity: u32,
     /// The hook table it was loaded with.
     pub(super) table: HookTable,
     /// Held for their drop: a program stays attached while its link lives.
@@ -84,20 +92,26 @@ pub fn load<'obj>(
     let plans = super::fault::break_plans(plans, &table, opts)?;
     let mut search = Search::new(&table, plans)?;
     storage.clear();
-    storage.resize_with(max_attempts(table.len()), MaybeUninit::uninit);
+    let attempts = max_attempts(table.len()) + Fit::max_steps();
+    storage.resize_with(attempts, MaybeUninit::uninit);
     let mut slots = storage.iter_mut();
+    let mut fit = Fit::new(opts.max_processes, opts.memlock.fit_tables());
     loop {
         let Some(slot) = slots.next() else {
-            return Err(kept_refusing(&search, max_attempts(table.len())));
+            return Err(kept_refusing(&search, attempts));
         };
         let (loaded, log) =
-            with_libbpf_log(|| open_and_load(slot, opts, setup, btf.path(), &search));
+            with_libbpf_log(|| open_and_load(slot, opts, &fit, setup, btf.path(), &search));
         if loaded.is_err() {
             debug!(plan = %search.describe(), "libbpf's log of the refused load:\n{log}");
         }
         let err = match loaded {
             Ok(skel) => match attach(skel, opts, &search)? {
-                Attached::All(loaded) => return Ok(*loaded),
+                Attached::All(mut loaded) => {
+                    loaded.process_capacity = fit.processes();
+                    log_fitted(&fit, opts);
+                    return Ok(*loaded);
+                }
                 Attached::StepDown { idx, from, to } => {
                     // The kernel loads some programs it cannot attach (fentry
                     // on arm64 before 6.4: no ftrace direct calls, ENOTSUPP).
@@ -109,11 +123,55 @@ pub fn load<'obj>(
             },
             Err(err) => err,
         };
+        if refused_for_memory(&err) && fit.shrink() {
+            debug!(
+                processes = fit.processes(),
+                "bpf() refused with EPERM under the locked-memory \
+                   limit: halving the tables"
+            );
+            // The refused attempt's maps and programs are freed, and
+            // uncharged, by a kernel work item and an RCU callback: let them
+            // run before the next attempt counts against the same limit.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            continue;
+        }
         match refused_program(&log, &table) {
             Some((idx, attach_type, reason)) => search.refuse(idx, attach_type, &reason),
             None => next_plan(&mut search, err, &log)?,
         }
     }
+}
+
+/// Whether a load failed with EPERM: under a finite locked-memory limit that
+/// the kernel charges (the only case `Fit` acts on), the charge is the
+/// likely cause, whether a map or a program was refused.
+fn refused_for_memory(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        e.downcast_ref::<libbpf_rs::Error>()
+            .is_some_and(|e| e.kind() == libbpf_rs::ErrorKind::PermissionDenied)
+    })
+}
+
+/// The one line that says the tables were fitted to the limit, what that
+/// leaves and how to run in full.
+fn log_fitted(fit: &Fit, opts: &LoadOptions) {
+    if !fit.reduced() {
+        return;
+    }
+    let limit_kib = match opts.memlock {
+        crate::memlock::Memlock::Finite(bytes) => bytes / 1024,
+        _ => 0,
+    };
+    warn!(
+        limit_kib,
+        processes = fit.processes(),
+        requested = opts.max_processes,
+        "Linux before 5.11 charges BPF maps to the locked-memory limit, shared by all processes \
+         of this user, and the agent may not lift it: running with smaller tables, exact for the \
+         processes they hold (slowpath_process_table_capacity; a process beyond it counts in \
+         slowpath_lost_events_total{{reason=\"process_table_full\"}}); to run in full, {}",
+        crate::memlock::FIX_PER_INSTALL
+    );
 }
 
 /// One line per hook left out by design on this kernel, with why: the
@@ -168,6 +226,7 @@ fn kept_refusing(search: &Search<'_>, attempts: usize) -> anyhow::Error {
 fn open_and_load<'obj>(
     slot: &'obj mut MaybeUninit<OpenObject>,
     opts: &LoadOptions,
+    fit: &Fit,
     setup: &KernelSetup,
     btf_path: &Path,
     search: &Search<'_>,
@@ -178,20 +237,20 @@ fn open_and_load<'obj>(
         .btf_custom_path(btf_path)
         .context("setting the BTF path")?;
     let mut open = builder.open(slot).context("opening the BPF object")?;
-    size_maps(&mut open, opts)?;
+    size_maps(&mut open, opts, fit)?;
     size_signal_maps(&mut open, setup)?;
     write_rodata(&mut open, opts, setup);
-    size_stack_tables(&mut open, opts.capture_stacks, opts.stacks_on_demand)?;
+    size_stack_tables(&mut open, opts.capture_stacks, opts.stacks_on_demand, fit)?;
     choose_programs(&mut open, search);
     open.load()
         .context("loading the BPF programs into the kernel")
 }
 
-/// The map sizes the flags set.
-fn size_maps(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions) -> Result<()> {
+/// The map sizes the flags set (the process table fitted by `fit`).
+fn size_maps(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, fit: &Fit) -> Result<()> {
     let maps = &mut open.maps;
     let sizes = [
-        (&mut maps.procs, opts.max_processes, "the procs map"),
+        (&mut maps.procs, fit.processes(), "the procs map"),
         (
             &mut maps.proc_events,
             opts.ringbuf_bytes,
@@ -242,11 +301,13 @@ const ON_DEMAND_CALLSITES: u32 = 1024;
 const ON_DEMAND_STACK_COPIES: u32 = 64;
 
 /// The stack tables: sized for sampling every process (`capture_stacks`),
-/// for a few on demand (`on_demand`), or shrunk to nothing.
+/// for a few on demand (`on_demand`), or shrunk to nothing; `fit` shrinks
+/// them further under a locked-memory limit.
 fn size_stack_tables(
     open: &mut OpenSlowpathSkel<'_>,
     capture_stacks: bool,
     on_demand: bool,
+    fit: &Fit,
 ) -> Result<()> {
     let maps = &mut open.maps;
     if capture_stacks || on_demand {
@@ -257,6 +318,20 @@ fn size_stack_tables(
             .context("sizing the stack_copy_scratch map")?;
     }
     if capture_stacks {
+        // the object's own sizes (bpf/slowpath.bpf.c), fitted
+        let tables = [
+            (&mut maps.stacks, "stacks", false),
+            (&mut maps.callsites, "callsites", false),
+            (&mut maps.stack_copies, "stack_copies", true),
+        ];
+        for (map, name, copies) in tables {
+            let entries = match copies {
+                true => fit.stack_copies(map.max_entries()),
+                false => fit.stack_entries(map.max_entries()),
+            };
+            map.set_max_entries(entries)
+                .with_context(|| format!("sizing the {name} map"))?;
+        }
         return Ok(());
     }
     // Stack tables are preallocated (4 MiB for `stacks`, 4.3 MB for
@@ -271,12 +346,20 @@ fn size_stack_tables(
     }
     let size = |n: u32| if on_demand { n } else { 1 };
     let tables = [
-        (&mut maps.stacks, "stacks", size(ON_DEMAND_STACKS)),
-        (&mut maps.callsites, "callsites", size(ON_DEMAND_CALLSITES)),
+        (
+            &mut maps.stacks,
+            "stacks",
+            fit.stack_entries(size(ON_DEMAND_STACKS)),
+        ),
+        (
+            &mut maps.callsites,
+            "callsites",
+            fit.stack_entries(size(ON_DEMAND_CALLSITES)),
+        ),
         (
             &mut maps.stack_copies,
             "stack_copies",
-            size(ON_DEMAND_STACK_COPIES),
+            fit.stack_copies(size(ON_DEMAND_STACK_COPIES)),
         ),
     ];
     if !on_demand {

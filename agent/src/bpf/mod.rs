@@ -37,6 +37,7 @@ mod cost;
 mod emulator;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod fit;
 mod hooks;
 mod libbpf_log;
 mod load;

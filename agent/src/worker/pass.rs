@@ -207,6 +207,7 @@ impl Loop {
             Arc::new(Snapshot {
                 series: export(r.series, opts.pods.as_ref()),
                 tracked_processes: r.tracked_processes,
+                process_capacity: loaded.process_capacity,
                 live_tgids: r.live_tgids,
                 live_images: r.live_images,
                 folded: r.folded,
