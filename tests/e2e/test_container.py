@@ -125,8 +125,20 @@ def test_container_counts_a_host_workload(image, workload_bin):
     assert "detaching BPF programs" in logs
 
 
+# The runtime's default seccomp profile, named: podman's, from Debian's
+# containers-common (golang-github-containers-common 0.50), which allows
+# bpf(2) only with CAP_SYS_ADMIN, as Docker's and containerd's before 1.7
+# did. The chart's default (seccompProfile {}) is the kubelet's default,
+# Unconfined, run by DAEMONSET_LIKE above.
+RUNTIME_DEFAULT_SECCOMP = Path("/usr/share/containers/seccomp.json")
+
+
 def test_default_seccomp_profile_gets_an_actionable_error(image):
+    rules = json.loads(RUNTIME_DEFAULT_SECCOMP.read_text())["syscalls"]
+    bpf = [(r["action"], r.get("includes", {}).get("caps")) for r in rules if "bpf" in r["names"]]
+    assert ("SCMP_ACT_ALLOW", ["CAP_SYS_ADMIN"]) in bpf, bpf
     result = podman("run", "--rm", "--pid=host", "--network=host", "--cap-drop=all", "--cap-add=bpf,perfmon",
+                    "--security-opt", f"seccomp={RUNTIME_DEFAULT_SECCOMP}",
                     image, "--web.listen-address=127.0.0.1:0", check=False)
     assert result.returncode == 1
     assert "seccomp" in result.stderr.splitlines()[-1]
