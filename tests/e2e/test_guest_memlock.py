@@ -22,7 +22,9 @@ acpi_pm clocksource.
   without CAP_SYS_RESOURCE (agent.liftMemlockLimit: false) under 8 MiB it
   runs with a smaller process table, says so in one log line and in
   slowpath_process_table_capacity, and counts exactly; under 64 KiB it exits
-  1 with the fix for every install path; unlimited changes nothing.
+  1 with the fix for every install path; unlimited changes nothing. The
+  budget is per uid: a new agent started while an old one holds its tables
+  (a rollout) gets what the old one leaves.
 - 6.1 (bookworm) and 6.12 (trixie): under 8 MiB nothing changes (the limit is
   not lifted, the table is full), and no thread of the agent holds
   CAP_SYS_RESOURCE in any set after start.
@@ -54,6 +56,7 @@ CAPACITY = "slowpath_process_table_capacity"
 FULL_TABLE = 16384  # --bpf.max-processes' default
 CAP_SYS_RESOURCE = 24
 MIB8, KIB64 = str(RUNTIME_MEMLOCK_KIB), "64"  # KiB: systemd's defaults since 251 and before
+MIB12, MIB16 = str(12 * 1024), str(16 * 1024)
 
 
 def case(name, memlock, caps):
@@ -86,7 +89,30 @@ sleep 2
 """
 
 
-def scenario(cases):
+def rollout(memlock_old, memlock_new, caps):
+    """An old agent (port 9892, limit `memlock_old` KiB) keeps its tables
+    while a new one starts under the same uid (case "rollout_new", limit
+    `memlock_new`): before 5.11 both draw on one budget per uid."""
+    caps = ",".join(caps)
+    return f"""
+sp-container-exec --memlock {memlock_old} --uid 65534 --caps {caps} --no-new-privs -- \\
+    /tmp/bin/slowpath --web.listen-address=127.0.0.1:9892 >/tmp/rollout_old.log 2>&1 &
+OLD_PID=$!
+i=0
+until wget -q -O /dev/null http://127.0.0.1:9892/readyz 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 900 ] && break; sleep 0.1
+done
+section rollout_old wget -q -O - http://127.0.0.1:9892/metrics
+""" + case("rollout_new", memlock_new, caps.split(",")) + """
+kill -TERM $OLD_PID
+wait $OLD_PID
+echo "rollout_old exit $?"
+section rollout_old_log cat /tmp/rollout_old.log
+sleep 2
+"""
+
+
+def scenario(cases, extra=""):
     prelude = f"""
 mkdir -p /tmp/bin
 cp /usr/bin/slowpath /tmp/bin/slowpath
@@ -94,13 +120,13 @@ setcap {image_file_capabilities()} /tmp/bin/slowpath
 section filecaps getcap /tmp/bin/slowpath
 section uname uname -r
 """
-    return prelude + "".join(case(*c) for c in cases)
+    return prelude + "".join(case(*c) for c in cases) + extra
 
 
-def boot(agent_bin, tmp_path, suite, cases):
+def boot(agent_bin, tmp_path, suite, cases, extra=""):
     files = {"/usr/bin/sp-container-exec": container_exec(tmp_path), "/usr/bin/setcap": shutil.which("setcap"),
              "/usr/bin/getcap": shutil.which("getcap")}
-    console, secs = harness.run_scenario(agent_bin, scenario(cases), clocksource="acpi_pm", suite=suite,
+    console, secs = harness.run_scenario(agent_bin, scenario(cases, extra), clocksource="acpi_pm", suite=suite,
                                          extra_files=files, extra_cmdline="tsc=reliable")
     assert harness.guest_rc(console) == 0, console[-4000:]
     secs["console"] = console
@@ -140,9 +166,11 @@ def bullseye(agent_bin, tmp_path_factory):
         ("chart_64k", KIB64, chart),
         ("nores_8m", MIB8, without_sys_resource(chart)),
         ("nores_64k", KIB64, without_sys_resource(chart)),
+        ("nores_16m", MIB16, without_sys_resource(chart)),
         ("unlimited", "unlimited", without_sys_resource(chart)),
     ]
-    return boot(agent_bin, tmp_path_factory.mktemp("bullseye"), "bullseye", cases)
+    return boot(agent_bin, tmp_path_factory.mktemp("bullseye"), "bullseye", cases,
+                rollout(MIB12, MIB16, without_sys_resource(chart)))
 
 
 def test_the_chart_and_the_image_carry_sys_resource():
@@ -183,6 +211,19 @@ def test_510_without_sys_resource_under_64_kib_exits_with_the_fix_for_every_inst
     assert "charges BPF maps and programs to the locked-memory limit" in error and "here 64 KiB" in error, error
     for install in ["Helm chart", "plain manifests", "podman", "systemd", "ulimit -l unlimited"]:
         assert install in error, (install, error)
+
+
+def test_510_the_budget_is_per_uid_so_a_new_pod_fits_in_what_the_old_one_leaves(bullseye):
+    """16 MiB alone hold 8,192 processes (about 13.7 MiB of tables); while an
+    old agent of the same uid holds its 4,096 (12 MiB limit, about 7.6 MiB),
+    the new one backs off to what is left, and both count exactly."""
+    alone = Scrape(bullseye["nores_16m"]).value(CAPACITY)
+    old = Scrape(bullseye["rollout_old"]).value(CAPACITY)
+    assert exit_code(bullseye, "rollout_new") == 0, bullseye["rollout_new_log"]
+    assert exit_code(bullseye, "rollout_old") == 0, bullseye["rollout_old_log"]
+    new = assert_counts_exactly(bullseye, "rollout_new").value(CAPACITY)
+    assert (alone, old) == (8192, 4096), (alone, old)
+    assert 256 <= new < alone, (new, bullseye["rollout_new_log"])
 
 
 def test_510_unlimited_is_unchanged(bullseye):
