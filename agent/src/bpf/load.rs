@@ -144,11 +144,15 @@ pub fn load<'obj>(
 
 /// Whether a load failed with EPERM: under a finite locked-memory limit that
 /// the kernel charges (the only case `Fit` acts on), the charge is the
-/// likely cause, whether a map or a program was refused.
+/// likely cause, whether a map or a program was refused. EACCES, which the
+/// verifier gives for a program it rejects, shares EPERM's error kind, and
+/// libbpf-rs keeps the errno only in the message: hence the message.
 fn refused_for_memory(err: &anyhow::Error) -> bool {
+    let eperm = std::io::Error::from_raw_os_error(libc::EPERM).to_string();
     err.chain().any(|e| {
-        e.downcast_ref::<libbpf_rs::Error>()
-            .is_some_and(|e| e.kind() == libbpf_rs::ErrorKind::PermissionDenied)
+        e.downcast_ref::<libbpf_rs::Error>().is_some_and(|e| {
+            e.kind() == libbpf_rs::ErrorKind::PermissionDenied && e.to_string().contains(&eperm)
+        })
     })
 }
 
@@ -393,6 +397,18 @@ mod tests {
     use super::*;
     use crate::bpf::hooks::tests::setup;
     use AttachType::RawTp;
+
+    #[test]
+    fn only_an_eperm_from_libbpf_counts_as_refused_for_memory() {
+        let refused = |errno| {
+            anyhow::Error::from(libbpf_rs::Error::from_raw_os_error(errno))
+                .context("loading the BPF programs into the kernel")
+        };
+        assert!(refused_for_memory(&refused(libc::EPERM)));
+        assert!(!refused_for_memory(&refused(libc::EINVAL)));
+        assert!(!refused_for_memory(&refused(libc::EACCES)));
+        assert!(!refused_for_memory(&anyhow!("Operation not permitted")));
+    }
 
     #[test]
     fn used_up_attempts_name_the_plan_the_refusals_and_the_next_step() {
