@@ -1,6 +1,5 @@
 //! Command-line flags, named after the Prometheus exporter convention.
 
-use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +9,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::{AttachType, KERNEL_BTF};
+use crate::flag_values::{parse_duration, parse_duration_or_zero, whole_number};
 use crate::signals::SignalArgs;
 
 /// Every flag can also be set in the environment (`SLOWPATH_WEB_LISTEN_ADDRESS`
@@ -349,34 +349,6 @@ fn parse_ringbuf_bytes(s: &str) -> Result<u32, String> {
     match s.parse::<u32>() {
         Ok(n) if n >= 4096 && n.is_power_of_two() => Ok(n),
         _ => Err("expected a power of two of at least 4096 bytes, e.g. 1048576".into()),
-    }
-}
-
-/// A whole number from `lo` to `hi`; the message says so.
-pub fn whole_number<T>(lo: T, hi: T) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync
-where
-    T: std::str::FromStr + PartialOrd + fmt::Display + Copy + Send + Sync,
-{
-    move |s| match s.parse::<T>() {
-        Ok(n) if lo <= n && n <= hi => Ok(n),
-        _ => Err(format!("expected a whole number from {lo} to {hi}")),
-    }
-}
-
-/// A duration flag: humantime (`15s`, `500ms`, `1m`), at least 100 ms.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d >= Duration::from_millis(100) => Ok(d),
-        Ok(_) => Err("too short: expected at least 100ms".into()),
-        Err(e) => Err(format!("expected a duration, e.g. 15s, 500ms, 1m ({e})")),
-    }
-}
-
-/// A duration of at least 100ms, or 0 (off).
-pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
-    match humantime::parse_duration(s) {
-        Ok(d) if d.is_zero() => Ok(d),
-        _ => parse_duration(s),
     }
 }
 

@@ -14,6 +14,7 @@ mod doctor;
 mod exposition;
 mod finding;
 mod findings;
+mod flag_values;
 #[cfg(test)]
 mod golden;
 mod http;

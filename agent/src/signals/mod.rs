@@ -36,6 +36,7 @@ pub mod memory;
 pub mod sigmask;
 pub mod sleep;
 pub mod timer;
+pub mod vocabulary;
 
 /// What the metrics of one scrape are made from.
 pub struct Scrape<'a> {

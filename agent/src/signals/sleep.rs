@@ -10,32 +10,21 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::bpf::slot;
-use crate::bpf::types::{
-    bss, sp_callsite_kind, sp_counters, sp_sleep_bucket, sp_sleep_mode, sp_sleep_syscall, sp_wait,
-};
+use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sleep_mode, sp_sleep_syscall, sp_wait};
 use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
-use crate::signals::clock::{CLOCK_COUNT, CLOCK_NAMES};
+use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, CLOCK_COUNT, CLOCK_NAMES};
 use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
 
 const SYSCALL_COUNT: usize = slot!(sp_sleep_syscall::SP_SLEEP_SYSCALL_COUNT);
 const MODE_COUNT: usize = slot!(sp_sleep_mode::SP_SLEEP_MODE_COUNT);
-const BUCKET_COUNT: usize = slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_COUNT);
 
 /// `syscall` label values, indexed by `enum sp_sleep_syscall`.
 pub const SYSCALL_NAMES: [&str; SYSCALL_COUNT] = ["nanosleep", "clock_nanosleep"];
 
 /// `mode` label values, indexed by `enum sp_sleep_mode`.
 pub const MODE_NAMES: [&str; MODE_COUNT] = ["relative", "absolute"];
-
-/// Upper bounds (seconds) of the requested-sleep histogram buckets; the BPF
-/// side has one more bucket for +Inf.
-pub const BUCKET_BOUNDS: [f64; BUCKET_COUNT - 1] = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0];
-
-/// Index of the bucket that ends at 1 ms.
-pub const BUCKET_1MS: usize = slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS);
-const _: () = assert!(BUCKET_BOUNDS[BUCKET_1MS] == 1e-3);
 
 const _: fn(&sp_counters) -> &[[[u64; MODE_COUNT]; CLOCK_COUNT]; SYSCALL_COUNT] =
     |c| &c.sleep_calls;
@@ -88,26 +77,6 @@ fn count_sleeps(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
     })
 }
 
-/// Tell the BPF side how far CLOCK_REALTIME and CLOCK_TAI are ahead of
-/// CLOCK_MONOTONIC, to turn absolute deadlines on them into lengths (the
-/// requested sleeps here, and the timer signal's requested timeouts, whose
-/// upkeep this is too). Kept current on every pass of the worker (at most
-/// 500 ms apart), so a clock step is off for at most that long.
-pub(in crate::signals) fn update_clock_offsets(bss: &mut bss) {
-    let now = |clock| {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec through a valid pointer.
-        unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-    };
-    let mono = now(libc::CLOCK_MONOTONIC);
-    bss.realtime_offset_ns = now(libc::CLOCK_REALTIME) - mono;
-    bss.tai_offset_ns = now(libc::CLOCK_TAI) - mono;
-}
-
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut calls = Vec::new();
     let mut requested = Vec::new();
@@ -148,6 +117,7 @@ fn diagnose(_: &Observation<'_>) -> Vec<Finding> {
 mod tests {
     use super::*;
     use crate::signals::test_support::{delta, export_one_of};
+    use crate::signals::vocabulary::BUCKET_1MS;
 
     fn export_one(d: crate::finding::Delta) -> Vec<MetricFamily> {
         export_one_of(&SIGNAL, d)

@@ -16,8 +16,9 @@ use std::time::Duration;
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
 use crate::bpf::{KernelBtf, RodataPatch};
-use crate::cli::parse_duration;
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labels};
+use crate::flag_values::parse_duration;
+use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
 use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs};
 use crate::snapshot::Series;
 
@@ -31,27 +32,6 @@ pub mod switches;
 use canary::CanaryReadings;
 use settings::Clocksources;
 pub use sources::SOURCES;
-
-/// Number of `enum sp_clock` classes.
-pub const CLOCK_COUNT: usize = slot!(sp_clock::SP_CLOCK_COUNT);
-
-/// `clock` label values, indexed by `enum sp_clock`.
-pub const CLOCK_NAMES: [&str; CLOCK_COUNT] = [
-    "realtime",
-    "monotonic",
-    "process_cputime",
-    "thread_cputime",
-    "monotonic_raw",
-    "realtime_coarse",
-    "monotonic_coarse",
-    "boottime",
-    "realtime_alarm",
-    "boottime_alarm",
-    "tai",
-    "cpu_clock",
-    "fd_clock",
-    "invalid",
-];
 
 // One counter per clock class in the kernel's table.
 const _: fn(&sp_counters) -> &[u64; CLOCK_COUNT] = |c| &c.clock_gettime;

@@ -107,7 +107,7 @@ pub const SIGNAL: Signal = Signal {
 pub struct MemoryArgs {
     /// Capacity of the in-flight compaction table (tasks compacting at once).
     #[arg(long = "bpf.max-compactions", env = "SLOWPATH_BPF_MAX_COMPACTIONS", default_value_t = 4096, value_name = "N",
-          value_parser = crate::cli::whole_number(16u32, 1_048_576))]
+          value_parser = crate::flag_values::whole_number(16u32, 1_048_576))]
     pub max_compactions: u32,
 }
 

@@ -28,10 +28,10 @@ use std::collections::BTreeMap;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::bpf::slot;
-use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sleep_bucket, sp_wait};
+use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_wait};
 use crate::exposition::{cumulative_buckets, family, histogram, push_nonzero, with, Family};
 use crate::finding::{Compose, Delta, Finding, Severity};
-use crate::signals::sleep::BUCKET_BOUNDS;
+use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
 use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -45,7 +45,6 @@ use wakeup_cost::WakeupCost;
 pub const WAIT_COUNT: usize = slot!(sp_wait::SP_WAIT_COUNT);
 /// The first kinds, whose timeouts the kernel side reads.
 const WAIT_SYSCALL_COUNT: usize = slot!(sp_wait::SP_WAIT_SYSCALL_COUNT);
-const BUCKET_COUNT: usize = slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_COUNT);
 
 /// `wait` label values, indexed by `enum sp_wait`.
 pub const WAIT_NAMES: [&str; WAIT_COUNT] = [
@@ -109,7 +108,7 @@ pub const SIGNAL: Signal = Signal {
         syscalls: TIMED_WAITS,
         rodata: Some(kernel::rodata),
         // absolute deadlines on CLOCK_REALTIME and CLOCK_TAI (futex, futex_waitv)
-        upkeep: Some(crate::signals::sleep::update_clock_offsets),
+        upkeep: Some(update_clock_offsets),
         map_sizes: None,
         left_out: Some(kernel::left_out),
     },
@@ -442,8 +441,8 @@ fn timer_loop_finding(obs: &Observation<'_>) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::sleep::BUCKET_1MS;
     use crate::signals::test_support::{delta, export_one_of, observe};
+    use crate::signals::vocabulary::BUCKET_1MS;
 
     const FUTEX: usize = slot!(sp_wait::SP_WAIT_FUTEX);
 
