@@ -433,3 +433,24 @@ BEGIN { printf("ready\\n"); }
 
     def wakeups(self, tids):
         return sum(self.by_tid.get(t, 0) for t in tids)
+
+
+def thp_enabled():
+    """Whether transparent huge pages can be allocated on faults here."""
+    return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+
+
+def doctor_report(agent_bin, *args, duration="2s"):
+    """`slowpath doctor --format=json` with `args`: the parsed report; the
+    doctor must exit 0."""
+    out = subprocess.run([str(agent_bin), "doctor", f"--duration={duration}", "--format=json", *args],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def prom_query(base, expr):
+    """An instant query of the Prometheus server at `base`: its result list."""
+    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.load(resp)["data"]["result"]

@@ -38,7 +38,7 @@ def folded(agent, kind=None):
     return out
 
 
-def samples(agent, comm, kind):
+def folded_samples(agent, comm, kind):
     return sum(n for path, n in folded(agent, kind).items() if path.startswith(comm + ";"))
 
 
@@ -159,12 +159,12 @@ def test_one_sample_per_sleep_when_sleeps_are_over_a_jiffy_apart(stacks_agent, w
     """The first call of each jiffy is sampled. Sleeps of 11 ms are further
     apart than the longest jiffy (10 ms at HZ=100): every call is sampled, so
     the samples equal the calls exactly."""
-    before = samples(stacks_agent, "sp-workload", "sleep")
+    before = folded_samples(stacks_agent, "sp-workload", "sleep")
     dropped = stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total")
     calls = 150
     run_workload(workload_bin, "sleep", calls, 11_000)
     settle()
-    got = samples(stacks_agent, "sp-workload", "sleep") - before
+    got = folded_samples(stacks_agent, "sp-workload", "sleep") - before
     assert got == calls, (got, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total") - dropped)
     # glibc's wrappers push no frame pointer; the stack-top word still finds them
     assert any(p.startswith("sp-workload;") and "nanosleep;[sleep]" in p
@@ -176,11 +176,11 @@ def test_each_kind_of_call_is_sampled_in_a_jiffy_another_kind_took(stacks_agent,
     then sleeps 11 ms (longer than any jiffy) has its clock read first in
     every jiffy, and both calls of every round are sampled. With one sample
     per jiffy for all kinds, the sleeps were never sampled."""
-    before = {k: samples(stacks_agent, "sp-workload", k) for k in ("clock", "sleep")}
+    before = {k: folded_samples(stacks_agent, "sp-workload", k) for k in ("clock", "sleep")}
     rounds = 150
     run_workload(workload_bin, "clock-sleep", rounds, 11_000)
     settle()
-    got = {k: samples(stacks_agent, "sp-workload", k) - before[k] for k in before}
+    got = {k: folded_samples(stacks_agent, "sp-workload", k) - before[k] for k in before}
     assert got == {"clock": rounds, "sleep": rounds}, (
         got, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total"))
 
@@ -190,15 +190,15 @@ def test_exited_processes_leave_the_kernel_tables(stacks_agent, workload_bin):
     settle()
     assert pid not in kernel_callsite_tgids(stacks_agent)
     # ... and their samples stay in the folded stacks
-    assert samples(stacks_agent, "sp-workload", "clock") > 0
+    assert folded_samples(stacks_agent, "sp-workload", "clock") > 0
 
 
 def test_short_lived_processes_are_folded_and_evicted(stacks_agent, workload_bin):
-    before = samples(stacks_agent, "sp-churn", "clock")
+    before = folded_samples(stacks_agent, "sp-churn", "clock")
     run_workload(workload_bin, "churn", 40, 20_000)
     settle()
     churn = {p: n for p, n in folded(stacks_agent).items() if p.startswith("sp-churn;")}
-    assert samples(stacks_agent, "sp-churn", "clock") > before, (
+    assert folded_samples(stacks_agent, "sp-churn", "clock") > before, (
         churn, stacks_agent.scrape().value("slowpath_callsite_samples_dropped_total"))
     # every entry left belongs to a live process (dead ones were evicted)
     dead = {t for t in kernel_callsite_tgids(stacks_agent) if not Path(f"/proc/{t}").exists()}

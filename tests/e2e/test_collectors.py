@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Agent, bpf_fd_ids, our_program_ids, run_workload, wait_unloaded
+from conftest import thp_enabled, Agent, bpf_fd_ids, our_program_ids, run_workload, wait_unloaded
 
 # What only each signal asks of the kernel (on x86_64), and its families.
 SIGNALS = {
@@ -62,10 +62,6 @@ SIGNALS = {
 CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
 SYSCALL_SIGNALS = ["clock", "sigmask", "sleep", "timer"]
 N = 1000
-
-
-def thp_enabled():
-    return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
 
 
 @pytest.fixture(autouse=True)

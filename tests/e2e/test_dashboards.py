@@ -24,11 +24,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Agent, cgroup2_root, prometheus_server, run_workload
+from conftest import thp_enabled, REPO, Agent, cgroup2_root, prometheus_server, run_workload
 
 DASHBOARDS_DIR = REPO / "dashboards"
 DASHBOARDS = {  # file -> uid: uids are stable, links and bookmarks depend on them
@@ -104,10 +103,6 @@ ZERO_NORMAL = {
     ("slowpath-fleet", "Nodes on a clocksource the vDSO cannot read", "A"),
     ("slowpath-fleet", "Nodes whose vDSO canary falls back", "A"),
 }
-
-
-def thp_enabled():
-    return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
 
 
 if not thp_enabled():
@@ -434,7 +429,7 @@ def values_for(uid, agent):
     return common | {"comm": ".*"}                # All
 
 
-def samples(result):
+def result_values(result):
     """Float values of an instant (vector/scalar) or range (matrix) result."""
     data = result["data"]
     if data["resultType"] == "scalar":
@@ -463,7 +458,7 @@ def run_panel_queries(base, dash, values):
             if body.get("status") != "success":
                 problem = f"invalid ({endpoint}): {body.get('error', body)}\n    {expr}"
                 break
-            finite = [v for v in samples(body) if math.isfinite(v)]
+            finite = [v for v in result_values(body) if math.isfinite(v)]
             if not finite and key not in EMPTY_ALLOWED:
                 problem = f"no data ({endpoint}): {body['data']['result']}\n    {expr}"
                 break

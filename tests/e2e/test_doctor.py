@@ -11,12 +11,7 @@ from pathlib import Path
 
 import pytest
 
-
-def doctor(agent_bin, *args, duration="2s"):
-    out = subprocess.run([str(agent_bin), "doctor", f"--duration={duration}", "--format=json", *args],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+from conftest import doctor_report
 
 
 def with_workload(workload_bin, *args):
@@ -52,7 +47,7 @@ def running(workload_bin):
 
 
 def test_idle_node_has_no_warning(agent_bin):
-    report = doctor(agent_bin)
+    report = doctor_report(agent_bin)
     assert report["schema_version"] == 1
     serious = [f for f in report["findings"] if f["severity"] != "info"]
     assert serious == [], serious
@@ -62,7 +57,7 @@ def test_idle_node_has_no_warning(agent_bin):
 
 def test_ruby_getcontext_case(agent_bin, running):
     pid = running("context", 50_000_000)
-    f = finding(doctor(agent_bin), "rt_sigprocmask_storm")
+    f = finding(doctor_report(agent_bin), "rt_sigprocmask_storm")
     assert f["severity"] == "warning"
     assert pids(f)[0] == pid
     assert f["evidence"]["getcontext_setcontext_signature"] == "true"
@@ -72,7 +67,7 @@ def test_ruby_getcontext_case(agent_bin, running):
 
 def test_ticker_case(agent_bin, running):
     pid = running("sleep", 10_000, 1000)
-    f = finding(doctor(agent_bin), "timer_loop")
+    f = finding(doctor_report(agent_bin), "timer_loop")
     assert pids(f) == [pid]
     rate = f["processes"][0]["per_second"]
     assert 500 < rate <= 1000, rate  # a 1 ms ticker: at most 1000/s
@@ -85,7 +80,7 @@ def test_ticker_case(agent_bin, running):
 
 def test_raw_clock_syscalls_are_a_vdso_bypass(agent_bin, running):
     pid = running("clock-raw", 500_000_000)
-    report = doctor(agent_bin)
+    report = doctor_report(agent_bin)
     f = finding(report, "vdso_bypass")
     assert pids(f)[0] == pid
     assert "clock_gettime/monotonic" in f["processes"][0]["detail"]
@@ -94,7 +89,7 @@ def test_raw_clock_syscalls_are_a_vdso_bypass(agent_bin, running):
 
 def test_cpu_time_clocks(agent_bin, running):
     pid = running("cputime", 100_000_000)
-    f = finding(doctor(agent_bin), "cpu_time_clocks")
+    f = finding(doctor_report(agent_bin), "cpu_time_clocks")
     assert f["severity"] == "info"
     assert pids(f)[0] == pid
     assert set(f["processes"][0]["detail"]) == {
@@ -118,9 +113,9 @@ def test_thp_faults(agent_bin, workload_bin):
 def test_filters_keep_only_the_target(agent_bin, running):
     ticker = running("sleep", 10_000, 1000)
     running("context", 50_000_000)
-    report = doctor(agent_bin, f"--pid={ticker}")
+    report = doctor_report(agent_bin, f"--pid={ticker}")
     assert [f["id"] for f in report["findings"]] == ["timer_loop"]
-    report = doctor(agent_bin, "--comm=no-such-comm")
+    report = doctor_report(agent_bin, "--comm=no-such-comm")
     assert report["findings"] == []
 
 
@@ -130,7 +125,7 @@ def test_clocksource_finding_from_the_node_settings(agent_bin, tmp_path):
     cs.mkdir(parents=True)
     (cs / "current_clocksource").write_text("xen\n")
     (cs / "available_clocksource").write_text("xen tsc hpet acpi_pm\n")
-    report = doctor(agent_bin, f"--path.sysfs={tmp_path}")
+    report = doctor_report(agent_bin, f"--path.sysfs={tmp_path}")
     f = report["findings"][0]
     assert (f["id"], f["severity"]) == ("clocksource_not_vdso_capable", "critical")
     assert "echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource" in f["fix"]
@@ -151,7 +146,7 @@ def test_call_sites_name_the_caller_of_getcontext(agent_bin, running):
     """The workload keeps frame pointers: the stacks show the library function
     and its caller in the workload, symbolized with blazesym."""
     pid = running("context", 50_000_000)
-    f = finding(doctor(agent_bin), "rt_sigprocmask_storm")
+    f = finding(doctor_report(agent_bin), "rt_sigprocmask_storm")
     proc = next(p for p in f["processes"] if p["pid"] == pid)
     stacks = [[fr["function"] for fr in site["frames"]] for site in proc["call_sites"]]
     assert stacks, "no call sites sampled"

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, vmstat
+from conftest import doctor_report, REPO, vmstat
 
 PTH_SRC = REPO / "tests" / "workloads" / "pth-yield.c"
 JAVA_SRC = REPO / "tests" / "workloads" / "java" / "PreTouchHeap.java"
@@ -116,13 +116,6 @@ def free_run_rate(cmd_of, iterations, calls_per_iteration, n):
     return iterations(n) * calls_per_iteration / (time.monotonic() - t0)
 
 
-def doctor(agent_bin, *args, duration="2s"):
-    out = subprocess.run([str(agent_bin), "doctor", f"--duration={duration}", "--format=json", *args],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
 def finding(report, fid):
     found = [f for f in report["findings"] if f["id"] == fid]
     assert found, f"no {fid} finding in {[f['id'] for f in report['findings']]}"
@@ -191,7 +184,7 @@ def test_rt_sigprocmask_source_from_the_call_site(case, agent_bin, workload_bin,
     free_rate = free_run_rate(cmd_of, iterations, calls_per_iteration, free_n)
 
     pid = running(cmd_of(FOREVER))
-    f = finding(doctor(agent_bin, f"--pid={pid}"), "rt_sigprocmask_storm")
+    f = finding(doctor_report(agent_bin, f"--pid={pid}"), "rt_sigprocmask_storm")
     assert [p["pid"] for p in f["processes"]] == [pid]
     p = f["processes"][0]
     assert p["call_sites"], "no call sites sampled"
@@ -221,7 +214,7 @@ def test_raw_rt_sigprocmask_matches_no_row(agent_bin, workload_bin, running, tmp
     assert per_iteration == {"block": 1, "unblock": 1}, per_iteration
 
     pid = running([str(workload_bin), "raw-sigmask", str(FOREVER)])
-    f = finding(doctor(agent_bin, f"--pid={pid}"), "rt_sigprocmask_storm")
+    f = finding(doctor_report(agent_bin, f"--pid={pid}"), "rt_sigprocmask_storm")
     p = process(f, pid)
     assert set(p["detail"]) == {"block", "unblock"}, p["detail"]
     assert p["detail"]["block"] == pytest.approx(p["detail"]["unblock"], rel=0.05), p["detail"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import cgroup2_root, populated_zones, run_workload, vmstat
+from conftest import thp_enabled, cgroup2_root, populated_zones, run_workload, vmstat
 
 CLOCK = "slowpath_clock_syscalls_total"
 SIGMASK = "slowpath_rt_sigprocmask_calls_total"
@@ -110,11 +110,6 @@ def test_absolute_sleeps_count_their_distance_to_the_deadline(agent, workload_bi
     assert bucket("0.00001") == 0
     assert own(scrape, HIST + "_count", pid) == 200
     assert own(scrape, HIST + "_sum", pid) == pytest.approx(200 * 100e-6, rel=0.1)
-
-
-def thp_enabled():
-    text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    return "[never]" not in text
 
 
 @pytest.mark.skipif(not thp_enabled(), reason="THP is disabled on this kernel")

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, Agent, prometheus_server
+from conftest import prom_query, REPO, Agent, prometheus_server
 from test_doctor_sources import JAVA_SRC as PRETOUCH_SRC, pth_bin, thp_always, workload_cmd  # noqa: F401
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA, NODE, PYTHON, go_ticker  # noqa: F401
 
@@ -81,12 +81,6 @@ def started():
         proc.wait()
 
 
-def query(base, expr):
-    q = urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(f"{base}/api/v1/query?{q}", timeout=5) as resp:
-        return json.load(resp)["data"]["result"]
-
-
 def firing(base, alertname, **labels):
     with urllib.request.urlopen(f"{base}/api/v1/alerts", timeout=5) as resp:
         alerts = json.load(resp)["data"]["alerts"]
@@ -94,7 +88,7 @@ def firing(base, alertname, **labels):
             and all(a["labels"].get(k) == v for k, v in labels.items())]
 
 
-def wait_for(what, check, timeout, agent):
+def wait_for_findings(what, check, timeout, agent):
     """Poll `check` until it returns something truthy; its value."""
     deadline = time.monotonic() + timeout
     while True:
@@ -107,7 +101,7 @@ def wait_for(what, check, timeout, agent):
 
 
 def finding_series(base, finding, comm):
-    return query(base, f'slowpath_finding_info{{finding="{finding}",comm="{comm}"}}')
+    return prom_query(base, f'slowpath_finding_info{{finding="{finding}",comm="{comm}"}}')
 
 
 def known_source_of(base, finding, comm):
@@ -127,7 +121,7 @@ def check_storm(stack, pid, finding, comm, signal, want_row, alert=None, started
     per-process alert fires with the row's cause and fix."""
     agent, base = stack
     started_at = started_at or time.monotonic()
-    found = wait_for(f"{finding} for {comm} with a known source",
+    found = wait_for_findings(f"{finding} for {comm} with a known source",
                      lambda: known_source_of(base, finding, comm), WINDOW + 25, agent)
     took = time.monotonic() - started_at
     assert found == want_row, (found, want_row)
@@ -138,7 +132,7 @@ def check_storm(stack, pid, finding, comm, signal, want_row, alert=None, started
     if pid is not None:
         assert p["pid"] == pid, (p["pid"], pid)
     if alert:
-        fired = wait_for(f"{alert} for {comm}", lambda: firing(base, alert, comm=comm, known_source=want_row),
+        fired = wait_for_findings(f"{alert} for {comm}", lambda: firing(base, alert, comm=comm, known_source=want_row),
                          30, agent)
         notes = fired[0]["annotations"]
         assert notes["cause"] == row(signal, want_row)["cause"], notes
@@ -159,7 +153,7 @@ def test_python_timer_loop_is_found_named_alerted_and_cleared(stack, started):
     proc.kill()
     proc.wait()
     t1 = time.monotonic()
-    wait_for("the cleared finding to go", lambda: not re.search(
+    wait_for_findings("the cleared finding to go", lambda: not re.search(
         r'^slowpath_finding_info\{finding="timer_loop".*comm="python3"', agent.get("/metrics")[1], re.M),
         WINDOW + GRACE + 10, agent)
     gone = time.monotonic() - t1
@@ -199,7 +193,7 @@ def test_jvm_pretouching_a_thp_heap(stack, started, thp_always, tmp_path):  # no
     _, pid = started(["java", "-XX:+UseTransparentHugePages", "-XX:+AlwaysPreTouch", "-Xms512m", "-Xmx512m",
                       "-cp", str(tmp_path), "PreTouchHeap", "60"])
     agent, base = stack
-    found = wait_for("thp_faults for java with a known source",
+    found = wait_for_findings("thp_faults for java with a known source",
                      lambda: known_source_of(base, "thp_faults", "java"), WINDOW + 25, agent)
     assert found in ("jvm_pretouch", "jvm_heap"), found
 
@@ -234,16 +228,16 @@ def test_an_exec_is_sampled_afresh(stack, started, workload_bin, tmp_path):
     exe = tmp_path / "sp-after-exec"
     shutil.copy(workload_bin, exe)
     proc, pid = started(["/usr/bin/python3", "-c", PYTHON_THEN_EXEC, str(exe), "sleep", str(FOREVER), "1000"])
-    before = wait_for("the Python loop named", lambda: named(agent, "timer_loop", pid), WINDOW + 25, agent)
+    before = wait_for_findings("the Python loop named", lambda: named(agent, "timer_loop", pid), WINDOW + 25, agent)
     assert (before["comm"], before["known_source"]["row"]) == ("python3", "python_sleep"), before
     t0 = time.monotonic()
     proc.send_signal(signal.SIGUSR1)
-    after = wait_for("the exec'd loop named", lambda: (p := named(agent, "timer_loop", pid)) and
+    after = wait_for_findings("the exec'd loop named", lambda: (p := named(agent, "timer_loop", pid)) and
                      p["comm"] == "sp-after-exec" and p, WINDOW + 25, agent)
     assert after["known_source"]["row"] == "glibc_sleep_loop", after["known_source"]
     took = time.monotonic() - t0
     print(f"after the exec: the new image's known source on /debug/findings {took:.1f} s later")
-    found = wait_for("the exec'd loop's known source in Prometheus",
+    found = wait_for_findings("the exec'd loop's known source in Prometheus",
                      lambda: known_source_of(base, "timer_loop", "sp-after-exec"), 30, agent)
     assert found == "glibc_sleep_loop", found
 
@@ -253,12 +247,12 @@ def test_only_processes_past_a_threshold_are_sampled(stack, started, workload_bi
     second, a series of its own) run side by side on a node with no finding
     left: the kernel's call-site table gets stacks of the loop's series only."""
     agent, base = stack
-    wait_for("the earlier findings to clear", lambda: no_finding(agent), WINDOW + GRACE + 30, agent)
+    wait_for_findings("the earlier findings to clear", lambda: no_finding(agent), WINDOW + GRACE + 30, agent)
     sleeper_bin = tmp_path / "sp-sleeper"
     shutil.copy(workload_bin, sleeper_bin)
     _, sleeper = started([str(sleeper_bin), "sleep", "100000", "10000"])
     _, loop = started(PYTHON)
-    wait_for("the loop's known source", lambda: known_source_of(base, "timer_loop", "python3"), WINDOW + 25, agent)
+    wait_for_findings("the loop's known source", lambda: known_source_of(base, "timer_loop", "python3"), WINDOW + 25, agent)
     out = subprocess.run(["bpftool", "--json", "map", "dump", "name", "callsites"], capture_output=True, text=True,
                          check=True)
     keys = [e["formatted"]["key"] for e in json.loads(out.stdout) if "formatted" in e]
@@ -273,13 +267,13 @@ def test_only_processes_past_a_threshold_are_sampled(stack, started, workload_bi
     assert all(Path(f"/proc/{t}/comm").read_text().strip() == "python3" for t in tgids
                if Path(f"/proc/{t}").exists()), tgids
     # a target is read within seconds, then no process is sampled
-    wait_for("no process sampled", lambda: agent.scrape().value("slowpath_findings_sampled_processes") == 0,
+    wait_for_findings("no process sampled", lambda: agent.scrape().value("slowpath_findings_sampled_processes") == 0,
              20, agent)
 
 
 def test_a_quiet_node_has_no_finding(stack):
     """With the test workloads gone, no finding is left after a window and the grace."""
     agent, base = stack
-    wait_for("no finding", lambda: no_finding(agent), WINDOW + GRACE + 30, agent)
+    wait_for_findings("no finding", lambda: no_finding(agent), WINDOW + GRACE + 30, agent)
     assert "slowpath_finding_info{" not in agent.get("/metrics")[1]
     assert agent.scrape().value("slowpath_findings_evaluations_total") > 0

@@ -71,7 +71,7 @@ def idle(agent_bin, tmp_path_factory):
     return secs
 
 
-def samples(text):
+def page_samples(text):
     """{series selector: value} of a page, and the names of its counters."""
     counters = set()
     found = {}
@@ -93,8 +93,8 @@ def input_series(first, second, minutes):
     """promtool input series: each sample of the second scrape as node
     "guest" of job "slowpath"; a counter grows by what it grew between the
     scrapes, per minute."""
-    before, _ = samples(first)
-    after, counters = samples(second)
+    before, _ = page_samples(first)
+    after, counters = page_samples(second)
     series = [{"series": 'up{job="slowpath",instance="guest"}', "values": f"1x{minutes}"}]
     for (name, labels), value in sorted(after.items()):
         inner = labels[1:-1]

@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from conftest import Agent, prometheus_server, run_workload
+from conftest import prom_query, Agent, prometheus_server, run_workload
 
 @pytest.fixture(scope="module")
 def agent(agent_bin, tmp_path_factory):
@@ -40,18 +40,12 @@ def test_the_release_is_the_one_named(release):
         assert version.startswith("2.42."), version
 
 
-def query(base, promql):
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)["data"]["result"]
-
-
-def wait_for(base, promql, want, timeout=30):
+def wait_for_value(base, promql, want, timeout=30):
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
         try:
-            last = query(base, promql)
+            last = prom_query(base, promql)
             if last and float(last[0]["value"][1]) == want:
                 return
         except OSError:
@@ -61,23 +55,23 @@ def wait_for(base, promql, want, timeout=30):
 
 
 def test_prometheus_scrapes_exact_counts(agent, prometheus, workload_bin):
-    wait_for(prometheus, 'up{job="slowpath"}', 1)
+    wait_for_value(prometheus, 'up{job="slowpath"}', 1)
     pid = run_workload(workload_bin, "clock-raw", 54321)
-    wait_for(
+    wait_for_value(
         prometheus,
         f'sum(slowpath_clock_syscalls_total{{pid="{pid}",fallback="true",clock="monotonic"}})',
         54321,
     )
-    wait_for(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', 10)
+    wait_for_value(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', 10)
 
 
 def test_the_scrape_is_healthy_with_no_fallback(agent, prometheus):
     """The target is up with no scrape error, and every sample parsed: a
     Prometheus 3 that could not read the content type would have failed
     the scrape (no fallback_scrape_protocol is configured)."""
-    wait_for(prometheus, 'up{job="slowpath"}', 1)
+    wait_for_value(prometheus, 'up{job="slowpath"}', 1)
     with urllib.request.urlopen(f"{prometheus}/api/v1/targets", timeout=5) as resp:
         targets = json.load(resp)["data"]["activeTargets"]
     assert [(t["labels"]["job"], t["health"], t["lastError"]) for t in targets] == [("slowpath", "up", "")]
-    scraped = query(prometheus, 'scrape_samples_scraped{job="slowpath"}')
+    scraped = prom_query(prometheus, 'scrape_samples_scraped{job="slowpath"}')
     assert float(scraped[0]["value"][1]) > 100, scraped

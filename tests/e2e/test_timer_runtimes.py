@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Agent, wait_ready
+from conftest import doctor_report, REPO, Agent, wait_ready
 
 WAKEUPS = "slowpath_timer_wakeups_total"
 TICKER_SRC = REPO / "tests" / "workloads" / "sentinel-ticker"
@@ -105,13 +105,6 @@ def wakeup_rates(agent, pid):
     return (after - before) / (t1 - t0), int(m.group(1)) / WINDOW
 
 
-def doctor(agent_bin, pid, duration="3s"):
-    out = subprocess.run([str(agent_bin), "doctor", f"--duration={duration}", "--format=json", f"--pid={pid}"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
-
-
 def timer_loop(report):
     found = [f for f in report["findings"] if f["id"] == "timer_loop"]
     return found[0] if found else None
@@ -125,7 +118,7 @@ def check_runtime(agent, agent_bin, pid, runtime, waits, row):
     by_wait = {s.labels["wait"]: s.value for s in scrape.select(WAKEUPS, pid=str(pid))}
     assert max(by_wait, key=by_wait.get) in waits, by_wait
     assert scrape.value("slowpath_timer_requested_seconds_count", pid=pid) > 0
-    f = timer_loop(doctor(agent_bin, pid))
+    f = timer_loop(doctor_report(agent_bin, f"--pid={pid}", duration="3s"))
     assert f, "no timer_loop finding"
     p = f["processes"][0]
     assert p["pid"] == pid
@@ -167,7 +160,7 @@ def test_sentinel_golang_cached_time_ticker(timer_agent, agent_bin, tracefs, sta
 
 def test_sentinel_golang_without_the_ticker_is_no_timer_loop(agent_bin, started, go_ticker):
     pid = started([str(go_ticker)], env={"USE_CACHE_TIME": "false"})
-    assert timer_loop(doctor(agent_bin, pid)) is None
+    assert timer_loop(doctor_report(agent_bin, f"--pid={pid}", duration="3s")) is None
 
 
 def test_no_timer_loop_on_the_idle_node(agent_bin):

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (Agent, Scrape, error_line, our_program_ids, prometheus_release, prometheus_server,
+from conftest import (prom_query, Agent, Scrape, error_line, our_program_ids, prometheus_release, prometheus_server,
                       run_agent, wait_unloaded)
 
 PASSWORD = "correct horse battery staple"
@@ -112,12 +112,6 @@ def wait_scraped(base, jobs, timeout=30):
         time.sleep(0.5)
 
 
-def query(base, expr):
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)["data"]["result"]
-
-
 def job(name, port, pki, scheme="https", **extra):
     tls = {"ca_file": str(pki.root / "ca.crt")}
     tls.update(extra.pop("tls", {}))
@@ -156,8 +150,8 @@ def test_prometheus_scrapes_over_tls_with_basic_auth_and_refuses_the_rest(agent_
                 assert health == "down" and "401" in err, (name, state[name])
             assert state["plain_http"][0] == "down", state
             # the good job's samples are the agent's own
-            assert query(base, 'slowpath_build_info{job="good"}'), "no slowpath series via TLS"
-            assert not query(base, 'slowpath_build_info{job!="good"}')
+            assert prom_query(base, 'slowpath_build_info{job="good"}'), "no slowpath series via TLS"
+            assert not prom_query(base, 'slowpath_build_info{job!="good"}')
         scrape = agent.scrape()
         assert scrape.value("slowpath_http_requests_rejected_total", reason="unauthorized") >= 3
         assert scrape.value("slowpath_http_connections_closed_total", reason="tls_handshake_error") >= 1
@@ -191,7 +185,7 @@ def test_prometheus_scrapes_with_a_client_certificate_and_refuses_the_rest(agent
             assert state["good"] == ("up", ""), state
             for name in ("no_certificate", "untrusted_certificate", "san_not_allowed"):
                 assert state[name][0] == "down", (name, state[name])
-            assert query(base, 'slowpath_build_info{job="good"}')
+            assert prom_query(base, 'slowpath_build_info{job="good"}')
         scrape = agent.scrape()
         assert scrape.value("slowpath_http_connections_closed_total", reason="tls_handshake_error") >= 3
     finally:
