@@ -22,7 +22,8 @@ pub struct RawCallSite {
     pub tgid: u32,
     /// The group leader's comm when sampled.
     pub comm: String,
-    /// `enum sp_callsite_kind`: 0 clock, 1 rt_sigprocmask, 2 sleep.
+    /// `enum sp_callsite_kind`, named by the signal that owns it
+    /// (`signals::callsite_kinds()`).
     pub kind: u32,
     /// Samples so far (monotonic while the entry lives).
     pub samples: u64,

@@ -257,7 +257,8 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
 /// Query of `/debug/callsites`.
 #[derive(serde::Deserialize)]
 struct CallSitesQuery {
-    /// `clock`, `rt_sigprocmask` or `sleep`; all when absent.
+    /// One kind of call as the signals name it (`signals::callsite_kinds()`,
+    /// e.g. `clock`, `thp_fault`); all when absent.
     kind: Option<String>,
 }
 
