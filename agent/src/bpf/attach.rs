@@ -9,31 +9,9 @@ use tracing::{info, warn};
 use super::fault::{attach_program, broken_on_purpose};
 use super::hooks::{AttachType, HookTable};
 use super::libbpf_log::SECCOMP_UNCONFINED;
-use super::load::{LoadOptions, Loaded};
+use super::loaded::{LoadOptions, Loaded, ProbeStatus};
 use super::plan::Search;
 use super::skel::SlowpathSkel;
-
-/// Result of attaching one probe.
-#[derive(Clone, Debug)]
-pub struct ProbeStatus {
-    /// The hook's tracepoint name (`slowpath_probe_attached{probe}`).
-    pub probe: &'static str,
-    /// How its programs were attached, or were to be when refused.
-    pub attach_type: AttachType,
-    /// `None` when attached; else the kernel's or libbpf's reason.
-    pub error: Option<String>,
-    /// Whether the hook is expected to attach on this kernel with these
-    /// privileges; false when it is left out by design
-    /// (`slowpath_probe_expected` 0: its refusal is no alert).
-    pub expected: bool,
-}
-
-impl ProbeStatus {
-    /// Whether every program of the hook attached.
-    pub fn attached(&self) -> bool {
-        self.error.is_none()
-    }
-}
 
 /// What attaching a loaded object gave.
 pub(super) enum Attached<'obj> {

@@ -22,7 +22,7 @@ use libbpf_rs::{AsRawLibbpf, Btf, MapCore, MapFlags};
 use tracing::{info, warn};
 
 use super::hooks::HookTable;
-use super::load::Loaded;
+use super::loaded::Loaded;
 use super::stats::per_hook;
 
 /// Prefix of the `enum sp_probe` members (bpf/slowpath.h): the slot of hook

@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::{Link, ProgramMut};
 
 use super::hooks::{AttachType, HookTable};
-use super::load::LoadOptions;
+use super::loaded::LoadOptions;
 use super::plan::Plan;
 use super::types;
 

@@ -6,64 +6,17 @@ use std::path::Path;
 
 use anyhow::{anyhow, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, OpenObject};
+use libbpf_rs::OpenObject;
 use tracing::{debug, info, warn};
 
-use super::attach::{attach, Attached, ProbeStatus};
+use super::attach::{attach, Attached};
 use super::btf::KernelBtf;
 use super::fit::Fit;
-use super::hooks::{AttachType, HookTable, KernelSetup};
+use super::hooks::{HookTable, KernelSetup};
 use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libbpf_log};
+use super::loaded::{LoadOptions, Loaded, ObjectStorage};
 use super::plan::{leave_out_missing_tracepoints, plans, Search};
 use super::skel::{OpenSlowpathSkel, SlowpathSkel, SlowpathSkelBuilder};
-
-/// Settings that shape the BPF object before load.
-#[derive(Clone, Debug)]
-pub struct LoadOptions {
-    /// Capacity of the `procs` map (thread groups tracked at once).
-    pub max_processes: u32,
-    /// Size of the `proc_events` ring buffer in bytes (power of two, >= page size).
-    pub ringbuf_bytes: u32,
-    /// Force one attach type for every probe instead of probing.
-    pub force_attach: Option<AttachType>,
-    /// Sample user stacks at the counted syscalls (`slowpath doctor`).
-    pub capture_stacks: bool,
-    /// Whether the kernel charges BPF memory to a finite locked-memory
-    /// limit the agent could not lift (`crate::memlock::settle`): then the
-    /// tables shrink until they fit (`fit.rs`).
-    pub memlock: crate::memlock::Memlock,
-    /// Size the stack tables for sampling the thread groups the agent asks
-    /// for (`stack_targets`: its findings), without `capture_stacks`.
-    pub stacks_on_demand: bool,
-    /// Fault injection for tests: attach this probe as raw_tp to a
-    /// tracepoint that does not exist, so the kernel refuses it for real.
-    #[cfg(feature = "fault-injection")]
-    pub break_probe: Option<String>,
-    /// Fault injection for tests: the verifier refuses both mm_page_alloc
-    /// programs (`test_refuse_page_alloc` in the object).
-    #[cfg(feature = "fault-injection")]
-    pub refuse_page_alloc: bool,
-}
-
-/// The loaded object and its links. Dropping it detaches every program.
-pub struct Loaded<'obj> {
-    /// The loaded object: its maps are what the worker reads.
-    pub skel: SlowpathSkel<'obj>,
-    /// One status per hook of the table, in its order.
-    pub probes: Vec<ProbeStatus>,
-    /// Entries of the `procs` map: `--bpf.max-processes`, or fewer where
-    /// the tables were fitted to the locked-memory limit.
-    pub process_capacity: u32,
-    /// The hook table it was loaded with.
-    pub(super) table: HookTable,
-    /// Held for their drop: a program stays attached while its link lives.
-    pub(super) _links: Vec<Link>,
-}
-
-/// Storage for the open object, one slot per load attempt; [`load`] sizes
-/// it. Create it empty (`ObjectStorage::new()`) and keep it as long as the
-/// [`Loaded`] object.
-pub type ObjectStorage = Vec<MaybeUninit<OpenObject>>;
 
 /// Most load attempts for `hooks` hooks: three plans (fentry, tracepoints,
 /// raw_tp), plus per hook two step downs (refused at load or at attach) and
@@ -396,7 +349,7 @@ fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) {
 mod tests {
     use super::*;
     use crate::bpf::hooks::tests::setup;
-    use AttachType::RawTp;
+    use crate::bpf::hooks::AttachType::RawTp;
 
     #[test]
     fn only_an_eperm_from_libbpf_counts_as_refused_for_memory() {

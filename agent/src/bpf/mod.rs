@@ -41,6 +41,7 @@ mod fit;
 mod hooks;
 mod libbpf_log;
 mod load;
+mod loaded;
 mod plan;
 mod slots;
 mod stats;
@@ -69,13 +70,13 @@ macro_rules! slot {
 }
 pub(crate) use slot;
 
-pub use attach::ProbeStatus;
 pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
 pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
-pub use load::{load, LoadOptions, Loaded, ObjectStorage};
+pub use load::load;
+pub use loaded::{LoadOptions, Loaded, ObjectStorage, ProbeStatus};
 pub use slots::{enable_slots, fold_slots, set_stack_target_count, slots_on};
 pub use stats::recursion_misses;
 

@@ -4,7 +4,7 @@ use std::os::fd::{AsFd, AsRawFd, RawFd};
 
 use libbpf_rs::skel::Skel;
 
-use super::load::Loaded;
+use super::loaded::Loaded;
 
 /// Runs of each attached probe's programs that the kernel skipped because
 /// the same program was already running on that CPU (an interrupt that
