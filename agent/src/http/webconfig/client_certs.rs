@@ -13,7 +13,7 @@ use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 
-use super::file::{pem_source, TlsSection};
+use super::format::{pem_source, TlsSection};
 
 /// What a `client_auth_type` asks of the client.
 struct Policy {

@@ -1,86 +1,19 @@
-//! The file as written, in the exporter-toolkit's format, and reading it
-//! with everything it names (certificates, keys, client CAs).
+//! Reading the web config file (its format: `format.rs`) with everything it
+//! names (certificates, keys, client CAs) into the settings it gives.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use axum::http::{HeaderName, HeaderValue};
 use rustls::ServerConfig;
-use serde::Deserialize;
 
+use super::format::{resolve, FileFormat, TlsSection};
 use super::{basic_auth, headers, rate_limit, tls};
-
-/// The file as written. Every key of the toolkit's format is known; an
-/// unknown key is an error (the toolkit reads strictly too).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileFormat {
-    tls_server_config: Option<TlsSection>,
-    http_server_config: Option<HttpSection>,
-    basic_auth_users: Option<BTreeMap<String, String>>,
-    rate_limit: Option<RateLimitSection>,
-}
-
-/// `tls_server_config`; the fields are the toolkit's keys, with its
-/// meaning (see the module documentation for where slowpath differs).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct TlsSection {
-    pub(super) cert: Option<String>,
-    pub(super) key: Option<String>,
-    pub(super) client_ca: Option<String>,
-    pub(super) cert_file: Option<String>,
-    pub(super) key_file: Option<String>,
-    pub(super) client_auth_type: Option<String>,
-    pub(super) client_ca_file: Option<String>,
-    pub(super) client_allowed_sans: Option<Vec<String>>,
-    pub(super) min_version: Option<String>,
-    pub(super) max_version: Option<String>,
-    pub(super) cipher_suites: Option<Vec<String>>,
-    pub(super) prefer_server_cipher_suites: Option<bool>,
-    pub(super) curve_preferences: Option<Vec<String>>,
-}
-
-impl TlsSection {
-    /// The toolkit serves TLS when any of these is set.
-    fn enabled(&self) -> bool {
-        [
-            &self.cert,
-            &self.key,
-            &self.client_ca,
-            &self.cert_file,
-            &self.key_file,
-            &self.client_ca_file,
-            &self.client_auth_type,
-        ]
-        .iter()
-        .any(|v| v.as_deref().is_some_and(|s| !s.is_empty()))
-    }
-}
-
-/// `http_server_config`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct HttpSection {
-    /// Accepted for compatibility; responses are HTTP/1.1.
-    #[allow(dead_code)]
-    http2: Option<bool>,
-    headers: Option<BTreeMap<String, String>>,
-}
-
-/// `rate_limit`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RateLimitSection {
-    /// A Go duration ("100ms", "1s"); 0 turns the limiter off.
-    pub(super) interval: Option<String>,
-    pub(super) burst: Option<u32>,
-}
 
 /// What one reading of the file gives.
 pub struct Loaded {
@@ -181,16 +114,6 @@ fn one_line(message: &str) -> String {
     first.strip_prefix("error: ").unwrap_or(first).to_owned()
 }
 
-/// Relative paths are relative to the config file's directory.
-fn resolve(dir: &Path, file: &str) -> PathBuf {
-    let p = Path::new(file);
-    if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        dir.join(p)
-    }
-}
-
 /// The files `section` names, watched for changes with the file itself.
 fn tls_files(section: &TlsSection, dir: &Path) -> Vec<PathBuf> {
     [
@@ -203,30 +126,4 @@ fn tls_files(section: &TlsSection, dir: &Path) -> Vec<PathBuf> {
     .filter(|f| !f.is_empty())
     .map(|f| resolve(dir, f))
     .collect()
-}
-
-/// PEM text from the inline setting (`inline_key`) or the file setting
-/// (`file_key`, relative to `dir`); None when neither is set.
-///
-/// Errors: both are set, or the file cannot be read (naming it).
-pub(super) fn pem_source(
-    inline: &Option<String>,
-    file: &Option<String>,
-    dir: &Path,
-    inline_key: &str,
-    file_key: &str,
-) -> Result<Option<Vec<u8>>> {
-    let inline = inline.as_deref().filter(|s| !s.is_empty());
-    let file = file.as_deref().filter(|s| !s.is_empty());
-    match (inline, file) {
-        (Some(_), Some(_)) => bail!("set {inline_key} or {file_key}, not both"),
-        (Some(text), None) => Ok(Some(text.as_bytes().to_vec())),
-        (None, Some(f)) => {
-            let path = resolve(dir, f);
-            fs::read(&path)
-                .map(Some)
-                .with_context(|| format!("{file_key} {}", path.display()))
-        }
-        (None, None) => Ok(None),
-    }
 }

@@ -36,6 +36,7 @@
 mod basic_auth;
 mod client_certs;
 mod file;
+mod format;
 mod headers;
 mod rate_limit;
 mod tls;

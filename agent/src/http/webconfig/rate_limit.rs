@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Result};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-use super::file::RateLimitSection;
+use super::format::RateLimitSection;
 
 /// `rate_limit` as (interval, burst), or None when the interval is 0.
 ///

@@ -10,7 +10,7 @@ use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
 use super::basic_auth::basic_credentials;
 use super::client_certs::{cert_sans, verifier};
-use super::file::TlsSection;
+use super::format::TlsSection;
 use super::rate_limit::TokenBucket;
 use super::tls::{cipher_suites, protocol_versions};
 use super::WebConfig;

@@ -11,7 +11,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 
 use super::client_certs;
-use super::file::{pem_source, TlsSection};
+use super::format::{pem_source, TlsSection};
 
 /// The rustls settings of a `tls_server_config` whose relative paths are
 /// relative to `dir`.
