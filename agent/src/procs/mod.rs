@@ -17,8 +17,6 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::fs;
-use std::mem::size_of;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,60 +31,23 @@ use crate::bpf::types::{
 use crate::labels::cgroup::CgroupResolver;
 use crate::snapshot::{comm_to_string, Cgroup, SeriesKey};
 
+mod counters;
+mod limits;
+mod liveness;
+
+use counters::words;
+pub use counters::{add_counters, add_sparse_counters, sparse_counters, sub_counters};
+pub use limits::{Limit, SeriesLimits, LIMIT_NAMES, OVER_LIMIT_CGROUP, OVER_LIMIT_COMM};
+use liveness::process_alive;
+#[cfg(test)]
+use liveness::stat_start_ticks;
+
 /// Keys of the `procs` map at or above this hold parked entries of exited
 /// processes (`proc_park()` in bpf/slowpath.bpf.c), never a tgid.
 const PARKED_KEY_BASE: u32 = 1 << sp_proc_key::SP_PARKED_KEY_SHIFT.0;
 
 /// Bound of the parsed-cgroup cache (cleared when it grows past it).
 const MAX_PARSED_CGROUPS: usize = 65_536;
-
-/// Number of u64 counters in `struct sp_counters`.
-const COUNTER_WORDS: usize = size_of::<sp_counters>() / size_of::<u64>();
-const _: () = assert!(size_of::<sp_counters>() == COUNTER_WORDS * size_of::<u64>());
-
-/// `struct sp_counters` as a flat slice of its u64 words.
-fn words(c: &sp_counters) -> &[u64] {
-    // SAFETY: sp_counters is #[repr(C)] and made only of u64 and (nested)
-    // arrays of u64, so it has u64 alignment, no padding (asserted above) and
-    // is exactly COUNTER_WORDS u64 values laid out back to back.
-    unsafe { std::slice::from_raw_parts((c as *const sp_counters).cast::<u64>(), COUNTER_WORDS) }
-}
-
-fn words_mut(c: &mut sp_counters) -> &mut [u64] {
-    // SAFETY: as in `words`; the exclusive borrow of `c` covers the slice.
-    unsafe { std::slice::from_raw_parts_mut((c as *mut sp_counters).cast::<u64>(), COUNTER_WORDS) }
-}
-
-/// `into += from`, element by element.
-pub fn add_counters(into: &mut sp_counters, from: &sp_counters) {
-    for (a, b) in words_mut(into).iter_mut().zip(words(from)) {
-        *a = a.wrapping_add(*b);
-    }
-}
-
-/// The non-zero counters of `c` as (word index, value): a growth over a
-/// short time touches a few of its hundred-odd words.
-pub fn sparse_counters(c: &sp_counters) -> Box<[(u16, u64)]> {
-    (words(c).iter().enumerate())
-        .filter(|&(_, &w)| w != 0)
-        .map(|(i, &w)| (i as u16, w)) // COUNTER_WORDS is far below u16::MAX
-        .collect()
-}
-
-/// `into += from`, `from` as [`sparse_counters`] gives it.
-pub fn add_sparse_counters(into: &mut sp_counters, from: &[(u16, u64)]) {
-    let words = words_mut(into);
-    for &(i, w) in from {
-        words[usize::from(i)] = words[usize::from(i)].wrapping_add(w);
-    }
-}
-
-/// `into -= from`, element by element (growth between two readings).
-pub fn sub_counters(into: &mut sp_counters, from: &sp_counters) {
-    for (a, b) in words_mut(into).iter_mut().zip(words(from)) {
-        *a = a.wrapping_sub(*b);
-    }
-}
 
 /// Identity of one process image in the kernel table: tgid, the group
 /// leader's start time (distinguishes a reused pid) and its exec id (the
@@ -102,46 +63,6 @@ pub type PendingRecords = Rc<RefCell<Vec<sp_proc_event>>>;
 
 /// New cgroups' (id, path) from `cgroup_events`, filled by the ring callback.
 pub type PendingCgroups = Rc<RefCell<Vec<(u64, String)>>>;
-
-/// `comm` of the series that takes the process images over a limit. 17
-/// characters: a comm holds at most 15, so no process can take this name.
-pub const OVER_LIMIT_COMM: &str = "[over the limit]";
-
-/// `cgroup` of the series that takes the images over `--metrics.max-series`.
-pub const OVER_LIMIT_CGROUP: &str = "[over the limit]";
-
-/// The limits that bound the series, whatever the processes do.
-#[derive(Clone, Debug)]
-pub struct SeriesLimits {
-    /// Distinct (comm, cgroup[, pid]) keys kept at once (`--metrics.max-series`).
-    pub max_series: usize,
-    /// Distinct comm values per cgroup (`--metrics.max-comms-per-cgroup`).
-    pub max_comms_per_cgroup: usize,
-    /// How long a series with no live process, whose cgroup (or, with the
-    /// pid label, whose process) is gone, stays before it is dropped.
-    pub retired_grace: Duration,
-}
-
-impl Default for SeriesLimits {
-    fn default() -> Self {
-        Self {
-            max_series: 10_000,
-            max_comms_per_cgroup: 200,
-            retired_grace: Duration::from_secs(300),
-        }
-    }
-}
-
-/// Which limit folded a process image into an over-the-limit series (the
-/// `limit` label of `slowpath_series_folded_total`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Limit {
-    CommsPerCgroup = 0,
-    Series = 1,
-}
-
-/// `limit` label values, indexed by [`Limit`].
-pub const LIMIT_NAMES: [&str; 2] = ["comms_per_cgroup", "series"];
 
 /// One exported series' state in the agent.
 struct SeriesState {
@@ -545,23 +466,6 @@ impl Aggregator {
     }
 }
 
-/// Whether `/proc/<tgid>` is still the process that started at
-/// `start_boottime_ns` (field 22 of /proc/<tgid>/stat is the same time in
-/// clock ticks: nsec_to_clock_t() in fs/proc/array.c).
-fn process_alive(tgid: u32, start_boottime_ns: u64, clk_tck: u64) -> bool {
-    match fs::read_to_string(format!("/proc/{tgid}/stat")) {
-        Ok(stat) => stat_start_ticks(&stat) == Some(start_boottime_ns / (1_000_000_000 / clk_tck)),
-        Err(_) => false,
-    }
-}
-
-/// Field 22 (starttime) of a /proc/<pid>/stat line; comm may hold spaces and
-/// parentheses, so fields are counted after the last ')'.
-fn stat_start_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -710,7 +614,7 @@ mod tests {
     #[test]
     fn own_process_is_alive_and_a_wrong_start_time_is_not() {
         let pid = std::process::id();
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let ticks = stat_start_ticks(&stat).unwrap();
         // SAFETY: sysconf has no memory-safety preconditions.
         let tck = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
