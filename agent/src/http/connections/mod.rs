@@ -11,14 +11,10 @@
 //! in `slowpath_http_connections_closed_total{reason}` and the limit being
 //! hit is logged (at most once per [`LOG_EVERY`]).
 
-use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
-use std::io;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
@@ -26,13 +22,18 @@ use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Notify;
 use tower::ServiceExt;
 use tracing::{debug, warn};
 
 use super::webconfig::WebConfig;
+
+mod table;
+mod watched;
+
+use table::{ms_since, Conn, Table, NO_PARTIAL};
+use watched::{wait_deadline, Watched};
 
 /// Warnings about a limit being hit are logged at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -52,92 +53,6 @@ pub struct Limits {
     pub read_header_timeout: Duration,
     /// A connection with no request in flight is closed after this time.
     pub idle_timeout: Duration,
-}
-
-/// `Conn::partial_since_ms` when no bytes of a next request have arrived.
-const NO_PARTIAL: u64 = u64::MAX;
-
-/// One open connection, as the accept loop sees it.
-struct Conn {
-    /// Requests being served now (a busy connection is never evicted).
-    in_flight: AtomicUsize,
-    /// Milliseconds since `Table::epoch` of the accept or the last response.
-    last_active_ms: AtomicU64,
-    /// When the first byte of a request whose header is not complete yet
-    /// arrived (ms since `Table::epoch`), or [`NO_PARTIAL`]: the read header
-    /// timeout runs from it, the idle timeout from `last_active_ms`.
-    partial_since_ms: AtomicU64,
-    /// Set when it is chosen for eviction (never chosen twice).
-    evicted: AtomicBool,
-    /// Wakes the connection's task to close it.
-    close: Notify,
-    /// Wakes the connection's task to recompute its deadline: a request
-    /// header started, or a request ended.
-    changed: Notify,
-}
-
-/// The open connections.
-struct Table {
-    epoch: Instant,
-    conns: Mutex<HashMap<u64, Arc<Conn>>>,
-    next_id: AtomicU64,
-}
-
-impl Table {
-    fn new() -> Self {
-        Self {
-            epoch: Instant::now(),
-            conns: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(0),
-        }
-    }
-
-    /// The entries, locked (a panic elsewhere while holding the lock
-    /// leaves them usable: each entry is updated atomically).
-    fn conns(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Conn>>> {
-        self.conns.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Enter a connection accepted now; returns its id and entry.
-    fn insert(&self) -> (u64, Arc<Conn>) {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn {
-            in_flight: AtomicUsize::new(0),
-            last_active_ms: AtomicU64::new(ms_since(self.epoch)),
-            partial_since_ms: AtomicU64::new(NO_PARTIAL),
-            evicted: AtomicBool::new(false),
-            close: Notify::new(),
-            changed: Notify::new(),
-        });
-        self.conns().insert(id, conn.clone());
-        (id, conn)
-    }
-
-    fn remove(&self, id: u64) {
-        self.conns().remove(&id);
-    }
-
-    fn len(&self) -> usize {
-        self.conns().len()
-    }
-
-    /// Whether any connection has a request in flight.
-    fn busy(&self) -> bool {
-        self.conns()
-            .values()
-            .any(|c| c.in_flight.load(Ordering::Acquire) > 0)
-    }
-
-    /// The idle connection (nothing in flight) that has been idle longest.
-    fn longest_idle(&self) -> Option<Arc<Conn>> {
-        self.conns()
-            .values()
-            .filter(|c| {
-                c.in_flight.load(Ordering::Acquire) == 0 && !c.evicted.load(Ordering::Acquire)
-            })
-            .min_by_key(|c| c.last_active_ms.load(Ordering::Relaxed))
-            .cloned()
-    }
 }
 
 /// Counters of the connections, registered in the agent's registry.
@@ -357,98 +272,6 @@ async fn handshake(
             }
         }
         _ = conn.close.notified() => None, // evicted
-    }
-}
-
-/// The client's stream, noting when bytes of a request arrive while none is
-/// in flight (a request header in progress), for the read header timeout.
-struct Watched<S> {
-    stream: S,
-    conn: Arc<Conn>,
-    epoch: Instant,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.stream).poll_read(cx, buf);
-        if buf.filled().len() > before && this.conn.in_flight.load(Ordering::Acquire) == 0 {
-            let now = ms_since(this.epoch);
-            let started = this.conn.partial_since_ms.compare_exchange(
-                NO_PARTIAL,
-                now,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            );
-            if started.is_ok() {
-                this.conn.changed.notify_one();
-            }
-        }
-        polled
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, data)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
-    }
-}
-
-/// Milliseconds from `epoch` to now: the connections' clock, kept in
-/// atomics as integers.
-fn ms_since(epoch: Instant) -> u64 {
-    u64::try_from(epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
-}
-
-/// When the connection's current wait ends and why: a request header in
-/// progress gets `read_header_timeout` from its first byte, an idle
-/// connection `idle_timeout` from its last response. `None` while a request
-/// is in flight.
-fn wait_deadline(conn: &Conn, limits: &Limits) -> Option<(u64, &'static str)> {
-    if conn.in_flight.load(Ordering::Acquire) > 0 {
-        return None;
-    }
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    match conn.partial_since_ms.load(Ordering::Acquire) {
-        NO_PARTIAL => Some((
-            conn.last_active_ms
-                .load(Ordering::Relaxed)
-                .saturating_add(ms(limits.idle_timeout)),
-            "idle_timeout",
-        )),
-        since => Some((
-            since.saturating_add(ms(limits.read_header_timeout)),
-            "read_header_timeout",
-        )),
     }
 }
 
