@@ -235,11 +235,11 @@ fn size_signal_maps(open: &mut OpenSlowpathSkel<'_>, setup: &KernelSetup) -> Res
     Ok(())
 }
 
-/// The core settings, then the setup's patches, in the read-only data.
+/// The core settings, then the setup's patches (which may read the core
+/// settings), in the read-only data.
 fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &KernelSetup) {
     if let Some(rodata) = open.maps.rodata_data.as_deref_mut() {
         rodata.capture_stacks = opts.capture_stacks;
-        rodata.sample_thp_faults = opts.stacks_on_demand;
         rodata.stacks_on_demand = opts.stacks_on_demand;
         #[cfg(feature = "fault-injection")]
         super::fault::write_rodata(rodata, opts);

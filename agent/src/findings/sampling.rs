@@ -8,9 +8,10 @@
 //! lives. While no target waits, a counted call pays a load and a branch
 //! (`stack_target_count`); while one does (two seconds after a finding
 //! appears), every process counts in its `procs` entry rather than the
-//! combining slots, and looks the target table up. THP faults are
-//! sampled for every process without being asked (`sample_thp_faults`: the
-//! burst is over by the time it is a finding).
+//! combining slots, and looks the target table up. A signal may have its
+//! calls sampled for every process without being asked (its rodata patch:
+//! the memory signal's THP faults, whose burst is over by the time it is a
+//! finding).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::bpf::types::{sp_callsite_kind, sp_compaction_trigger, sp_counters};
-use crate::bpf::{slot, Hook};
+use crate::bpf::{slot, Hook, KernelBtf, RodataPatch};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
@@ -95,7 +95,7 @@ pub const SIGNAL: Signal = Signal {
             Hook::new("mm_compaction_end"),
         ],
         syscalls: &[],
-        rodata: None,
+        rodata: Some(sample_thp_faults),
         upkeep: None,
         map_sizes: Some(map_sizes),
         left_out: None,
@@ -117,6 +117,14 @@ impl Default for MemoryArgs {
             max_compactions: 4096,
         }
     }
+}
+
+/// THP faults are sampled for every process whenever the findings sample
+/// call sites on demand, without waiting to be asked: a fault burst is over
+/// by the time it is a finding. Runs after the core settings
+/// (`stacks_on_demand` is already written).
+fn sample_thp_faults(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
+    Box::new(|rodata| rodata.sample_thp_faults = rodata.stacks_on_demand)
 }
 
 /// `compaction_starts` (the start time of each compaction in flight, by
