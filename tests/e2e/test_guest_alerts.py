@@ -43,10 +43,7 @@ setcap {image_file_capabilities()} /tmp/bin/slowpath
 sp-container-exec --memlock {RUNTIME_MEMLOCK_KIB} --uid 65534 --caps {",".join(chart_capabilities())} --no-new-privs -- \\
     /tmp/bin/slowpath --web.listen-address=127.0.0.1:9891 >/tmp/agent.log 2>&1 &
 AGENT_PID=$!
-i=0
-until wget -q -O /dev/null http://127.0.0.1:9891/readyz 2>/dev/null; do
-    i=$((i + 1)); [ $i -gt 600 ] && break; sleep 0.1
-done
+wait_ready 9891 $AGENT_PID 600
 section uname uname -r
 section status grep -E '^(Uid|CapEff)' /proc/$AGENT_PID/status
 section limits grep 'locked memory' /proc/$AGENT_PID/limits

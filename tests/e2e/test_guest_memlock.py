@@ -69,11 +69,7 @@ def case(name, memlock, caps):
 sp-container-exec --memlock {memlock} --uid 65534 --caps {caps} --no-new-privs -- \\
     /tmp/bin/slowpath --web.listen-address=127.0.0.1:9891 --metrics.pid-label >/tmp/{name}.log 2>&1 &
 AGENT_PID=$!
-i=0
-until wget -q -O /dev/null http://127.0.0.1:9891/readyz 2>/dev/null; do
-    kill -0 $AGENT_PID 2>/dev/null || break
-    i=$((i + 1)); [ $i -gt 900 ] && break; sleep 0.1
-done
+wait_ready 9891 $AGENT_PID
 if kill -0 $AGENT_PID 2>/dev/null; then
     section {name}_limits grep 'locked memory' /proc/$AGENT_PID/limits
     section {name}_caps sh -c 'for t in /proc/'$AGENT_PID'/task/*; do echo "task ${{t##*/}}"; grep -E "^Cap(Inh|Prm|Eff|Amb)" $t/status; done'
@@ -98,10 +94,7 @@ def rollout(memlock_old, memlock_new, caps):
 sp-container-exec --memlock {memlock_old} --uid 65534 --caps {caps} --no-new-privs -- \\
     /tmp/bin/slowpath --web.listen-address=127.0.0.1:9892 >/tmp/rollout_old.log 2>&1 &
 OLD_PID=$!
-i=0
-until wget -q -O /dev/null http://127.0.0.1:9892/readyz 2>/dev/null; do
-    i=$((i + 1)); [ $i -gt 900 ] && break; sleep 0.1
-done
+wait_ready 9892 $OLD_PID
 section rollout_old wget -q -O - http://127.0.0.1:9892/metrics
 """ + case("rollout_new", memlock_new, caps.split(",")) + """
 kill -TERM $OLD_PID

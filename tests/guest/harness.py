@@ -73,16 +73,20 @@ poweroff -f
 PRELUDE = r"""
 section() { name=$1; shift; echo "===BEGIN $name==="; "$@"; echo "===END==="; }
 scrape() { section "$1" wget -q -O - http://127.0.0.1:9891/metrics; }
+# wait_ready PORT PID [TENTHS]: until the agent on PORT answers /readyz;
+# 1 when process PID exits first or TENTHS tenths of a second (900) pass.
+wait_ready() {
+    i=0
+    until wget -q -O /dev/null http://127.0.0.1:$1/readyz 2>/dev/null; do
+        kill -0 $2 2>/dev/null || return 1
+        i=$((i + 1)); [ $i -gt ${3:-900} ] && return 1; sleep 0.1
+    done
+}
 agent_start() {
     slowpath --web.listen-address=127.0.0.1:9891 --metrics.pid-label --canary.interval=1s "$@" \
         >/tmp/agent.log 2>&1 &
     AGENT_PID=$!
-    i=0
-    until wget -q -O /dev/null http://127.0.0.1:9891/readyz 2>/dev/null; do
-        i=$((i + 1))
-        if [ $i -gt 600 ]; then section agent_log cat /tmp/agent.log; return 1; fi
-        sleep 0.1
-    done
+    wait_ready 9891 $AGENT_PID 600 || { section agent_log cat /tmp/agent.log; return 1; }
 }
 agent_stop() { kill -TERM $AGENT_PID; wait $AGENT_PID; echo "agent exit $?"; }
 """
