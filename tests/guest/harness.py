@@ -41,7 +41,11 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SLOWPATH_GUEST_CACHE", "/var/cache/slowpath-guest"))
 ARCHES = {
     # arch: (Debian architecture, QEMU, console, cross gcc, library dirs of the cross build)
-    "x86_64": ("amd64", ["qemu-system-x86_64", "-accel", "tcg", "-cpu", "max"], "ttyS0", "gcc", []),
+    # Single-threaded TCG: multi-threaded TCG misses cross-modifying code, so
+    # any live patch of kernel text (ftrace, static branches) can crash the
+    # guest, even the kernel's own at boot (docs/guest.md).
+    "x86_64": ("amd64", ["qemu-system-x86_64", "-accel", "tcg,thread=single", "-cpu", "max"], "ttyS0", "gcc",
+               []),
     "arm64": ("arm64", ["qemu-system-aarch64", "-machine", "virt", "-cpu", "max"], "ttyAMA0",
               "aarch64-linux-gnu-gcc",
               ["/usr/aarch64-linux-gnu/lib", str(REPO / "target/aarch64-libs/usr/lib/aarch64-linux-gnu"),
