@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Pure classification helpers: no BPF helpers, no kernel types, so the very
- * same code runs in the kernel (slowpath.bpf.c) and in the host unit test
+ * same code runs in the kernel (core/, signals/) and in the host unit test
  * (tests/unit/classify_test.c). Needs __s32/__s64/__u32/__u64 and
  * __always_inline from the includer.
  */

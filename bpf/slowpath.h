@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Types shared by the BPF programs (slowpath.bpf.c) and the agent.
+ * Types shared by the BPF programs (slowpath.bpf.c, core/, signals/) and
+ * the agent.
  *
  * This is the only definition of these layouts: the agent gets them as
  * Rust types from the skeleton that libbpf-cargo generates (agent/build.rs),
@@ -101,6 +102,18 @@ enum sp_compaction_trigger {
 	SP_COMPACTION_TRIGGER_COUNT = 3,
 };
 
+/* Groups of counted syscalls (bpf/core/syscall_table.h), each switched on
+ * by the signals that count it (count_syscalls[group] in the object's
+ * read-only data). The syscalls of a group reach the agent through the
+ * object's BTF (enum sp_counted_syscall, made from the table). */
+enum sp_syscall_group {
+	SP_SYSCALLS_CLOCK_READS = 0, /* clock_gettime, gettimeofday, time */
+	SP_SYSCALLS_SIGPROCMASK = 1, /* rt_sigprocmask */
+	SP_SYSCALLS_SLEEPS = 2,	     /* nanosleep, clock_nanosleep */
+	SP_SYSCALLS_TIMED_WAITS = 3, /* futex, epoll, poll, select */
+	SP_SYSCALL_GROUP_COUNT = 4,
+};
+
 /* Indexes of the lost-event counters (the `lost` per-CPU array). */
 enum sp_lost_reason {
 	SP_LOST_PROCESS_TABLE_FULL = 0,	   /* event dropped: `procs` map full */
@@ -190,7 +203,7 @@ struct sp_proc {
 	 * or exec must not overlap: a fold counts itself in `folders` and adds
 	 * only while `retiring` is 0; the exit or exec sets `retiring`, waits
 	 * for `folders` to drop to 0, and only then copies and deletes the
-	 * entry (slot_fold(), entry_retiring() in slowpath.bpf.c). */
+	 * entry (slot_fold(), entry_retiring() in core/slots.h, core/lifecycle.h). */
 	__u32 folders;
 	__u32 retiring;
 };
@@ -198,7 +211,7 @@ struct sp_proc {
 /* Keys of `procs` at or above this are no tgid (pid_max is at most 2^22):
  * they hold the entries of exited processes whose exit record did not fit
  * the ring buffer, parked there for the agent so that their pid is free at
- * once (proc_park() in slowpath.bpf.c). */
+ * once (proc_park() in core/lifecycle.h). */
 enum sp_proc_key {
 	SP_PARKED_KEY_SHIFT = 31,
 };
@@ -222,14 +235,14 @@ struct sp_slot {
 	__u64 exec_id;		 /* the identity of the image (as in sp_proc) */
 	__u64 cgroup_id;	 /* the owner entry's, for a late record */
 	__u64 pending;		 /* events counted since the last fold */
-	__u64 dirty;		 /* groups of counters touched since then (SP_DIRTY_* in slowpath.bpf.c) */
+	__u64 dirty;		 /* groups of counters touched since then (enum sp_dirty in core/counting.h) */
 	__u64 misses;		 /* calls of other images that found the slot taken */
 	/* sys slots: the task that entered the last syscall on this CPU, by
 	 * the address of its user registers (task_pt_regs(): no other live
 	 * task has them), `task_events` then, and its image (tgid, leader
 	 * start, exec id): while the registers and the count match, a task of
 	 * that image calls again, with no helper call to ask (current_image()
-	 * in slowpath.bpf.c) */
+	 * in core/slots.h) */
 	__u64 task_regs;
 	__u64 task_events;
 	__u64 task_start;
@@ -386,6 +399,7 @@ struct sp_enums {
 	enum sp_callsite_kind callsite_kind;
 	enum sp_proc_event_kind proc_event_kind;
 	enum sp_probe probe;
+	enum sp_syscall_group syscall_group;
 };
 
 #endif /* SLOWPATH_H */

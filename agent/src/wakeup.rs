@@ -1,6 +1,6 @@
 //! How the BPF worker sleeps: in `epoll_wait` on the ring buffers (the
 //! kernel side wakes it once a ring is a quarter full, see `ring_wakeup()` in
-//! `bpf/slowpath.bpf.c`) and on a doorbell eventfd rung by every request, with
+//! `bpf/core/stats.h`) and on a doorbell eventfd rung by every request, with
 //! a timeout for its periodic work. No polling: an idle agent wakes only on
 //! its own timeout, a busy node's exits are drained as fast as they come.
 

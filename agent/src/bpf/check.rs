@@ -4,14 +4,12 @@
 //! never loaded: no privileges and no kernel needed, so a unit test runs it.
 
 use std::collections::BTreeMap;
-use std::mem::MaybeUninit;
 
-use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{AsRawLibbpf, Btf, OpenObject};
+use libbpf_rs::{AsRawLibbpf, Btf};
 
 use super::cost::slots;
 use super::hooks::{fentry_target, AttachType, HookTable, KernelSetup, FENTRY_PROGRAM_PREFIX};
-use super::skel::SlowpathSkelBuilder;
+use super::syscall_table::with_embedded_object;
 
 /// Check the object built into this binary against `setup` (with the core
 /// hooks). `Err` lists every problem, one sentence each: a program no hook
@@ -51,6 +49,14 @@ pub fn check_object(setup: &KernelSetup) -> Result<(), Vec<String>> {
             ));
         }
     }
+    for group in &setup.syscall_groups {
+        if super::syscalls_of(&[*group]).is_empty() {
+            problems.push(format!(
+                "syscall group {} has no syscall in enum sp_counted_syscall (bpf/core/syscall_table.h)",
+                group.0
+            ));
+        }
+    }
     for (name, _) in &setup.map_sizes {
         if !maps.iter().any(|m| m == name) {
             problems.push(format!("the object has no map {name} to size"));
@@ -60,16 +66,6 @@ pub fn check_object(setup: &KernelSetup) -> Result<(), Vec<String>> {
         true => Ok(()),
         false => Err(problems),
     }
-}
-
-/// `f` of the object built into this binary, opened (not loaded); errors
-/// when libbpf cannot open it.
-fn with_embedded_object<T>(f: impl FnOnce(&OpenObject) -> T) -> Result<T, String> {
-    let mut storage = MaybeUninit::<OpenObject>::uninit();
-    let open = SlowpathSkelBuilder::default()
-        .open(&mut storage)
-        .map_err(|err| format!("opening the embedded BPF object: {err}"))?;
-    Ok(f(open.open_object()))
 }
 
 /// The problems of `programs` (name, section) against `setup`.

@@ -33,7 +33,7 @@ impl Hook {
 }
 
 /// Writes settings into the object's read-only data (the `const volatile`
-/// globals of `bpf/slowpath.bpf.c`) before each load attempt; it may run
+/// globals of `bpf/`) before each load attempt; it may run
 /// several times, once per attempt, always on a fresh copy.
 pub type RodataPatch = Box<dyn Fn(&mut types::rodata) + Send + Sync>;
 
@@ -46,9 +46,12 @@ pub struct KernelSetup {
     /// Syscall names (`"clock_gettime"`, ...) of this architecture whose
     /// kernel functions have an fentry twin of the `sys_enter` hook:
     /// programs `sys_enter_fentry_<name>`, `SEC("fentry/__x64_sys_<name>")`
-    /// on x86_64, `__arm64_sys_<name>` on arm64. These are the syscalls the
-    /// signals count: without any, the `sys_enter` hook is left out.
+    /// on x86_64, `__arm64_sys_<name>` on arm64. These are the syscalls of
+    /// `syscall_groups`: without any, the `sys_enter` hook is left out.
     pub fentry_syscalls: Vec<&'static str>,
+    /// The groups of counted syscalls the signals count: their switches
+    /// (`count_syscalls[group]`) are turned on before load.
+    pub syscall_groups: Vec<types::sp_syscall_group>,
     /// Settings of the object's read-only data, applied in this order.
     pub rodata: Vec<RodataPatch>,
     /// Capacities of maps only a signal uses, from its flags: (the map's
@@ -74,11 +77,11 @@ const CORE_FIRST: [Hook; 2] = [
 const CORE_LAST: [Hook; 1] = [Hook::new("cgroup_mkdir")];
 
 /// Prefix of the kernel's syscall functions, the fentry targets
-/// (`SP_SYSCALL_FN_PREFIX` in `bpf/slowpath.bpf.c`).
+/// (`SP_SYSCALL_FN_PREFIX` in `bpf/core/arch.h`).
 #[cfg(target_arch = "x86_64")]
 pub(super) const SYSCALL_FN_PREFIX: &str = "__x64_sys_";
 /// Prefix of the kernel's syscall functions, the fentry targets
-/// (`SP_SYSCALL_FN_PREFIX` in `bpf/slowpath.bpf.c`).
+/// (`SP_SYSCALL_FN_PREFIX` in `bpf/core/arch.h`).
 #[cfg(target_arch = "aarch64")]
 pub(super) const SYSCALL_FN_PREFIX: &str = "__arm64_sys_";
 
@@ -279,6 +282,7 @@ pub(super) mod tests {
                 },
             ],
             fentry_syscalls: vec!["clock_gettime", "futex"],
+            syscall_groups: Vec::new(),
             rodata: Vec::new(),
             map_sizes: Vec::new(),
             left_out: Vec::new(),

@@ -17,6 +17,7 @@ use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libb
 use super::loaded::{LoadOptions, Loaded, ObjectStorage};
 use super::plan::{leave_out_missing_tracepoints, plans, Search};
 use super::skel::{OpenSlowpathSkel, SlowpathSkel, SlowpathSkelBuilder};
+use super::types;
 
 /// Most load attempts for `hooks` hooks: three plans (fentry, tracepoints,
 /// raw_tp), plus per hook two step downs (refused at load or at attach) and
@@ -243,8 +244,20 @@ fn write_rodata(open: &mut OpenSlowpathSkel<'_>, opts: &LoadOptions, setup: &Ker
         rodata.stacks_on_demand = opts.stacks_on_demand;
         #[cfg(feature = "fault-injection")]
         super::fault::write_rodata(rodata, opts);
+        switch_syscall_groups(rodata, &setup.syscall_groups);
         for patch in &setup.rodata {
             patch(rodata);
+        }
+    }
+}
+
+/// Turn on the counting of `groups` of syscalls (`count_syscalls[group]`
+/// in `bpf/core/syscalls.h`); the others stay off, and the verifier prunes
+/// their branches.
+pub fn switch_syscall_groups(rodata: &mut types::rodata, groups: &[types::sp_syscall_group]) {
+    for group in groups {
+        if let Some(switch) = rodata.count_syscalls.get_mut(super::slot!(*group)) {
+            *switch = true;
         }
     }
 }
@@ -275,7 +288,7 @@ fn size_stack_tables(
             .context("sizing the stack_copy_scratch map")?;
     }
     if capture_stacks {
-        // the object's own sizes (bpf/slowpath.bpf.c), fitted
+        // the object's own sizes (bpf/core/callsites.h), fitted
         let tables = [
             (&mut maps.stacks, "stacks", false),
             (&mut maps.callsites, "callsites", false),

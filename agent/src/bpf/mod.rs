@@ -22,7 +22,9 @@
 //! libbpf's messages), `stats` (what the kernel counts about the programs),
 //! `cost` (the programs' own runs and in-kernel time, per hook), `slots`
 //! (the per-CPU combining slots of the syscall counters and their fold),
-//! `check` (the object against a setup, in the unit tests), `fault`
+//! `syscall_table` (the counted syscalls and their groups, from the
+//! object's BTF), `check` (the object against a setup, in the unit tests),
+//! `fault`
 //! (test-only fault injection, with the cargo feature `fault-injection`).
 
 use std::path::Path;
@@ -45,6 +47,7 @@ mod loaded;
 mod plan;
 mod slots;
 mod stats;
+mod syscall_table;
 
 mod skel {
     include!(concat!(env!("OUT_DIR"), "/slowpath.skel.rs"));
@@ -76,9 +79,12 @@ pub use check::check_object;
 pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
 pub use load::load;
+#[cfg(test)]
+pub use load::switch_syscall_groups;
 pub use loaded::{LoadOptions, Loaded, ObjectStorage, ProbeStatus};
 pub use slots::{enable_slots, fold_slots, set_stack_target_count, slots_on};
 pub use stats::recursion_misses;
+pub use syscall_table::syscalls_of;
 
 /// Where the kernel exposes its own BTF.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";

@@ -40,7 +40,7 @@ const RING_FULL: u32 = 2;
 pub fn enable_slots(loaded: &mut Loaded<'_>) {
     if !cfg!(target_arch = "x86_64") {
         // The handshake between a fold and an exit (entry_fold_begin() in
-        // slowpath.bpf.c) needs the full barrier of x86's locked add; the
+        // bpf/core/slots.h) needs the full barrier of x86's locked add; the
         // arm64 JIT's atomic add without fetch is relaxed.
         info!("per-CPU combining slots off on this architecture: the syscall and timer wakeup counters take a table lookup and an atomic add per event");
         return;

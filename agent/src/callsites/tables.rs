@@ -1,5 +1,5 @@
 //! The kernel's sampled-stack tables (`callsites`, `stacks`,
-//! `stack_copies`, `stack_drops` in `bpf/slowpath.bpf.c`), read and pruned
+//! `stack_copies`, `stack_drops` in `bpf/core/callsites.h`), read and pruned
 //! through their own file descriptors so that any thread can use them, not
 //! only the BPF worker.
 //!

@@ -1,5 +1,5 @@
 //! DWARF unwinding of the exemplar stack copies (`stack_copies` in
-//! `bpf/slowpath.bpf.c`): the frames the kernel's frame-pointer walk cannot
+//! `bpf/core/callsites.h`): the frames the kernel's frame-pointer walk cannot
 //! see, above a function built without frame pointers (Debian's glibc,
 //! most distribution libraries).
 //!

@@ -43,7 +43,7 @@ use liveness::process_alive;
 use liveness::stat_start_ticks;
 
 /// Keys of the `procs` map at or above this hold parked entries of exited
-/// processes (`proc_park()` in bpf/slowpath.bpf.c), never a tgid.
+/// processes (`proc_park()` in bpf/core/lifecycle.h), never a tgid.
 const PARKED_KEY_BASE: u32 = 1 << sp_proc_key::SP_PARKED_KEY_SHIFT.0;
 
 /// Bound of the parsed-cgroup cache (cleared when it grows past it).

@@ -152,6 +152,11 @@ impl clap::FromArgMatches for Collectors {
     }
 }
 
+/// The syscalls `signal` counts on this architecture (its groups').
+fn syscalls(signal: &Signal) -> Vec<&'static str> {
+    crate::bpf::syscalls_of(signal.kernel.syscall_groups)
+}
+
 /// What switching collectors off leaves out of the kernel side, one line
 /// each: the hooks and syscalls of a disabled collector that no enabled
 /// one needs, those it shares with an enabled one, and the syscall hook
@@ -168,9 +173,9 @@ pub fn left_out(collectors: &Collectors) -> Vec<String> {
     for signal in collectors.disabled() {
         let kernel = &signal.kernel;
         let hooks: Vec<&str> = kernel.hooks.iter().map(|h| h.name).collect();
-        let (shared, own): (Vec<&str>, Vec<&str>) = kernel.syscalls.iter().partition(|&&call| {
-            !needed_by(&|s: &Signal| s.kernel.syscalls.contains(&call)).is_empty()
-        });
+        let (shared, own): (Vec<&str>, Vec<&str>) = syscalls(signal)
+            .into_iter()
+            .partition(|call| !needed_by(&|s: &Signal| syscalls(s).contains(call)).is_empty());
         let mut parts = Vec::new();
         if !hooks.is_empty() {
             parts.push(format!("hooks {} not attached", hooks.join(", ")));
@@ -179,7 +184,7 @@ pub fn left_out(collectors: &Collectors) -> Vec<String> {
             parts.push(format!("syscalls {} not counted", own.join(", ")));
         }
         if !shared.is_empty() {
-            let by = needed_by(&|s: &Signal| shared.iter().any(|c| s.kernel.syscalls.contains(c)));
+            let by = needed_by(&|s: &Signal| shared.iter().any(|c| syscalls(s).contains(c)));
             parts.push(format!(
                 "syscalls {} still hooked for collector {}",
                 shared.join(", "),
@@ -193,7 +198,7 @@ pub fn left_out(collectors: &Collectors) -> Vec<String> {
         lines.push(format!("collector {} disabled{what}", signal.name));
     }
     if collectors.disabled().next().is_some()
-        && needed_by(&|s: &Signal| !s.kernel.syscalls.is_empty()).is_empty()
+        && needed_by(&|s: &Signal| !s.kernel.syscall_groups.is_empty()).is_empty()
     {
         lines.push(format!(
             "no enabled collector counts syscalls: hook {} not attached",

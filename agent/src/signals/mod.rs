@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use prometheus::proto::MetricFamily;
 
-use crate::bpf::types::{bss, sp_callsite_kind, sp_counters};
-use crate::bpf::{Hook, KernelBtf, KernelSetup, RodataPatch};
+use crate::bpf::types::{bss, sp_callsite_kind, sp_counters, sp_syscall_group};
+use crate::bpf::{syscalls_of, Hook, KernelBtf, KernelSetup, RodataPatch};
 use crate::exposition::{Family, Labels};
 use crate::finding::{Delta, Finding, ProcessRate};
 use crate::node::{Fact, NodeFacts, SettingsReader};
@@ -139,11 +139,12 @@ pub trait KernelView {
 pub struct KernelNeeds {
     /// Tracepoint hooks only this signal counts at, in report order.
     pub hooks: &'static [Hook],
-    /// Syscalls it counts at the `sys_enter` hook on this architecture;
-    /// each has an fentry program `sys_enter_fentry_<name>` in the object.
-    /// Two signals may count at the same syscall (it is hooked while either
-    /// runs).
-    pub syscalls: &'static [&'static str],
+    /// The groups of syscalls it counts at the `sys_enter` hook (their
+    /// switches in the object are turned on while it runs); which syscalls
+    /// are in a group comes from the object's table
+    /// (`bpf/core/syscall_table.h`, read by `bpf::counted_syscalls`). Two
+    /// signals may count the same group (it is hooked while either runs).
+    pub syscall_groups: &'static [sp_syscall_group],
     /// Its settings in the object's read-only data, made once per start
     /// from its flags and the kernel's BTF; among them the switches
     /// (`count_*`) of the syscall groups it counts, which stay off for a
@@ -170,18 +171,19 @@ pub type MapSizes = fn(&SignalArgs) -> Vec<(&'static str, u32)>;
 
 /// What every enabled signal asks of the kernel side, for `bpf::load` (and
 /// for the check of the embedded object against it): a syscall two signals
-/// count at is named once.
+/// count at is named once, as is a group two signals count.
 pub fn kernel_setup(args: &SignalArgs, btf: &KernelBtf) -> KernelSetup {
     let needs = || args.enabled().map(|s| &s.kernel);
-    let mut fentry_syscalls: Vec<&'static str> = Vec::new();
-    for &syscall in needs().flat_map(|k| k.syscalls) {
-        if !fentry_syscalls.contains(&syscall) {
-            fentry_syscalls.push(syscall);
+    let mut syscall_groups: Vec<sp_syscall_group> = Vec::new();
+    for &group in needs().flat_map(|k| k.syscall_groups) {
+        if !syscall_groups.contains(&group) {
+            syscall_groups.push(group);
         }
     }
     KernelSetup {
         hooks: needs().flat_map(|k| k.hooks.iter().copied()).collect(),
-        fentry_syscalls,
+        fentry_syscalls: syscalls_of(&syscall_groups),
+        syscall_groups,
         rodata: needs()
             .filter_map(|k| k.rodata)
             .map(|patch| patch(args, btf))
@@ -336,10 +338,18 @@ mod tests {
                     hook.name
                 );
             }
-            for syscall in signal.kernel.syscalls {
-                let shared = others().any(|s| s.kernel.syscalls.contains(syscall));
-                let hooked = without.fentry_syscalls.contains(syscall);
-                assert_eq!(hooked, shared, "{}: {syscall}", signal.name);
+            for group in signal.kernel.syscall_groups {
+                let shared = others().any(|s| s.kernel.syscall_groups.contains(group));
+                assert_eq!(
+                    without.syscall_groups.contains(group),
+                    shared,
+                    "{}",
+                    signal.name
+                );
+                for syscall in syscalls_of(&[*group]) {
+                    let hooked = without.fentry_syscalls.contains(&syscall);
+                    assert_eq!(hooked, shared, "{}: {syscall}", signal.name);
+                }
             }
             let own_maps = signal
                 .kernel
@@ -402,19 +412,23 @@ mod tests {
 
     #[test]
     fn the_syscall_groups_are_switched_on_by_the_signals_that_count_them() {
+        // (clock reads, sigprocmask, sleeps, sleep calls, timed waits)
         let switches = |off: &[&str]| {
+            let setup = setup_without(off);
             // SAFETY: the generated struct holds only integers, bools and
             // integer arrays, for which all zeroes is a valid value (false, 0).
             let mut rodata: crate::bpf::types::rodata = unsafe { std::mem::zeroed() };
-            for patch in setup_without(off).rodata {
+            crate::bpf::switch_syscall_groups(&mut rodata, &setup.syscall_groups);
+            for patch in setup.rodata {
                 patch(&mut rodata);
             }
+            let group = |g: sp_syscall_group| rodata.count_syscalls[crate::bpf::slot!(g)];
             [
-                rodata.count_clock_reads,
-                rodata.count_sigprocmask,
-                rodata.count_sleeps,
+                group(sp_syscall_group::SP_SYSCALLS_CLOCK_READS),
+                group(sp_syscall_group::SP_SYSCALLS_SIGPROCMASK),
+                group(sp_syscall_group::SP_SYSCALLS_SLEEPS),
                 rodata.count_sleep_calls,
-                rodata.count_timed_waits,
+                group(sp_syscall_group::SP_SYSCALLS_TIMED_WAITS),
             ]
         };
         assert_eq!(switches(&[]), [true; 5]);
@@ -450,6 +464,9 @@ mod tests {
         assert!(no_futex[0].ends_with("is accounted for by no hook and no fentry syscall"));
         let extra_syscall = problems(|s| s.fentry_syscalls.push("no_such_syscall"));
         assert_eq!(extra_syscall.len(), 1, "{extra_syscall:?}");
+        let no_group = problems(|s| s.syscall_groups.push(sp_syscall_group(99)));
+        assert_eq!(no_group.len(), 1, "{no_group:?}");
+        assert!(no_group[0].starts_with("syscall group 99 has no syscall"));
         let no_map = problems(|s| s.map_sizes.push(("no_such_map", 16)));
         assert_eq!(no_map, ["the object has no map no_such_map to size"]);
     }

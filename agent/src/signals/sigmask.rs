@@ -14,11 +14,10 @@ use std::collections::BTreeMap;
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::bpf::slot;
-use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op};
-use crate::bpf::{KernelBtf, RodataPatch};
+use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 /// Number of `enum sp_sigmask_op` slots.
@@ -54,18 +53,13 @@ pub const SIGNAL: Signal = Signal {
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {
         hooks: &[],
-        syscalls: &["rt_sigprocmask"],
-        rodata: Some(count_sigprocmask),
+        syscall_groups: &[sp_syscall_group::SP_SYSCALLS_SIGPROCMASK],
+        rodata: None,
         upkeep: None,
         map_sizes: None,
         left_out: None,
     },
 };
-
-/// Switch on the counting of `rt_sigprocmask` in the syscall hook.
-fn count_sigprocmask(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
-    Box::new(|rodata| rodata.count_sigprocmask = true)
-}
 
 const RUBY_GAIN: &str =
     "Ruby 1.8.7 ran ~40 % faster without --enable-pthread (20M rt_sigprocmask calls gone)";

@@ -10,7 +10,9 @@
 use prometheus::proto::{MetricFamily, MetricType};
 
 use crate::bpf::slot;
-use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sleep_mode, sp_sleep_syscall, sp_wait};
+use crate::bpf::types::{
+    sp_callsite_kind, sp_counters, sp_sleep_mode, sp_sleep_syscall, sp_syscall_group, sp_wait,
+};
 use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
@@ -58,23 +60,20 @@ pub const SIGNAL: Signal = Signal {
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {
         hooks: &[],
-        syscalls: &["nanosleep", "clock_nanosleep"],
-        rodata: Some(count_sleeps),
+        syscall_groups: &[sp_syscall_group::SP_SYSCALLS_SLEEPS],
+        rodata: Some(count_sleep_calls),
         upkeep: Some(update_clock_offsets),
         map_sizes: None,
         left_out: None,
     },
 };
 
-/// Switch on the sleeps in the syscall hook: their calls by clock and mode
-/// (`count_sleep_calls`, this signal's alone) and their requested lengths
-/// (`count_sleeps`, which the timer signal also switches on: to it a sleep
-/// is a timed wait).
-fn count_sleeps(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
-    Box::new(|rodata| {
-        rodata.count_sleeps = true;
-        rodata.count_sleep_calls = true;
-    })
+/// Switch on the counting of the sleeps' calls by clock and mode
+/// (`count_sleep_calls`, this signal's alone). Their requested lengths
+/// come with the group SLEEPS, which the timer signal counts too: to it a
+/// sleep is a timed wait.
+fn count_sleep_calls(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
+    Box::new(|rodata| rodata.count_sleep_calls = true)
 }
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {

@@ -14,8 +14,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use std::time::Duration;
 
 use crate::bpf::slot;
-use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters};
-use crate::bpf::{KernelBtf, RodataPatch};
+use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters, sp_syscall_group};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labels};
 use crate::flag_values::parse_duration;
 use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
@@ -142,24 +141,13 @@ pub const SIGNAL: Signal = Signal {
     },
     kernel: KernelNeeds {
         hooks: &[],
-        syscalls: CLOCK_SYSCALLS_NAMES,
-        rodata: Some(count_clock_reads),
+        syscall_groups: &[sp_syscall_group::SP_SYSCALLS_CLOCK_READS],
+        rodata: None,
         upkeep: None,
         map_sizes: None,
         left_out: None,
     },
 };
-
-/// Switch on the counting of the clock syscalls in the syscall hook.
-fn count_clock_reads(_: &SignalArgs, _: &KernelBtf) -> RodataPatch {
-    Box::new(|rodata| rodata.count_clock_reads = true)
-}
-
-/// The clock syscalls it counts (arm64 has no time syscall).
-#[cfg(target_arch = "x86_64")]
-const CLOCK_SYSCALLS_NAMES: &[&str] = &["clock_gettime", "gettimeofday", "time"];
-#[cfg(target_arch = "aarch64")]
-const CLOCK_SYSCALLS_NAMES: &[&str] = &["clock_gettime", "gettimeofday"];
 
 /// The clock signal's flags.
 #[derive(clap::Args, Debug, Clone)]

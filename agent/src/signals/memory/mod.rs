@@ -1,6 +1,6 @@
 //! Memory: transparent huge pages allocated on a page fault and the faults
 //! that fell back to 4 KiB pages (hook `mm_page_alloc`: order 9 with a THP
-//! fault gfp mask, see `bpf/slowpath.bpf.c`), memory compaction runs and
+//! fault gfp mask, see `bpf/signals/memory.bpf.h`), memory compaction runs and
 //! their time by trigger (hooks `mm_compaction_begin`/`_end`), and the
 //! node's THP policy (sysfs `transparent_hugepage/{enabled,defrag}`).
 //!
@@ -94,7 +94,7 @@ pub const SIGNAL: Signal = Signal {
             Hook::new("mm_compaction_begin"),
             Hook::new("mm_compaction_end"),
         ],
-        syscalls: &[],
+        syscall_groups: &[],
         rodata: Some(sample_thp_faults),
         upkeep: None,
         map_sizes: Some(map_sizes),

@@ -1,5 +1,5 @@
 //! What the timer signal asks of the kernel side: its hooks, and the
-//! settings of its BPF code (`bpf/slowpath.bpf.c`, "timer wakeups") in the
+//! settings of its BPF code (`bpf/signals/timer_wakeups.bpf.h`) in the
 //! object's read-only data: the switches of the timed waits in the syscall
 //! hook, the timer-loop threshold per kernel window, and on kernels without
 //! `bpf_snprintf()` the addresses of the hrtimer callbacks it names.
@@ -46,8 +46,6 @@ pub fn rodata(args: &SignalArgs, btf: &KernelBtf) -> RodataPatch {
         }
         rodata.timer_hot_wakeups = hot_wakeups;
         rodata.timer_window_jiffies = hz.unwrap_or(0);
-        rodata.count_timed_waits = true;
-        rodata.count_sleeps = true;
     })
 }
 
@@ -252,13 +250,13 @@ mod tests {
         values
     }
 
-    /// Each line of `timer_fn_kind()` in `bpf/slowpath.bpf.c` that tests
+    /// Each line of `timer_fn_kind()` in `bpf/signals/timer_wakeups.bpf.h` that tests
     /// `fn == timer_fn_addrs[i]` or `SP_FN_IS(name, "...")`, with the
     /// `SP_TIMER_FN_*` constant of the line after it.
     fn c_classification() -> Vec<(String, String)> {
         let source = include_str!(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../bpf/slowpath.bpf.c"
+            "/../bpf/signals/timer_wakeups.bpf.h"
         ));
         let body = source.split("timer_fn_kind(__u64 fn)").nth(1).unwrap();
         let body = body.split("\n}\n").next().unwrap();

@@ -2,7 +2,7 @@
 //! whatever syscall carries its wait, and the timeouts it asks for.
 //!
 //! - Wakeups (hooks `timer:hrtimer_expire_entry`/`_exit` and
-//!   `sched:sched_waking`, see `bpf/slowpath.bpf.c`): a wakeup made while an
+//!   `sched:sched_waking`, see `bpf/signals/timer_wakeups.bpf.h`): a wakeup made while an
 //!   hrtimer callback runs is counted for the woken process, by `wait`: the
 //!   syscall a sleeper's timeout ended (`nanosleep`, `clock_nanosleep`,
 //!   `futex`, `epoll_wait`, `poll`, `select`), a `timerfd`, a `posix_timer`
@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::bpf::slot;
-use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_wait};
+use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_wait};
 use crate::exposition::{cumulative_buckets, family, histogram, push_nonzero, with, Family};
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
@@ -105,7 +105,12 @@ pub const SIGNAL: Signal = Signal {
     },
     kernel: KernelNeeds {
         hooks: &kernel::HOOKS,
-        syscalls: TIMED_WAITS,
+        // a sleep is a timed wait too (the first two `wait` kinds of the
+        // requested-timeout histograms)
+        syscall_groups: &[
+            sp_syscall_group::SP_SYSCALLS_SLEEPS,
+            sp_syscall_group::SP_SYSCALLS_TIMED_WAITS,
+        ],
         rodata: Some(kernel::rodata),
         // absolute deadlines on CLOCK_REALTIME and CLOCK_TAI (futex, futex_waitv)
         upkeep: Some(update_clock_offsets),
@@ -113,37 +118,6 @@ pub const SIGNAL: Signal = Signal {
         left_out: Some(kernel::left_out),
     },
 };
-
-/// The timed waits whose timeouts the kernel side reads at `sys_enter`
-/// (arm64 has no epoll_wait, poll or select syscall). The sleeps are timed
-/// waits too (the first two `wait` kinds of the requested-timeout
-/// histograms); the sleep signal counts at them as well, so they are hooked
-/// while either signal runs.
-#[cfg(target_arch = "x86_64")]
-const TIMED_WAITS: &[&str] = &[
-    "nanosleep",
-    "clock_nanosleep",
-    "futex",
-    "futex_waitv",
-    "epoll_wait",
-    "epoll_pwait",
-    "epoll_pwait2",
-    "poll",
-    "ppoll",
-    "select",
-    "pselect6",
-];
-#[cfg(target_arch = "aarch64")]
-const TIMED_WAITS: &[&str] = &[
-    "nanosleep",
-    "clock_nanosleep",
-    "futex",
-    "futex_waitv",
-    "epoll_pwait",
-    "epoll_pwait2",
-    "ppoll",
-    "pselect6",
-];
 
 /// The timer signal's flags.
 #[derive(clap::Args, Debug, Clone)]

@@ -1,0 +1,116 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The counted syscalls, declared once. Every place that treats a counted
+ * syscall by its number is made from this table (core/syscalls.h): which
+ * are counted (syscall_counted), whether a call is counted at all
+ * (syscall_gate), what it adds and which fold groups that dirties
+ * (count_into), its call-site kind (callsite_kind), the wait a sleeper in
+ * it is woken from (syscall_wait), its fentry program, and the enum
+ * sp_counted_syscall through which the agent learns the syscalls of each
+ * group from the object's BTF. A row missing a column does not build; a
+ * syscall has no case anywhere but here.
+ *
+ * Columns:
+ *   name    the syscall (its kernel function is __x64_sys_<name>,
+ *           __arm64_sys_<name>)
+ *   x86_64  its number, arch/x86/entry/syscalls/syscall_64.tbl
+ *   arm64   its number, include/uapi/asm-generic/unistd.h (0 when absent)
+ *   arches  ANY, or X86_ONLY: arm64 has no time, epoll_wait, poll, select
+ *   group   enum sp_syscall_group (slowpath.h): the switch that turns its
+ *           counting on, set by the signals that count the group
+ *   gate    bool gate(regs, btf): whether this call is counted at all (a
+ *           timed wait without a timeout arms no timer: not counted)
+ *   count   void count(counters, shared, regs, btf): what the call adds,
+ *           in its signal's file (signals/)
+ *   dirty   the fold groups (enum sp_dirty, core/counting.h) that count
+ *           may add to, which a combining slot folds
+ *   kind    enum sp_callsite_kind of its sampled user stacks
+ *   wait    enum sp_wait of a task sleeping in it woken by its timer
+ *           (SP_WAIT_OTHER: not a wait)
+ */
+#ifndef SP_CORE_SYSCALL_TABLE_H
+#define SP_CORE_SYSCALL_TABLE_H
+
+/* clang-format off */
+#define SP_COUNTED_SYSCALLS(X)                                                 \
+	/* clock reads (signals/clock.bpf.h) */                                \
+	X(clock_gettime,   228, 113, ANY,      CLOCK_READS, gate_always,      \
+	  count_clock_gettime, SP_DIRTY_CLOCK, SP_CALLSITE_CLOCK, SP_WAIT_OTHER) \
+	X(gettimeofday,    96,  169, ANY,      CLOCK_READS, gate_always,      \
+	  count_gettimeofday, SP_DIRTY_TOD, SP_CALLSITE_CLOCK, SP_WAIT_OTHER)  \
+	X(time,            201, 0,   X86_ONLY, CLOCK_READS, gate_always,      \
+	  count_time, SP_DIRTY_TOD, SP_CALLSITE_CLOCK, SP_WAIT_OTHER)          \
+	/* signal masks (signals/sigmask.bpf.h) */                             \
+	X(rt_sigprocmask,  14,  135, ANY,      SIGPROCMASK, gate_always,      \
+	  count_rt_sigprocmask, SP_DIRTY_SIGMASK, SP_CALLSITE_SIGPROCMASK,     \
+	  SP_WAIT_OTHER)                                                       \
+	/* sleeps (signals/sleep.bpf.h) */                                     \
+	X(nanosleep,       35,  101, ANY,      SLEEPS,      gate_always,      \
+	  count_nanosleep,                                                     \
+	  SP_DIRTY_SLEEP_CALLS << SP_SLEEP_NANOSLEEP |                         \
+		  SP_DIRTY_TIMEOUTS << SP_WAIT_NANOSLEEP,                      \
+	  SP_CALLSITE_SLEEP, SP_WAIT_NANOSLEEP)                                \
+	X(clock_nanosleep, 230, 115, ANY,      SLEEPS,      gate_always,      \
+	  count_clock_nanosleep,                                               \
+	  SP_DIRTY_SLEEP_CALLS << SP_SLEEP_CLOCK_NANOSLEEP |                   \
+		  SP_DIRTY_TIMEOUTS << SP_WAIT_CLOCK_NANOSLEEP,                \
+	  SP_CALLSITE_SLEEP, SP_WAIT_CLOCK_NANOSLEEP)                          \
+	/* timed waits (signals/timer.bpf.h) */                                \
+	X(futex,           202, 98,  ANY,      TIMED_WAITS, gate_futex,       \
+	  count_futex, SP_DIRTY_TIMEOUTS << SP_WAIT_FUTEX, SP_CALLSITE_SLEEP,  \
+	  SP_WAIT_FUTEX)                                                       \
+	X(futex_waitv,     449, 449, ANY,      TIMED_WAITS, gate_ts_arg4,     \
+	  count_futex_waitv, SP_DIRTY_TIMEOUTS << SP_WAIT_FUTEX,               \
+	  SP_CALLSITE_SLEEP, SP_WAIT_FUTEX)                                    \
+	X(epoll_wait,      232, 0,   X86_ONLY, TIMED_WAITS, gate_ms_arg4,     \
+	  count_epoll_ms, SP_DIRTY_TIMEOUTS << SP_WAIT_EPOLL_WAIT,             \
+	  SP_CALLSITE_SLEEP, SP_WAIT_EPOLL_WAIT)                               \
+	X(epoll_pwait,     281, 22,  ANY,      TIMED_WAITS, gate_ms_arg4,     \
+	  count_epoll_ms, SP_DIRTY_TIMEOUTS << SP_WAIT_EPOLL_WAIT,             \
+	  SP_CALLSITE_SLEEP, SP_WAIT_EPOLL_WAIT)                               \
+	X(epoll_pwait2,    441, 441, ANY,      TIMED_WAITS, gate_ts_arg4,     \
+	  count_epoll_pwait2, SP_DIRTY_TIMEOUTS << SP_WAIT_EPOLL_WAIT,         \
+	  SP_CALLSITE_SLEEP, SP_WAIT_EPOLL_WAIT)                               \
+	X(poll,            7,   0,   X86_ONLY, TIMED_WAITS, gate_ms_arg3,     \
+	  count_poll, SP_DIRTY_TIMEOUTS << SP_WAIT_POLL, SP_CALLSITE_SLEEP,    \
+	  SP_WAIT_POLL)                                                        \
+	X(ppoll,           271, 73,  ANY,      TIMED_WAITS, gate_ts_arg3,     \
+	  count_ppoll, SP_DIRTY_TIMEOUTS << SP_WAIT_POLL, SP_CALLSITE_SLEEP,   \
+	  SP_WAIT_POLL)                                                        \
+	X(select,          23,  0,   X86_ONLY, TIMED_WAITS, gate_ts_arg5,     \
+	  count_select, SP_DIRTY_TIMEOUTS << SP_WAIT_SELECT,                   \
+	  SP_CALLSITE_SLEEP, SP_WAIT_SELECT)                                   \
+	X(pselect6,        270, 72,  ANY,      TIMED_WAITS, gate_ts_arg5,     \
+	  count_pselect6, SP_DIRTY_TIMEOUTS << SP_WAIT_SELECT,                 \
+	  SP_CALLSITE_SLEEP, SP_WAIT_SELECT)
+/* clang-format on */
+
+/* SP_IF_<arches>(...): the row's code where the syscall exists. */
+#if defined(__TARGET_ARCH_x86)
+#define SP_IF_ANY(...) __VA_ARGS__
+#define SP_IF_X86_ONLY(...) __VA_ARGS__
+#define SP_ARCH_NR(x86_64, arm64) (x86_64)
+#else
+#define SP_IF_ANY(...) __VA_ARGS__
+#define SP_IF_X86_ONLY(...)
+#define SP_ARCH_NR(x86_64, arm64) (arm64)
+#endif
+
+/* SP_NR_<name>: the number of each counted syscall on this arch. */
+#define SP_NR_ROW(name, x86_64, arm64, arches, ...)                            \
+	SP_IF_##arches(SP_NR_##name = SP_ARCH_NR(x86_64, arm64), )
+enum sp_syscall_nr { SP_COUNTED_SYSCALLS(SP_NR_ROW) };
+#undef SP_NR_ROW
+
+/* The fold groups of a combining slot: the dirty bits each fold function
+ * (in its signal's file, or core/ for the shared ones) clears, in the order
+ * fold_dirty() runs them. Every dirty bit of the table must be one of
+ * them: checked at build time in core/slots.h. */
+#define SP_FOLD_GROUPS(X)                                                      \
+	X(SP_DIRTY_CLOCK | SP_DIRTY_TOD, fold_clock_reads)                     \
+	X(SP_DIRTY_SIGMASK, fold_sigmask)                                      \
+	X(SP_DIRTY_SLEEP_CALLS_ALL, fold_sleep_calls)                          \
+	X(SP_DIRTY_TIMEOUTS_ALL, fold_timeouts)                                \
+	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)
+
+#endif /* SP_CORE_SYSCALL_TABLE_H */

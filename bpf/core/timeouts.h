@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Requested timeouts: the histogram by enum sp_wait of the timeouts that
+ * sleeps (signals/sleep.bpf.h) and timed waits (signals/timer.bpf.h) ask
+ * for, read from the syscall's arguments at entry. Shared by both signals:
+ * a sleep is a timed wait too (the first two waits).
+ */
+#ifndef SP_CORE_TIMEOUTS_H
+#define SP_CORE_TIMEOUTS_H
+
+/* Offsets of CLOCK_REALTIME and CLOCK_TAI from CLOCK_MONOTONIC in ns, kept
+ * current by the agent (every 500 ms), to turn absolute deadlines on those
+ * clocks into requested lengths. BPF has no realtime clock before 6.1. */
+__s64 realtime_offset_ns = 0;
+__s64 tai_offset_ns = 0;
+
+/* Add one requested timeout of `rel_ns` (>= 0) to the histogram of `wait`
+ * in counters `c` (`shared`: see SP_ADD). */
+static __always_inline void count_timeout(struct sp_counters *c, const bool shared, __u32 wait,
+					  __u64 rel_ns)
+{
+	int b;
+
+	/* cap at ~136 years so the sum cannot wrap on absurd requests */
+	if (rel_ns > 0xffffffffULL * SP_NSEC_PER_SEC)
+		rel_ns = 0xffffffffULL * SP_NSEC_PER_SEC;
+	/* a zero timeout of poll/select/epoll/futex never sleeps: no timer */
+	if (rel_ns == 0 && wait >= SP_WAIT_FUTEX)
+		return;
+	b = sp_timeout_bucket(rel_ns); /* compares only: no division per wait */
+	if (wait >= SP_WAIT_SYSCALL_COUNT)
+		return;
+	SP_INC_AT(shared, c->timeout_buckets[wait], b);
+	SP_ADD(shared, &c->timeout_ns[wait], rel_ns);
+}
+
+/* Now on `clock` (enum sp_clock) in ns, or -1 for a clock BPF cannot read. */
+static __always_inline __s64 clock_now_ns(__u32 clock)
+{
+	switch (clock) {
+	case SP_CLOCK_MONOTONIC:
+		return bpf_ktime_get_ns();
+	case SP_CLOCK_BOOTTIME:
+		return bpf_ktime_get_boot_ns();
+	case SP_CLOCK_REALTIME:
+		return bpf_ktime_get_ns() + realtime_offset_ns;
+	case SP_CLOCK_TAI:
+		return bpf_ktime_get_ns() + tai_offset_ns;
+	}
+	return -1;
+}
+
+/* The timeout of `wait` in the user timespec at `uts`: relative when
+ * `abs_clock` is negative, else a deadline on that enum sp_clock (made
+ * relative to the clock's time now; a deadline already past counts as 0).
+ * `timeval`: the struct holds microseconds (select). Returns -1 when the
+ * request is invalid or unreadable (the wait still counts as a call). */
+static __always_inline int timeout_from_user(struct sp_counters *c, const bool shared, __u32 wait,
+					     const void *uts, int abs_clock, bool timeval)
+{
+	struct __kernel_timespec ts;
+	__s64 ns, now;
+
+	if (bpf_probe_read_user(&ts, sizeof(ts), uts)) {
+		lost_inc(SP_LOST_SLEEP_UNREADABLE);
+		return -1;
+	}
+	if (timeval) {
+		if (ts.tv_nsec < 0 || ts.tv_nsec >= 1000000)
+			return -1;
+		ts.tv_nsec *= 1000;
+	}
+	if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= (__s64)SP_NSEC_PER_SEC)
+		return -1; /* EINVAL */
+	if (ts.tv_sec > 0xffffffffLL)
+		ts.tv_sec = 0xffffffffLL;
+	ns = ts.tv_sec * (__s64)SP_NSEC_PER_SEC + ts.tv_nsec;
+	if (abs_clock >= 0) {
+		now = clock_now_ns(abs_clock);
+		if (now < 0) {
+			lost_inc(SP_LOST_SLEEP_UNREADABLE);
+			return -1;
+		}
+		ns = ns > now ? ns - now : 0;
+	}
+	count_timeout(c, shared, wait, ns);
+	return 0;
+}
+
+/* The fold group of the requested timeouts (core/slots.h): the histogram
+ * of each wait whose bit is set, and the sums of all of them. */
+static __always_inline void fold_timeouts(struct sp_counters *from, struct sp_counters *to,
+					  __u64 dirty)
+{
+#pragma unroll
+	for (int w = 0; w < SP_WAIT_SYSCALL_COUNT; w++)
+		if (dirty & (SP_DIRTY_TIMEOUTS << w))
+			SP_FOLD_WORDS(from->timeout_buckets[w], to->timeout_buckets[w],
+				      SP_WORDS(from->timeout_buckets[w]));
+	if (dirty & SP_DIRTY_TIMEOUTS_ALL)
+		SP_FOLD_WORDS(from->timeout_ns, to->timeout_ns, SP_WORDS(from->timeout_ns));
+}
+
+#endif /* SP_CORE_TIMEOUTS_H */
