@@ -537,13 +537,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn an_image_is_folded_once_however_often_it_is_met() {
-        let mut agg = limited(100, 100);
+    /// An image named "x" that made 5 gettimeofday calls.
+    fn image_x() -> sp_proc {
         let mut p = sp_proc::default();
         p.comm[0] = b'x' as i8;
         p.c.gettimeofday = 5;
         p.start_boottime_ns = 42;
+        p
+    }
+
+    #[test]
+    fn an_image_is_folded_once_however_often_it_is_met() {
+        let mut agg = limited(100, 100);
+        let p = image_x();
         agg.retire(7, &p);
         agg.retire(7, &p); // its record, after a table read folded it
         let total: u64 = agg.series.values().map(|s| s.retired.gettimeofday).sum();
@@ -553,10 +559,7 @@ mod tests {
     #[test]
     fn late_counts_join_the_series_their_image_retired_into_every_time() {
         let mut agg = limited(100, 100);
-        let mut p = sp_proc::default();
-        p.comm[0] = b'x' as i8;
-        p.c.gettimeofday = 5;
-        p.start_boottime_ns = 42;
+        let p = image_x();
         agg.retire(7, &p);
         let mut late = p;
         late.c = sp_counters::default();
