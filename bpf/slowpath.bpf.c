@@ -41,6 +41,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "signals/sigmask.bpf.h"
 #include "signals/sleep.bpf.h"
 #include "signals/timer.bpf.h"
+#include "signals/tzfile.bpf.h"
 
 /* The syscall path, made from the table and the signals above. */
 #include "core/syscalls.h"

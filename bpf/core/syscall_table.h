@@ -82,7 +82,16 @@
 	  SP_CALLSITE_SLEEP, SP_WAIT_SELECT)                                   \
 	X(pselect6,        270, 72,  ANY,      TIMED_WAITS, gate_ts_arg5,     \
 	  count_pselect6, SP_DIRTY_TIMEOUTS << SP_WAIT_SELECT,                 \
-	  SP_CALLSITE_SLEEP, SP_WAIT_SELECT)
+	  SP_CALLSITE_SLEEP, SP_WAIT_SELECT)                                   \
+	/* time-zone file checks (signals/tzfile.bpf.h) */                     \
+	X(stat,            4,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
+	  count_tz_arg1, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	X(lstat,           6,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
+	  count_tz_arg1, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	X(newfstatat,      262, 79,  ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
+	  count_tz_arg2, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	X(statx,           332, 291, ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
+	  count_tz_arg2, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)
 /* clang-format on */
 
 /* SP_IF_<arches>(...): the row's code where the syscall exists. */
@@ -111,6 +120,7 @@ enum sp_syscall_nr { SP_COUNTED_SYSCALLS(SP_NR_ROW) };
 	X(SP_DIRTY_SIGMASK, fold_sigmask)                                      \
 	X(SP_DIRTY_SLEEP_CALLS_ALL, fold_sleep_calls)                          \
 	X(SP_DIRTY_TIMEOUTS_ALL, fold_timeouts)                                \
-	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)
+	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)                                \
+	X(SP_DIRTY_TZFILE, fold_tzfile)
 
 #endif /* SP_CORE_SYSCALL_TABLE_H */

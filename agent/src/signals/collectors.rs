@@ -261,21 +261,24 @@ mod tests {
     fn every_collector_is_on_by_default() {
         let c = parse(&[], &[]).unwrap();
         assert_eq!(c, Collectors::default());
-        assert_eq!(on(&c), ["clock", "sigmask", "sleep", "timer", "memory"]);
+        assert_eq!(
+            on(&c),
+            ["clock", "sigmask", "sleep", "timer", "memory", "tzfile"]
+        );
         assert!(left_out(&c).is_empty());
     }
 
     #[test]
     fn no_collector_switches_one_off_and_the_last_flag_wins() {
         let c = parse(&["--no-collector.timer"], &[]).unwrap();
-        assert_eq!(on(&c), ["clock", "sigmask", "sleep", "memory"]);
+        assert_eq!(on(&c), ["clock", "sigmask", "sleep", "memory", "tzfile"]);
         assert!(!c.is_on("timer") && c.is_on("clock"));
         let c = parse(&["--no-collector.timer", "--collector.timer"], &[]).unwrap();
         assert!(c.is_on("timer"));
         let c = parse(&["--collector.timer", "--no-collector.timer"], &[]).unwrap();
         assert!(!c.is_on("timer"));
         let c = parse(&["--no-collector.clock", "--no-collector.memory"], &[]).unwrap();
-        assert_eq!(on(&c), ["sigmask", "sleep", "timer"]);
+        assert_eq!(on(&c), ["sigmask", "sleep", "timer", "tzfile"]);
         for twice in ["--collector.sleep", "--no-collector.sleep"] {
             let c = parse(&[twice, twice], &[]).unwrap();
             assert_eq!(c.is_on("sleep"), twice == "--collector.sleep");
@@ -341,13 +344,13 @@ mod tests {
               collector timer"
             ]
         );
-        let only_memory = ["clock", "sigmask", "sleep", "timer"]
+        let only_memory = ["clock", "sigmask", "sleep", "timer", "tzfile"]
             .into_iter()
             .fold(Collectors::default(), |c, name| c.with(name, false));
         let lines = left_out(&only_memory);
-        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert_eq!(lines.len(), 6, "{lines:?}");
         assert_eq!(
-            lines[4],
+            lines[5],
             "no enabled collector counts syscalls: hook sys_enter not attached"
         );
     }

@@ -36,6 +36,7 @@ pub mod memory;
 pub mod sigmask;
 pub mod sleep;
 pub mod timer;
+pub mod tzfile;
 pub mod vocabulary;
 
 /// What the metrics of one scrape are made from.
@@ -253,12 +254,13 @@ impl SignalArgs {
 }
 
 /// Every signal, in the order the doctor runs their rules.
-pub const SIGNALS: [&Signal; 5] = [
+pub const SIGNALS: [&Signal; 6] = [
     &clock::SIGNAL,
     &sigmask::SIGNAL,
     &sleep::SIGNAL,
     &timer::SIGNAL,
     &memory::SIGNAL,
+    &tzfile::SIGNAL,
 ];
 
 /// Every family of every signal.
@@ -376,7 +378,7 @@ mod tests {
         assert!(no_memory.map_sizes.is_empty());
         let no_sleeps = setup_without(&["sleep", "timer"]);
         assert!(!no_sleeps.fentry_syscalls.contains(&"nanosleep"));
-        let only_memory = setup_without(&["clock", "sigmask", "sleep", "timer"]);
+        let only_memory = setup_without(&["clock", "sigmask", "sleep", "timer", "tzfile"]);
         assert!(only_memory.fentry_syscalls.is_empty()); // so no sys_enter hook
     }
 
@@ -474,7 +476,10 @@ mod tests {
     #[test]
     fn every_call_kind_has_one_name() {
         let kinds = callsite_kinds();
-        assert_eq!(kinds, ["clock", "rt_sigprocmask", "sleep", "thp_fault"]);
+        assert_eq!(
+            kinds,
+            ["clock", "rt_sigprocmask", "sleep", "thp_fault", "tzfile"]
+        );
         let declared: Vec<_> = SIGNALS.iter().flat_map(|s| s.call_sites).collect();
         assert_eq!(declared.len(), kinds.len(), "a kind declared twice");
     }
