@@ -1,0 +1,199 @@
+//! Checks of the default time-zone file (hook `sys_enter`, or fentry on the
+//! stat family): with `TZ` unset, glibc's `localtime()`, `mktime()`,
+//! `strftime()` and `tzset()` stat `/etc/localtime` on every call to see
+//! whether it changed (a syscall each; with `TZ=:/etc/localtime` none).
+//! Counted in the kernel (`bpf/signals/tzfile.bpf.h`): stat, lstat,
+//! newfstatat and statx calls whose path is `/etc/localtime` and lies in the
+//! calling code's own image, as the C library's built-in default does.
+//!
+//! Doctor rule: a process checking the file more than [`CHECKS_PER_SEC`]
+//! times a second, with its estimated CPU from the node's measured cost of
+//! one check ([`cost`]), its call sites matched to [`sources::SOURCES`]
+//! and the fix written out for systemd and Kubernetes.
+
+pub mod cost;
+pub mod sources;
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
+use crate::exposition::{family, gauge, push_nonzero, Family};
+use crate::finding::{Compose, Finding, Severity};
+use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal};
+use crate::sources::CauseBasis;
+use cost::TzfileCheckCost;
+use sources::{SOURCES, TZ_GAIN};
+
+/// Doctor and in-agent threshold: checks per second of one process (about
+/// 0.4 % of a core at 4 us a check).
+pub const CHECKS_PER_SEC: f64 = 1000.0;
+
+const TZFILE_STATS: Family = Family {
+    name: "slowpath_tzfile_stat_calls_total",
+    help: "stat-family calls (stat, lstat, newfstatat, statx: raw_syscalls:sys_enter, or fentry) on the default time-zone file /etc/localtime whose path is the calling code's own literal, as glibc's localtime(), mktime(), strftime() and tzset() make with TZ unset; TZ=:/etc/localtime in the environment removes them",
+    kind: MetricType::COUNTER,
+};
+const TZFILE_CHECK_COST: Family = Family {
+    name: "slowpath_tzfile_check_seconds",
+    help: "Measured cost in seconds of one stat of /etc/localtime on this node (the agent's batch of 100 every 30 s, median of 10 slices); absent when the file does not exist",
+    kind: MetricType::GAUGE,
+};
+
+pub const SIGNAL: Signal = Signal {
+    name: "tzfile",
+    families: &[&TZFILE_STATS, &TZFILE_CHECK_COST],
+    export,
+    diagnose,
+    enrich: None,
+    sources: SOURCES,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_TZFILE, "tzfile")],
+    node: NodeNeeds {
+        settings: None,
+        check: Some(NodeCheck {
+            every: cost::every,
+            run: cost::check,
+        }),
+        measure: None,
+    },
+    kernel: KernelNeeds {
+        hooks: &[],
+        syscall_groups: &[sp_syscall_group::SP_SYSCALLS_TZFILE_CHECKS],
+        rodata: None,
+        upkeep: None,
+        map_sizes: None,
+        left_out: None,
+    },
+};
+
+fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
+    let mut calls = Vec::new();
+    for (key, series) in scrape.series() {
+        push_nonzero(&mut calls, key.clone(), series.counters.tzfile_stats as f64);
+    }
+    let cost = scrape
+        .node
+        .get::<TzfileCheckCost>()
+        .and_then(|c| c.0)
+        .map(|s| gauge(&[], s));
+    vec![
+        family(&TZFILE_STATS, calls),
+        family(&TZFILE_CHECK_COST, cost.into_iter().collect()),
+    ]
+}
+
+fn diagnose(obs: &Observation<'_>) -> Vec<Finding> {
+    checks_finding(obs).into_iter().collect()
+}
+
+/// The fix, for every way a service gets its environment.
+pub const FIX: &str = "Set TZ in the service's environment so that glibc reads the zone once: \
+    TZ=:/etc/localtime keeps the node's zone (or name it, e.g. TZ=Europe/Berlin). systemd: \
+    Environment=TZ=:/etc/localtime in the unit's [Service] section (systemctl edit UNIT, then \
+    restart it). Kubernetes: env: [{name: TZ, value: \":/etc/localtime\"}] in the container's \
+    spec. A shell or container: export TZ=:/etc/localtime, podman/docker run -e \
+    TZ=:/etc/localtime. With TZ set, a change of /etc/localtime reaches the process at its next \
+    start.";
+
+fn checks_finding(obs: &Observation<'_>) -> Option<Finding> {
+    let cost = obs.node.get::<TzfileCheckCost>().and_then(|c| c.0);
+    let processes = obs.ranked(|d| {
+        let rate = d.c.tzfile_stats as f64 / obs.secs;
+        if rate < CHECKS_PER_SEC {
+            return None;
+        }
+        let mut detail = BTreeMap::from([("stat_calls_per_second".to_string(), rate)]);
+        if let Some(cost) = cost {
+            detail.insert("estimated_cpu_percent".into(), rate * cost * 100.0);
+        }
+        Some((rate, detail))
+    });
+    let top = processes.first()?;
+    let mut evidence = BTreeMap::from([(
+        "threshold_checks_per_second".to_string(),
+        format!("{CHECKS_PER_SEC}"),
+    )]);
+    if let Some(cost) = cost {
+        evidence.insert(
+            "cpu_seconds_per_check".into(),
+            format!("{cost:.2e} (measured on this node)"),
+        );
+    }
+    Some(Finding {
+        id: "tzfile_checks",
+        severity: Severity::Warning,
+        title: format!(
+            "{} checks /etc/localtime {:.0} times/s (TZ unset)",
+            top.comm, top.per_second
+        ),
+        evidence,
+        processes,
+        cause: "With TZ unset, glibc's localtime(), mktime(), ctime(), strftime() and tzset() \
+                stat /etc/localtime on every call to see whether the zone changed: one system \
+                call per converted time, in a logger or date formatter that runs all the time."
+            .into(),
+        fix: FIX.into(),
+        expected_gain: Some(TZ_GAIN.into()),
+        cause_basis: CauseBasis::Guess {
+            from: "stat calls on /etc/localtime through the C library's default path (no \
+                   sampled frame matches a known source)"
+                .into(),
+        },
+        call_sites: Some(sp_callsite_kind::SP_CALLSITE_TZFILE),
+        sources: Some((SOURCES, Compose::AfterRule)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::NodeFacts;
+    use crate::signals::test_support::{delta, export_one_of, observe, observe_on};
+
+    #[test]
+    fn a_busy_logger_gets_the_finding_with_its_cpu() {
+        let logger = delta("logger", |c| c.tzfile_stats = 5_000);
+        let idle = delta("cron", |c| c.tzfile_stats = 10);
+        let mut node = NodeFacts::default();
+        node.extend([std::sync::Arc::new(TzfileCheckCost(Some(4e-6))) as _]);
+        let f = observe_on(&node, &[logger, idle], checks_finding).unwrap();
+        assert_eq!(f.id, "tzfile_checks");
+        assert_eq!(
+            f.processes.len(),
+            1,
+            "only the logger is past the threshold"
+        );
+        let p = &f.processes[0];
+        assert_eq!(p.comm, "logger");
+        assert_eq!(p.per_second, 5_000.0);
+        let cpu = p.detail["estimated_cpu_percent"];
+        assert!((cpu - 2.0).abs() < 1e-9, "{cpu}");
+        assert!(f.fix.contains("Environment=TZ=:/etc/localtime"));
+        assert!(f.fix.contains("name: TZ, value: \":/etc/localtime\""));
+    }
+
+    #[test]
+    fn below_the_threshold_or_without_cost_there_is_no_estimate() {
+        let slow = delta("cron", |c| c.tzfile_stats = 999);
+        assert!(observe(&[slow], checks_finding).is_none());
+        let busy = delta("logger", |c| c.tzfile_stats = 1_000);
+        let f = observe(&[busy], checks_finding).unwrap();
+        assert!(!f.processes[0].detail.contains_key("estimated_cpu_percent"));
+        assert!(!f.evidence.contains_key("cpu_seconds_per_check"));
+    }
+
+    #[test]
+    fn the_counter_is_exported_per_process() {
+        let d = delta("perl", |c| c.tzfile_stats = 7);
+        let families = export_one_of(&SIGNAL, d);
+        assert_eq!(families[0].name(), TZFILE_STATS.name);
+        assert_eq!(families[0].get_metric()[0].get_counter().get_value(), 7.0);
+        assert!(families[1].get_metric().is_empty(), "no cost measured yet");
+    }
+
+    #[test]
+    fn every_known_source_matches_its_example_first() {
+        crate::sources::tests::check_table(SOURCES);
+    }
+}
