@@ -83,10 +83,13 @@
 	X(pselect6,        270, 72,  ANY,      TIMED_WAITS, gate_ts_arg5,     \
 	  count_pselect6, SP_DIRTY_TIMEOUTS << SP_WAIT_SELECT,                 \
 	  SP_CALLSITE_SLEEP, SP_WAIT_SELECT)                                   \
-	/* time-zone file checks (signals/tzfile.bpf.h) */                     \
-	X(stat,            4,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
+	/* time-zone file checks (signals/tzfile.bpf.h); x86_64's stat (4) and \
+	 * lstat (6) are the kernel's sys_newstat and sys_newlstat (its       \
+	 * sys_stat and sys_lstat are the old 32-bit calls)                   \
+	 */                                                                    \
+	X(newstat,         4,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
 	  count_tz_arg1, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
-	X(lstat,           6,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
+	X(newlstat,        6,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
 	  count_tz_arg1, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
 	X(newfstatat,      262, 79,  ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
 	  count_tz_arg2, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
