@@ -170,6 +170,8 @@ CASES = [
     ("vDSO fallback", "clock reads that enter the kernel, the clocksource, its switches, the canary",
      r"slowpath_(clock|clocksource|vdso)_"),
     ("rt_sigprocmask storms", "`rt_sigprocmask` calls by operation", r"slowpath_rt_sigprocmask_"),
+    ("time-zone file checks", "stats of `/etc/localtime` with `TZ` unset, and the node's cost of one",
+     r"slowpath_tzfile_"),
     ("sleeps", "sleep calls and their requested lengths", r"slowpath_sleep_"),
     ("timer loops", "timer wakeups per process and the timeouts asked for", r"slowpath_(node_)?timer_"),
     ("THP faults and compaction", "huge-page faults, their fallbacks, compaction runs and stalls",

@@ -19,9 +19,17 @@ DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 # pod, container with Kubernetes; pid with --metrics.pid-label): the variables
 # of the per-process filters take their values from these series.
 PER_PROCESS_METRICS = (
-    "slowpath_(clock_syscalls|rt_sigprocmask_calls|sleep_calls|timer_wakeups|thp_fault_allocs"
+    "slowpath_(clock_syscalls|rt_sigprocmask_calls|tzfile_stat_calls|sleep_calls|timer_wakeups|thp_fault_allocs"
     "|thp_fault_fallbacks|compaction_runs|compaction_seconds)_total"
 )
+
+# Time-zone file checks (stats of /etc/localtime, glibc's localtime() and
+# friends with TZ unset) per second of one process above which the doctor's
+# tzfile_checks finding and the SlowpathTzfileChecks alert fire.
+TZFILE_CHECKS_PER_SECOND = 1000
+
+# A reference series drawn dashed (a threshold that differs per node).
+DASHED = dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [10, 10]})
 
 # Clocksources the vDSO cannot read: every clock_gettime/gettimeofday/time
 # then enters the kernel (docs/metrics.md, case 1).

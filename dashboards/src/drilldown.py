@@ -5,7 +5,8 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE, Ids,
+from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE,
+                    TZFILE_CHECKS_PER_SECOND, Ids,
                     clocksource_switch_annotation, dashboard, datasource_variable, findings_expr, heatmap_panel,
                     link, query_variable, row, stat_panel, state_timeline_panel, table_panel, target,
                     timeseries_panel, value_mappings)
@@ -56,8 +57,8 @@ def build():
     ids = Ids()
     d = dashboard(
         "slowpath / Drill-down", UID,
-        "One node, namespace, pod and process (comm): vDSO fallback, rt_sigprocmask, sleeps, THP "
-        "faults and compaction over time, with the node's clocksource, canary and THP settings.",
+        "One node, namespace, pod and process (comm): vDSO fallback, rt_sigprocmask, time-zone file checks, "
+        "sleeps, THP faults and compaction over time, with the node's clocksource, canary and THP settings.",
         variables(),
         link("Overview", "/d/slowpath-overview/slowpath-overview", "Every node and the top processes"),
     )
@@ -72,14 +73,22 @@ range. Normal on a tsc/kvm-clock node: 0. Non-zero there means the process bypas
 seccomp sandbox, old runtime calling syscall(2)); on a xen/hpet/acpi_pm node everything falls back (fix the
 clocksource).""",
         COUNT, [target(increase("slowpath_clock_syscalls_total", 'fallback="true"'), "fallback reads", instant=True)],
-        w=5, h=4, threshold_steps=[(None, "green"), (1, "orange")],
+        w=4, h=4, threshold_steps=[(None, "green"), (1, "orange")],
     ))
     d = d.with_panel(stat_panel(
         ids(), "rt_sigprocmask calls", """
 rt_sigprocmask calls of this process over the time range. Normal: a handful. Millions mean a storm, usually
 getcontext/setcontext (query ~ setmask below).""",
         COUNT, [target(increase("slowpath_rt_sigprocmask_calls_total"), "calls", instant=True)],
-        w=5, h=4,
+        w=4, h=4,
+    ))
+    d = d.with_panel(stat_panel(
+        ids(), "Time-zone file checks", f"""
+stats of /etc/localtime by this process over the time range: glibc's localtime(), mktime(), strftime() with TZ
+unset make one per call. Normal: near 0. {TZFILE_CHECKS_PER_SECOND:,} per second of range or more: set
+TZ=:/etc/localtime in its environment (see the time-zone file checks below).""",
+        COUNT, [target(increase("slowpath_tzfile_stat_calls_total"), "checks", instant=True)],
+        w=4, h=4,
     ))
     d = d.with_panel(stat_panel(
         ids(), "Timer wakeups", """
@@ -87,7 +96,7 @@ Wakeups of this process by an expiring timer over the time range, whatever it wa
 second of range for an idle service. ~1000 per second of range is a 1 ms ticker (~0.7-1.2 % CPU per idle
 instance).""",
         COUNT, [target(increase("slowpath_timer_wakeups_total"), "timer wakeups", instant=True)],
-        w=5, h=4,
+        w=4, h=4,
     ))
     d = d.with_panel(stat_panel(
         ids(), "THP fault allocations", """
@@ -102,7 +111,7 @@ Seconds this process spent in memory compaction over the time range, by trigger.
 the process felt: normal 0; more than a few percent of the range hurts latency (see below). manual is a write to
 /proc/sys/vm/compact_memory by this process.""",
         SECONDS, [target(increase("slowpath_compaction_seconds_total", by="trigger"), "{{trigger}}", instant=True)],
-        w=5, h=4, text_mode=cm.BigValueTextMode.VALUE_AND_NAME,
+        w=4, h=4, text_mode=cm.BigValueTextMode.VALUE_AND_NAME,
     ))
 
     # --- Node context --------------------------------------------------------------------
@@ -193,6 +202,33 @@ ordinary signal blocking (block/unblock pairs, setmask restores).""",
         RATIO, [target(f"{query} / {setmask}", "query / setmask")],
         w=12, h=8,
     ))
+
+    # --- Time-zone file checks ------------------------------------------------------------------
+    d = d.with_row(row(ids(), "Time-zone file checks"))
+    check_cost = f"max by (instance) (slowpath_tzfile_check_seconds{{{NODE}}})"
+    d = d.with_panel(timeseries_panel(
+        ids(), "Time-zone file checks per second", f"""
+This process's stats of /etc/localtime per second (`slowpath_tzfile_stat_calls_total`): with TZ unset, glibc's
+localtime(), mktime(), strftime() and tzset() stat the file on every call to see whether the zone changed
+(localtime_r() does not). Normal: near 0. Above {TZFILE_CHECKS_PER_SECOND:,}/s SlowpathTzfileChecks fires. Fix:
+TZ=:/etc/localtime in its environment (systemd Environment=TZ=:/etc/localtime, a Kubernetes env entry); stats of
+the file from a buffer (`stat /etc/localtime`, Python os.stat) are not counted here.""",
+        OPS, [target(rate("slowpath_tzfile_stat_calls_total"), "checks")],
+        w=12, h=8, threshold_steps=[(None, "green"), (TZFILE_CHECKS_PER_SECOND, "red")],
+    ))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Estimated CPU of time-zone file checks (% of a core)", f"""
+What this process's checks cost, as a fraction of one core: their rate times the node's measured cost of one stat of
+/etc/localtime (`slowpath_tzfile_check_seconds`, every 30 s). The dashed line is what {TZFILE_CHECKS_PER_SECOND:,}
+checks/s (the alert) would cost on this node. A lower bound of what TZ=:/etc/localtime saves: the whole
+localtime() call costs more than its stat.""",
+        RATIO, [
+            target(f"{rate('slowpath_tzfile_stat_calls_total', by='instance')} * on (instance) {check_cost}",
+                   "estimated CPU", "A"),
+            target(f"{TZFILE_CHECKS_PER_SECOND} * {check_cost}", f"at {TZFILE_CHECKS_PER_SECOND:,} checks/s", "B"),
+        ],
+        w=12, h=8,
+    ).override_by_query("B", [DASHED]))
 
     # --- Timer wakeups and sleeps --------------------------------------------------------------
     d = d.with_row(row(ids(), "Timer wakeups and sleeps"))

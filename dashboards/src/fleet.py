@@ -22,6 +22,9 @@ SIGNALS = [
      "clock reads per second that entered the kernel although the vDSO could have served them"),
     ("slowpath_rt_sigprocmask_calls", "rt_sigprocmask calls", OPS,
      "signal-mask changes per second (getcontext/setcontext coroutines, signal-safe sections)"),
+    ("slowpath_tzfile_stat_calls", "Time-zone file checks", OPS,
+     "stats of /etc/localtime per second (glibc's localtime(), mktime(), strftime() with TZ unset; "
+     "TZ=:/etc/localtime removes them)"),
     ("slowpath_timer_wakeups", "Timer wakeups", OPS,
      "wakeups per second by an expiring timer, whatever the wait (sleeps, futex, epoll, timerfd)"),
     ("slowpath_direct_compaction_seconds", "Direct compaction stalls", SECONDS,
@@ -106,7 +109,8 @@ Prometheus sets one). Normal: flat; a step up is a rollout or a node change. Dri
         [target("cluster:slowpath_clock_fallbacks:rate5m", "clock fallbacks", "A"),
          target("cluster:slowpath_rt_sigprocmask_calls:rate5m", "rt_sigprocmask", "B"),
          target("cluster:slowpath_timer_wakeups:rate5m", "timer wakeups", "C"),
-         target("cluster:slowpath_thp_fault_fallbacks:rate5m", "THP fault fallbacks", "D")],
+         target("cluster:slowpath_thp_fault_fallbacks:rate5m", "THP fault fallbacks", "D"),
+         target("cluster:slowpath_tzfile_stat_calls:rate5m", "time-zone file checks", "E")],
         w=12, h=8,
     ))
     d = d.with_panel(stat_panel(

@@ -5,7 +5,8 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, BYTES, Ids,
+from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, BYTES,
+                    TZFILE_CHECKS_PER_SECOND, Ids,
                     clocksource_switch_annotation, dashboard, data_link, datasource_variable, heatmap_panel, link,
                     query_variable, regex_mapping, row, stat_panel, state_timeline_panel, table_panel, target,
                     timeseries_panel, value_mappings)
@@ -65,7 +66,7 @@ def build():
     d = dashboard(
         "slowpath / Overview", UID,
         "Processes that fall off the Linux kernel's fast paths (vDSO clock fallback, "
-        "rt_sigprocmask storms, sleep loops, THP faults and compaction), per node, per "
+        "rt_sigprocmask storms, time-zone file checks, sleep loops, THP faults and compaction), per node, per "
         "process and per pod, from the slowpath eBPF agent.",
         variables(),
         link("Drill-down", "/d/slowpath-drilldown/slowpath-drilldown",
@@ -190,6 +191,45 @@ Fix as for storms: a runtime or coroutine library that does not save/restore the
                    "setmask {{comm}} {{pod}} {{cgroup}} @ {{instance}}", "B"),
         ],
         w=12, h=9, links=[DRILLDOWN],
+    ))
+
+    # --- Time-zone file checks -------------------------------------------------------------
+    d = d.with_row(row(ids(), "Time-zone file checks"))
+    checks_top = top("slowpath_tzfile_stat_calls_total")
+    check_cost = f"max by (instance) (slowpath_tzfile_check_seconds{{{NODE}}})"
+    d = d.with_panel(timeseries_panel(
+        ids(), "Top processes by time-zone file checks", f"""
+stats of /etc/localtime per second, top 10 processes (`slowpath_tzfile_stat_calls_total`): with TZ unset, glibc's
+localtime(), mktime(), strftime() and tzset() check whether the time zone changed on every call, one system call
+each (a C localtime() took 3.9-4.9 us instead of 0.11-0.14 us). Normal: near 0. Above
+{TZFILE_CHECKS_PER_SECOND:,}/s per process the SlowpathTzfileChecks alert fires: usually a logger or date formatter
+(Perl's localtime, C localtime/strftime) in a service without TZ. Fix: TZ=:/etc/localtime in its environment
+(systemd Environment=, a Kubernetes env entry); `slowpath doctor --pid` names the call site.""",
+        OPS,
+        [target(checks_top, LEGEND_PROC)],
+        w=8, h=9, threshold_steps=[(None, "green"), (TZFILE_CHECKS_PER_SECOND, "red")], links=[DRILLDOWN],
+    ))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Estimated CPU of time-zone file checks (% of a core)", f"""
+What the checks of the top 10 processes cost, as a fraction of one core: their rate times the measured cost of one
+stat of /etc/localtime on their node (`slowpath_tzfile_check_seconds`). The dashed series per node is what a process
+at the alert's {TZFILE_CHECKS_PER_SECOND:,} checks/s would cost there. The whole localtime() call costs more than its
+stat: read it as a lower bound of what TZ=:/etc/localtime saves.""",
+        RATIO,
+        [target(f"topk(10, {rate('slowpath_tzfile_stat_calls_total')} * on (instance) group_left {check_cost})",
+                LEGEND_PROC, "A"),
+         target(f"{TZFILE_CHECKS_PER_SECOND} * {check_cost}",
+                f"{{{{instance}}}} at {TZFILE_CHECKS_PER_SECOND:,} checks/s", "B")],
+        w=8, h=9, links=[DRILLDOWN],
+    ).override_by_query("B", [DASHED]))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Cost of one time-zone file check per node", """
+Measured seconds per stat of /etc/localtime on each node (`slowpath_tzfile_check_seconds`: the agent's batch of 100
+every 30 s, median of 10 slices). Normal: about 1-3 us; it is the syscall and the path walk through the symlink,
+so it grows with CPU mitigations and a slow root file system. No series on a node without /etc/localtime.""",
+        SECONDS,
+        [target(check_cost, "{{instance}}")],
+        w=8, h=9,
     ))
 
     # --- Timer loops and sleeps --------------------------------------------------------
