@@ -17,6 +17,15 @@
  *                                  another process's (the worst case of the
  *                                  slots); half the sys_enter runs are the
  *                                  untraced sched_yield
+ *   hotpath localtime N            N glibc localtime() with TZ unset: one
+ *                                  newfstatat of the C library's
+ *                                  "/etc/localtime" literal each (the tzfile
+ *                                  signal's read and count)
+ *   hotpath stat-other N           N stat() of four other files in turn from
+ *                                  one reused stack buffer (not read)
+ *   hotpath stat-near N            the same from a reused buffer mapped
+ *                                  within 8 MiB of the C library's code
+ *                                  (read, compared, not counted)
  *   hotpath stats                  keep the kernel's BPF run-time statistics
  *                                  on (BPF_ENABLE_STATS, 5.8+) until SIGTERM:
  *                                  the kernel counts while any such descriptor
@@ -34,7 +43,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,6 +64,28 @@ static void *waiter(void *arg)
 	for (long i = 0; i < n_calls; i++)
 		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &timeout, NULL, 0);
 	return NULL;
+}
+
+static const char *const other_paths[] = { "/etc/hostname", "/etc/hosts", "/etc/passwd", "/etc/group" };
+
+static void stat_other(char *buf, long n)
+{
+	struct stat st;
+
+	for (long i = 0; i < n; i++) {
+		strcpy(buf, other_paths[i & 3]);
+		stat(buf, &st);
+	}
+}
+
+/* A page within 8 MiB below the C library's code, or NULL. */
+static char *map_near_libc(void)
+{
+	uintptr_t libc = (uintptr_t)(void *)&stat & ~(uintptr_t)0xfff;
+	void *p = mmap((void *)(libc - (8UL << 20)), 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
 }
 
 int main(int argc, char **argv)
@@ -106,6 +140,29 @@ int main(int argc, char **argv)
 		printf("calls %ld\n", procs * n_calls);
 		return 0;
 	}
+	if (argc == 3 && !strcmp(argv[1], "localtime")) {
+		time_t t = 1764201600;
+		volatile int hours = 0;
+
+		unsetenv("TZ");
+		n_calls = atol(argv[2]);
+		for (long i = 0; i < n_calls; i++)
+			hours += localtime(&t)->tm_hour;
+		printf("calls %ld\n", n_calls);
+		return 0;
+	}
+	if (argc == 3 && (!strcmp(argv[1], "stat-other") || !strcmp(argv[1], "stat-near"))) {
+		char stack_buf[64], *buf = stack_buf;
+
+		if (!strcmp(argv[1], "stat-near") && !(buf = map_near_libc())) {
+			perror("hotpath: mmap near the C library");
+			return 1;
+		}
+		n_calls = atol(argv[2]);
+		stat_other(buf, n_calls);
+		printf("calls %ld\n", n_calls);
+		return 0;
+	}
 	if (argc == 2 && !strcmp(argv[1], "stats")) {
 		union bpf_attr attr;
 		int fd;
@@ -124,6 +181,6 @@ int main(int argc, char **argv)
 	}
 usage:
 	fprintf(stderr, "usage: hotpath waits THREADS N USEC | hotpath clock N | hotpath turns PROCS N | "
-			"hotpath stats\n");
+			"hotpath localtime N | hotpath stat-other N | hotpath stat-near N | hotpath stats\n");
 	return 2;
 }

@@ -14,6 +14,11 @@
 #   turns  TURN_PROCS processes on CPU 0 taking turns, TURNS times each a raw
 #          clock_gettime then sched_yield: the counting path when another
 #          process had the CPU last (half the sys_enter runs are the yields)
+#   localtime  STATS glibc localtime() with TZ unset: a newfstatat of the C
+#          library's "/etc/localtime" literal each (the tzfile signal reads it)
+#   stat-other STATS stat() of other files from one reused stack buffer
+#   stat-near  the same from a reused buffer within 8 MiB of the C library
+#          (the tzfile signal's worst case: read, compared, not counted)
 # and prints, per program and window, ns per run (run_time_ns / run_cnt of
 # the kernel's BPF run-time statistics, which add their own two clock reads
 # per run: an upper bound), as the median and the range over the rounds.
@@ -29,7 +34,7 @@
 # Knobs (environment): LABELS="a b" (names of the two binaries), ROUNDS=5,
 #   ATTACH="tp-btf raw-tp" (--bpf.attach-type values to run each binary
 #   with; add fentry where the kernel allows it), THREADS=2 WAITS=100000
-#   USEC=10 CLOCKS=3000000 TURN_PROCS=3 TURNS=200000, PROGS='sys_enter|hrtimer_expire|sched_waking|^-$'
+#   USEC=10 CLOCKS=3000000 TURN_PROCS=3 TURNS=200000 STATS=1000000, PROGS='sys_enter|hrtimer_expire|sched_waking|^-$'
 #   (a regular expression: the programs shown; "-" is the floor's, which has
 #   no name).
 # Everything built or written goes to a temporary directory that is removed.
@@ -44,6 +49,7 @@ USEC=${USEC:-10}
 CLOCKS=${CLOCKS:-3000000}
 TURN_PROCS=${TURN_PROCS:-3}
 TURNS=${TURNS:-200000}
+STATS=${STATS:-1000000}
 PROGS=${PROGS:-sys_enter|hrtimer_expire|sched_waking|^-$}
 
 die() { echo "hotpath.sh: $*" >&2; exit 1; }
@@ -85,7 +91,7 @@ echo "== machine"
 echo "cpu: $(cpu_model), $(nproc) CPUs; kernel $(uname -r)"
 mitigations
 for i in 0 1; do echo "${labels[$i]}: ${bins[$i]}"; done
-echo "load: waits $THREADS x $WAITS x ${USEC}us, clock $CLOCKS, turns $TURN_PROCS x $TURNS; $ROUNDS rounds"
+echo "load: waits $THREADS x $WAITS x ${USEC}us, clock $CLOCKS, turns $TURN_PROCS x $TURNS, stats $STATS; $ROUNDS rounds"
 
 # Start configuration $1 ("floor" or "LABEL/ATTACH"); sets pid, waits until ready.
 start() {
@@ -160,10 +166,19 @@ for ((r = 1; r <= ROUNDS; r++)); do
         snapshot "$pid" >"$work/s2"
         "$work/hotpath" turns "$TURN_PROCS" "$TURNS" >/dev/null
         snapshot "$pid" >"$work/s3"
+        "$work/hotpath" localtime "$STATS" >/dev/null
+        snapshot "$pid" >"$work/s4"
+        "$work/hotpath" stat-other "$STATS" >/dev/null
+        snapshot "$pid" >"$work/s5"
+        "$work/hotpath" stat-near "$STATS" >/dev/null
+        snapshot "$pid" >"$work/s6"
         stop
         record "$work/s0" "$work/s1" "$r" "$cfg" waits
         record "$work/s1" "$work/s2" "$r" "$cfg" clock
         record "$work/s2" "$work/s3" "$r" "$cfg" turns
+        record "$work/s3" "$work/s4" "$r" "$cfg" localtime
+        record "$work/s4" "$work/s5" "$r" "$cfg" stat-other
+        record "$work/s5" "$work/s6" "$r" "$cfg" stat-near
         line+=" $cfg"
     done
     echo "$line"
@@ -173,16 +188,16 @@ kill -TERM "$stats_pid"; wait "$stats_pid" 2>/dev/null || true; stats_pid=""
 # Median and range of column 5 for each (cfg, window, prog), in config order.
 echo
 echo "== ns per run: median [min..max] over $ROUNDS rounds (runs: of the median round)"
-printf '%-20s %-7s %-32s %8s  %-17s %10s\n' config window program median range runs
+printf '%-20s %-10s %-32s %8s  %-17s %10s\n' config window program median range runs
 for cfg in "${configs[@]}"; do
-    for w in waits clock turns; do
+    for w in waits clock turns localtime stat-other stat-near; do
         awk -v c="$cfg" -v w="$w" '$2 == c && $3 == w { print $4 }' "$work/results" | sort -u | { grep -E "$PROGS" || true; } |
             while read -r prog; do
                 awk -v c="$cfg" -v w="$w" -v p="$prog" '$2 == c && $3 == w && $4 == p { print $5, $6 }' \
                     "$work/results" | sort -g | awk -v c="$cfg" -v w="$w" -v p="$prog" '
                     { v[NR] = $1; runs[NR] = $2 }
                     END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
-                          printf "%-20s %-7s %-32s %8.1f  [%6.1f..%6.1f] %10d\n", c, w, p, m, v[1], v[NR], runs[int((NR + 1) / 2)] }'
+                          printf "%-20s %-10s %-32s %8.1f  [%6.1f..%6.1f] %10d\n", c, w, p, m, v[1], v[NR], runs[int((NR + 1) / 2)] }'
             done
     done
 done

@@ -13,6 +13,18 @@
  *   pingpong_wakeup    two threads on one CPU waking each other through a
  *                      futex, per wakeup: sched_waking with no timer running,
  *                      the cost every ordinary wakeup pays
+ *   localtime_tz_unset glibc localtime() with TZ unset: its stat of the
+ *                      default time-zone file (newfstatat of the C library's
+ *                      "/etc/localtime" literal), which the tzfile signal
+ *                      reads and counts, plus the conversion in user space
+ *   stat_other_paths   stat() of other files (four paths in turn) written
+ *                      into one reused stack buffer: a stat-family call the
+ *                      tzfile signal must not read
+ *   stat_other_near    the same from a reused buffer mapped within 8 MiB of
+ *                      the C library (where glibc puts thread arenas and
+ *                      large allocations): read and compared, then not
+ *                      counted, the worst case of the tzfile signal's
+ *                      distance test
  *   clock_gettime_raw_tall  the traced syscall in T threads of this process
  *                      at once, each pinned to its own CPU (T = every CPU
  *                      this process may use): the median of the threads'
@@ -36,7 +48,9 @@
 #include <string.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -49,6 +63,7 @@ static double median(double *v, int n);
 #define PAGE 4096UL
 #define TIMED_WAITS 300           /* per repetition: ~20 ms at ~60 us */
 #define PINGPONGS 5000            /* round trips per repetition: ~30 ms */
+#define STAT_CALLS 10000          /* per repetition: ~20 ms at ~2 us */
 
 static double now_ns(void)
 {
@@ -86,6 +101,56 @@ static double bench_timed_wait(void)
 	for (int i = 0; i < TIMED_WAITS; i++)
 		syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &timeout);
 	return (now_ns() - t0) / TIMED_WAITS;
+}
+
+static double bench_localtime(void)
+{
+	time_t t = 1764201600;
+	volatile int hours = 0;
+	double t0 = now_ns();
+
+	for (int i = 0; i < STAT_CALLS; i++)
+		hours += localtime(&t)->tm_hour;
+	return (now_ns() - t0) / STAT_CALLS;
+}
+
+static const char *const other_paths[] = { "/etc/hostname", "/etc/hosts", "/etc/passwd", "/etc/group" };
+
+/* ns per stat() of the other paths, each copied into `buf` before its call. */
+static double bench_stat_other(char *buf)
+{
+	struct stat st;
+	double t0 = now_ns();
+
+	for (int i = 0; i < STAT_CALLS; i++) {
+		strcpy(buf, other_paths[i & 3]);
+		stat(buf, &st);
+	}
+	return (now_ns() - t0) / STAT_CALLS;
+}
+
+static double bench_stat_other_stack(void)
+{
+	char buf[64];
+
+	return bench_stat_other(buf);
+}
+
+static char *near_buf;
+
+/* A page within 8 MiB below the C library's code, or NULL. */
+static char *map_near_libc(void)
+{
+	uintptr_t libc = (uintptr_t)(void *)&stat & ~(uintptr_t)0xfff;
+	void *p = mmap((void *)(libc - (8UL << 20)), 4096, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static double bench_stat_other_near(void)
+{
+	return near_buf ? bench_stat_other(near_buf) : 0;
 }
 
 static int turn; /* 0: main thread's turn, 1: partner's */
@@ -251,6 +316,12 @@ int main(int argc, char **argv)
 	}
 
 	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000], ta[1000];
+	double lt[1000], so[1000], sn[1000];
+
+	unsetenv("TZ"); /* glibc checks /etc/localtime on every localtime() */
+	near_buf = map_near_libc();
+	if (!near_buf)
+		perror("mmap near the C library (stat_other_near: 0)");
 
 	/* Timer slack (50 us by default) would stretch every 10 us wait. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -261,6 +332,9 @@ int main(int argc, char **argv)
 	bench_timed_wait();
 	bench_pingpong();
 	bench_clock_gettime_tall();
+	bench_localtime();
+	bench_stat_other_stack();
+	bench_stat_other_near();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
@@ -269,6 +343,9 @@ int main(int argc, char **argv)
 		tw[r] = bench_timed_wait();
 		pw[r] = bench_pingpong();
 		ta[r] = bench_clock_gettime_tall();
+		lt[r] = bench_localtime();
+		so[r] = bench_stat_other_stack();
+		sn[r] = bench_stat_other_near();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
@@ -277,12 +354,18 @@ int main(int argc, char **argv)
 	printf("timed_wait_10us %.1f\n", median(tw, reps));
 	printf("pingpong_wakeup %.1f\n", median(pw, reps));
 	printf("clock_gettime_raw_tall %.1f\n", median(ta, reps));
+	printf("localtime_tz_unset %.1f\n", median(lt, reps));
+	printf("stat_other_paths %.1f\n", median(so, reps));
+	printf("stat_other_near %.1f\n", median(sn, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
 	printf("timed_wait_10us_min %.1f\n", tw[0]);
 	printf("pingpong_wakeup_min %.1f\n", pw[0]);
 	printf("clock_gettime_raw_tall_min %.1f\n", ta[0]);
+	printf("localtime_tz_unset_min %.1f\n", lt[0]);
+	printf("stat_other_paths_min %.1f\n", so[0]);
+	printf("stat_other_near_min %.1f\n", sn[0]);
 	printf("threads %d\n", n_allowed);
 	return 0;
 }

@@ -254,7 +254,7 @@ def test_grafana_alert_queries_run_on_real_prometheus(stack):
 
 SIGNALS = ["slowpath_clock_fallbacks", "slowpath_rt_sigprocmask_calls", "slowpath_timer_wakeups",
            "slowpath_sleep_calls", "slowpath_thp_fault_allocs", "slowpath_thp_fault_fallbacks",
-           "slowpath_direct_compaction_seconds"]
+           "slowpath_direct_compaction_seconds", "slowpath_tzfile_stat_calls"]
 LEVELS = ["instance_cgroup_comm", "instance", "namespace_pod", "namespace", "instance_unit", "cluster"]
 
 
@@ -284,6 +284,7 @@ FINDING_OF_ALERT = {
     "SlowpathRtSigprocmaskStorm": "rt_sigprocmask_storm",
     "SlowpathTimerLoop": "timer_loop",
     "SlowpathDirectCompactionStalls": "direct_compaction_stalls",
+    "SlowpathTzfileChecks": "tzfile_checks",
 }
 
 

@@ -58,9 +58,14 @@ SIGNALS = {
                      "slowpath_compaction_runs_total", "slowpath_compaction_seconds_total",
                      "slowpath_thp_settings_info"],
     },
+    "tzfile": {
+        "hooks": [],
+        "syscalls": ["newstat", "newlstat", "newfstatat", "statx"],
+        "families": ["slowpath_tzfile_stat_calls_total", "slowpath_tzfile_check_seconds"],
+    },
 }
 CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
-SYSCALL_SIGNALS = ["clock", "sigmask", "sleep", "timer"]
+SYSCALL_SIGNALS = ["clock", "sigmask", "sleep", "timer", "tzfile"]
 N = 1000
 
 
@@ -159,6 +164,7 @@ def workload_counts(scrape_of, workload_bin):
         "sigmask": run_workload(workload_bin, "raw-sigmask", N // 2),
         "sleep": run_workload(workload_bin, "sleep", 20, 1000),
         "timer": run_workload(workload_bin, "wait", "futex", 20, 1000),
+        "tzfile": run_workload(workload_bin, "localtime", N),
     }
     pids["memory"] = run_workload(workload_bin, "thp", 64)
     scrape = scrape_of()
@@ -176,6 +182,8 @@ def workload_counts(scrape_of, workload_bin):
         # one fault per 2 MiB of the 64 MiB region
         "memory": own("slowpath_thp_fault_allocs_total", "memory")
         + own("slowpath_thp_fault_fallbacks_total", "memory") == 32,
+        # every localtime() but the first, which reads the file (test_tzfile.py)
+        "tzfile": own("slowpath_tzfile_stat_calls_total", "tzfile") == N - 1,
     }
 
 

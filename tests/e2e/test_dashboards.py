@@ -79,7 +79,7 @@ EMPTY_ALLOWED = {
 # those recorded levels from pod-labelled input, and the query text is the
 # same as for the unit and node tables, which do have data here.
 for _signal in ["Clock syscall fallbacks", "rt_sigprocmask calls", "Timer wakeups", "Direct compaction stalls",
-                "THP fault fallbacks"]:
+                "THP fault fallbacks", "Time-zone file checks"]:
     for _level in ["namespaces", "pods"]:
         EMPTY_ALLOWED.add(("slowpath-fleet", f"{_signal}: top {_level}", "A"))
 
@@ -393,9 +393,11 @@ def live(prometheus, workload_bin, tmp_path_factory):
                 run_workload(workload_bin, "sleep", 5, 50000)    # a few longer sleeps for the heatmap
                 run_workload(workload_bin, "wait", "futex", 1000, 1000)  # a timer loop in futex, ~1.1 s
                 run_workload(workload_bin, "thp", 16)            # 8 THP fault allocations
+                run_workload(workload_bin, "localtime", 20000)   # time-zone file checks (TZ unset)
                 in_unit("clock-raw", 5000)                       # the same signals in a systemd unit
                 in_unit("context", 5000)
                 in_unit("wait", "futex", 300, 1000)
+                in_unit("localtime", 5000)
         except Exception as e:  # reported by the tests
             errors.append(e)
 

@@ -378,6 +378,9 @@ section w_cpu sp-workload cputime 2000
 section w_thr sp-workload threads 4 5000
 section w_churn sp-workload churn-par 200 10 8
 section w_wait sp-workload wait nanosleep 200 2000
+section w_tz sp-workload localtime 5000
+section w_tz_set env TZ=:/etc/localtime sp-workload localtime 5000
+section w_tz_raw sp-workload tz-stat 1000
 section vm_before cat /proc/vmstat
 section w_thp sp-workload thp 64
 section vm_after cat /proc/vmstat
@@ -393,7 +396,7 @@ agent_stop
 def assert_exact_counts(secs):
     """The EXACT_WORKLOADS counts in scrape `auto`: raw clock syscalls,
     getcontext/setcontext, sleeps, CPU-time clocks, threads, 200 short
-    processes, 200 timer wakeups of a 2 ms nanosleep (slack as in
+    processes, time-zone file checks with and without TZ, 200 timer wakeups of a 2 ms nanosleep (slack as in
     test_timer_wakeups), THP against /proc/vmstat, a manual compaction."""
     auto = Scrape(secs["auto"])
     own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(secs, section), **labels)
@@ -407,6 +410,13 @@ def assert_exact_counts(secs):
     assert auto.value("slowpath_rt_sigprocmask_calls_total", comm="sp-churnp") == 200 * 10
     woken = own("slowpath_timer_wakeups_total", "w_wait", wait="nanosleep")
     assert 198 <= woken <= 200, woken
+    # static glibc: its "/etc/localtime" literal and its stat wrapper are in
+    # the binary; every localtime() but the first (which reads the file)
+    # stats it, none with TZ set (the host tests check both against strace)
+    assert own("slowpath_tzfile_stat_calls_total", "w_tz") == 5000 - 1
+    assert auto.select("slowpath_tzfile_stat_calls_total", pid=pid_of(secs, "w_tz_set")) == []
+    # raw stat and lstat (x86_64's syscalls 4 and 6: sys_newstat, sys_newlstat)
+    assert own("slowpath_tzfile_stat_calls_total", "w_tz_raw") == 2 * 1000
     assert_thp_matches_vmstat(secs)
     # a manual compaction, by the shell that wrote compact_memory: one run per populated zone
     compact = pid_of(secs, "w_compact")

@@ -329,6 +329,10 @@ def static_workload(tmpdir, arch="x86_64"):
     return out
 
 
+# tzdata's UTC zone (scripts/setup.sh --test installs tzdata)
+TZ_FILE = Path("/usr/share/zoneinfo/Etc/UTC")
+
+
 def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_cmdline="",
                  suite=None, arch="x86_64"):
     """Build, boot, and return (console text, sections). `suite`: see
@@ -336,7 +340,10 @@ def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_
     cross-built agent); `extra_files`: see build_initramfs()."""
     kernel = guest_kernel(suite, arch)
     with tempfile.TemporaryDirectory() as tmp:
-        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp, arch)}
+        # a zone file at the default path: with TZ unset, glibc's localtime()
+        # reads it once, then stats it on every call (the tzfile signal)
+        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp, arch),
+                 "/etc/localtime": TZ_FILE}
         files.update(extra_files or {})
         initrd = Path(tmp) / "initrd.cpio"
         build_initramfs(initrd, files, scenario, arch)

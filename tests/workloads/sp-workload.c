@@ -67,12 +67,23 @@
  *   wait-early KIND N     N waits with a 1 s timeout (KIND poll or futex), each
  *                         ended after ~1 ms by another thread (a pipe write, a
  *                         FUTEX_WAKE) before the timer: no timer wakeup
+ *   localtime N [USEC]    N glibc localtime() calls (each after a usleep(USEC)
+ *                         when given): with TZ unset, glibc stats
+ *                         /etc/localtime on every call but the first (which
+ *                         opens and reads it)
+ *   mktime N              N glibc mktime() calls: the same check each
+ *   tz-stat N             N stat and N lstat of the "/etc/localtime" literal by
+ *                         raw syscalls (x86_64: stat, lstat; arm64: newfstatat
+ *                         without and with AT_SYMLINK_NOFOLLOW): checks when
+ *                         this binary is static (the literal and the syscall
+ *                         instruction in one image), none with a shared libc
  *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
  *                         thread in 50 ms futex timeouts, one in 100 ms
  *                         epoll_wait timeouts (~30 timer wakeups/s in all)
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/types.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -635,6 +646,47 @@ static void *idle_epoll(void *arg)
 	return NULL;
 }
 
+static int run_localtime(long n, long usec)
+{
+	volatile int hours = 0;
+	time_t t = time(NULL);
+
+	for (long i = 0; i < n; i++) {
+		if (usec)
+			usleep(usec);
+		hours += localtime(&t)->tm_hour;
+	}
+	return 0;
+}
+
+static int run_mktime(long n)
+{
+	struct tm tm = { .tm_year = 126, .tm_mon = 10, .tm_mday = 27 };
+	volatile time_t sum = 0;
+
+	for (long i = 0; i < n; i++) {
+		tm.tm_sec = (int)(i % 60);
+		sum += mktime(&tm);
+	}
+	return 0;
+}
+
+static int run_tz_stat(long n)
+{
+	struct stat st;
+
+	for (long i = 0; i < n; i++) {
+#ifdef SYS_stat
+		syscall(SYS_stat, "/etc/localtime", &st);
+		syscall(SYS_lstat, "/etc/localtime", &st);
+#else
+		syscall(SYS_newfstatat, AT_FDCWD, "/etc/localtime", &st, 0);
+		syscall(SYS_newfstatat, AT_FDCWD, "/etc/localtime", &st, AT_SYMLINK_NOFOLLOW);
+#endif
+	}
+	return 0;
+}
+
 static int run_idle_runtime(long seconds)
 {
 	struct timespec timeout = ts_of_usec(50000);
@@ -751,6 +803,12 @@ int main(int argc, char **argv)
 		return run_comm_spam(n);
 	if (!strcmp(mode, "wait") && argc > 4)
 		return run_wait(argv[2], parse_count(argv[3]), parse_count(argv[4]));
+	if (!strcmp(mode, "localtime"))
+		return run_localtime(n, m);
+	if (!strcmp(mode, "mktime"))
+		return run_mktime(n);
+	if (!strcmp(mode, "tz-stat"))
+		return run_tz_stat(n);
 	if (!strcmp(mode, "idle-runtime"))
 		return run_idle_runtime(n);
 	if (!strcmp(mode, "wait-early") && argc > 3)
