@@ -9,20 +9,21 @@
  * "/etc/localtime" and lies in the calling code's own image, as the C
  * library's TZDEFAULT literal does: within SP_TZ_NEAR bytes of the syscall's
  * return address. Reading a path from user memory costs ~110 ns; the
- * distance test costs a subtract and a compare, so a stat of any path in a
- * heap or stack buffer (build tools, `git status`) pays nothing more, and
- * only paths near the code (literals of the same library) are read. A stat
- * of /etc/localtime from a buffer (`stat /etc/localtime`, a script's
- * os.stat) is not counted: it is no time-zone check of the C library. Its
- * syscalls and their columns are in core/syscall_table.h (group
- * TZFILE_CHECKS).
+ * distance test costs a subtract and a compare, so a stat of a path on the
+ * stack or the brk heap (build tools, `git status`) pays nothing more; a
+ * path mapped near the C library (thread arenas, large allocations) is read
+ * and compared: a cost, and a count only when it is the file. A stat of
+ * /etc/localtime from the stack or the brk heap (`stat /etc/localtime`) is
+ * not counted: it is no time-zone check of the C library. Its syscalls and
+ * their columns are in core/syscall_table.h (group TZFILE_CHECKS).
  */
 #ifndef SP_SIGNALS_TZFILE_H
 #define SP_SIGNALS_TZFILE_H
 
 /* Farthest a path literal lies from the code that passes it, in the same
- * ELF image: glibc's .rodata is ~1.5 MB from its syscall instructions; the
- * heap, the stack and other libraries are much farther. */
+ * ELF image: glibc's .rodata is ~1.5 MiB from its syscall instructions, and
+ * a static binary keeps both in one image; the stack and the brk heap are
+ * much farther. */
 #define SP_TZ_NEAR (64ULL << 20)
 
 /* "/etc/localtime\0" as two little-endian words (15 bytes read). */
