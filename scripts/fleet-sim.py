@@ -7,7 +7,7 @@ horizontally scalable backend (scripts/fleetstack.py).
                          [--minutes 3] [--out DIR] [--check]
 
 1. Records a busy node: the real agent (no pid label, as a fleet runs it)
-   while tests/e2e/busynode.py runs 360 processes in 40 cgroups hitting every
+   while tests/e2e/busynode.py runs 400 processes in 40 cgroups hitting every
    signal; its /metrics page is saved as DIR/busy-node.prom.
 2. For each N: a static target on loopback serves that page as N nodes (one
    target per node, each with its own instance label; counters keep growing

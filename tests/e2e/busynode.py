@@ -1,9 +1,10 @@
 """A busy node, as the series-budget test and the fleet simulation
-(scripts/fleet-sim.sh) make it: PODS cgroups, each running five programs
+(scripts/fleet-sim.sh) make it: PODS cgroups, each running six programs
 under real program names (the comm is the name a program is run by), which
 between them hit every signal: a 2 ms futex ticker (a timer loop), 1 ms
-sleeps, getcontext/setcontext, raw clock reads, and a burst of short-lived
-children. 40 pods are 360 processes."""
+sleeps, getcontext/setcontext, raw clock reads, a burst of short-lived
+children, and local times formatted with TZ unset. 40 pods are 400
+processes."""
 
 import os
 import subprocess
@@ -17,6 +18,7 @@ SERVICES = [
     ("ruby", ["context", "3000"]),
     ("envoy", ["clock-raw", "20000"]),
     ("nginx", ["churn", "5", "100"]),
+    ("rsyslogd", ["localtime", "3000"]),
 ]
 PROCESSES_PER_POD = len(SERVICES) + 4  # nginx's five children besides it
 
@@ -47,10 +49,11 @@ def run(workload_bin, dirs, bindir):
         if not link.exists():
             link.symlink_to(workload_bin)
     procs = []
+    env = {k: v for k, v in os.environ.items() if k != "TZ"}  # glibc checks the zone file
     for cgroup in dirs:
         for comm, args in SERVICES:
             procs.append(subprocess.Popen(
-                [str(bindir / comm), *args], stdout=subprocess.DEVNULL,
+                [str(bindir / comm), *args], stdout=subprocess.DEVNULL, env=env,
                 preexec_fn=lambda c=cgroup: (c / "cgroup.procs").write_text("0\n")))
     for p in procs:
         if p.wait(timeout=300) != 0:

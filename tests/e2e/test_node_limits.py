@@ -1,6 +1,6 @@
 """The agent under the limits and defaults a Kubernetes node gives the shipped
 chart's pod, not test-friendly ones, on a busy node (tests/e2e/busynode.py:
-360 processes in 40 cgroups hitting every signal) with a flood of idle
+400 processes in 40 cgroups hitting every signal) with a flood of idle
 connections on its endpoint.
 
 How the pod is started (tests/workloads/sp-container-exec.c, as runc does):

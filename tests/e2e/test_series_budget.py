@@ -56,6 +56,7 @@ def test_a_busy_node_stays_under_the_budget(agent_bin, workload_bin, pods, tmp_p
         assert len(cg("slowpath_sleep_calls_total", "python3")) == busynode.PODS
         assert len(cg("slowpath_rt_sigprocmask_calls_total", "ruby")) == busynode.PODS
         assert len(cg("slowpath_clock_syscalls_total", "envoy")) == busynode.PODS
+        assert len(cg("slowpath_tzfile_stat_calls_total", "rsyslogd")) == busynode.PODS
         assert scrape.select("slowpath_timer_requested_seconds_bucket", comm="java")
         budget = budget_from_readme()
         report = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
