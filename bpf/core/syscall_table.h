@@ -88,13 +88,13 @@
 	 * sys_stat and sys_lstat are the old 32-bit calls)                   \
 	 */                                                                    \
 	X(newstat,         4,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
-	  count_tz_arg1, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
 	X(newlstat,        6,   0,   X86_ONLY, TZFILE_CHECKS, gate_tz_arg1,   \
-	  count_tz_arg1, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
 	X(newfstatat,      262, 79,  ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
-	  count_tz_arg2, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
 	X(statx,           332, 291, ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
-	  count_tz_arg2, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)
+	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)
 /* clang-format on */
 
 /* SP_IF_<arches>(...): the row's code where the syscall exists. */

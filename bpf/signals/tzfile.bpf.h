@@ -41,40 +41,40 @@ static __always_inline bool tz_path_near(struct pt_regs *regs, unsigned long pat
 	return (path > ip ? path - ip : ip - path) < SP_TZ_NEAR;
 }
 
-/* The gates (the table's gate column): stat, lstat pass the path first. */
+/* Whether the path at `path` is "/etc/localtime" (15 bytes read). */
+static __always_inline bool tz_path_is_default(unsigned long path)
+{
+	__u64 word[2] = {};
+
+	if (bpf_probe_read_user(word, 15, (const void *)path))
+		return false;
+	return word[0] == SP_TZ_PATH_LO && word[1] == SP_TZ_PATH_HI;
+}
+
+/* The gates (the table's gate column) pass a check only: the read is made
+ * here, so that a stat of another file never reaches the process table
+ * (no entry made, no comm taken before a later prctl(PR_SET_NAME)).
+ * stat and lstat pass the path first. */
 static __always_inline bool gate_tz_arg1(struct pt_regs *regs, const bool btf)
 {
-	return tz_path_near(regs, SP_SYSCALL_ARG(btf, regs, 1), btf);
+	unsigned long path = SP_SYSCALL_ARG(btf, regs, 1);
+
+	return tz_path_near(regs, path, btf) && tz_path_is_default(path);
 }
 
 /* newfstatat and statx pass it second, after the directory fd. */
 static __always_inline bool gate_tz_arg2(struct pt_regs *regs, const bool btf)
 {
-	return tz_path_near(regs, SP_SYSCALL_ARG(btf, regs, 2), btf);
+	unsigned long path = SP_SYSCALL_ARG(btf, regs, 2);
+
+	return tz_path_near(regs, path, btf) && tz_path_is_default(path);
 }
 
-/* Count the call when the path at `path` is "/etc/localtime". */
-static __always_inline void count_tz_path(struct sp_counters *c, const bool shared,
-					  unsigned long path)
+/* Count a check (its gate passed). */
+static __always_inline void count_tz_check(struct sp_counters *c, const bool shared,
+					   struct pt_regs *regs, const bool btf)
 {
-	__u64 word[2] = {};
-
-	if (bpf_probe_read_user(word, 15, (const void *)path))
-		return;
-	if (word[0] == SP_TZ_PATH_LO && word[1] == SP_TZ_PATH_HI)
-		SP_ADD(shared, &c->tzfile_stats, 1);
-}
-
-static __always_inline void count_tz_arg1(struct sp_counters *c, const bool shared,
-					  struct pt_regs *regs, const bool btf)
-{
-	count_tz_path(c, shared, SP_SYSCALL_ARG(btf, regs, 1));
-}
-
-static __always_inline void count_tz_arg2(struct sp_counters *c, const bool shared,
-					  struct pt_regs *regs, const bool btf)
-{
-	count_tz_path(c, shared, SP_SYSCALL_ARG(btf, regs, 2));
+	SP_ADD(shared, &c->tzfile_stats, 1);
 }
 
 /* The fold group of the time-zone file checks (core/slots.h). */
