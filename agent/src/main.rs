@@ -22,6 +22,7 @@ mod labels;
 mod memlock;
 mod metrics;
 mod node;
+mod own_process;
 mod preflight;
 mod procs;
 mod signals;
@@ -209,7 +210,8 @@ fn kubernetes_watch(cli: &Cli, runtime: &tokio::runtime::Runtime) -> Result<Opti
 }
 
 /// The registry the metrics page serves: every slowpath family (read from
-/// `worker` at scrape time) and the process collector's.
+/// `worker` at scrape time) and the agent's own process metrics
+/// ([`own_process`]).
 fn registry(
     worker: Arc<Worker>,
     cli: &Cli,
@@ -223,9 +225,7 @@ fn registry(
         kubernetes_up,
     )?;
     registry.register(Box::new(collector))?;
-    registry.register(Box::new(
-        prometheus::process_collector::ProcessCollector::for_self(),
-    ))?;
+    registry.register(Box::new(own_process::OwnProcessCollector::new()?))?;
     Ok(registry)
 }
 
