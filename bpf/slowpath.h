@@ -160,6 +160,11 @@ struct sp_counters {
 	 * non-cumulative buckets (enum sp_sleep_bucket) and the sum in ns. */
 	__u64 timeout_buckets[SP_WAIT_SYSCALL_COUNT][SP_SLEEP_BUCKET_COUNT];
 	__u64 timeout_ns[SP_WAIT_SYSCALL_COUNT];
+	/* Timed waits by enum sp_wait (syscalls only): every call with a
+	 * timeout, exact. The histogram above holds every sleep's request but
+	 * only a sample of the other waits' (at most one per process per jiffy
+	 * on each CPU: count_wait() in core/timeouts.h). */
+	__u64 timer_waits[SP_WAIT_SYSCALL_COUNT];
 	/* Wakeups by an expiring timer, by enum sp_wait, counted for the woken
 	 * process (timer:hrtimer_expire_entry .. _exit, sched:sched_waking). */
 	__u64 timer_wakeups[SP_WAIT_COUNT];
@@ -197,6 +202,9 @@ struct sp_proc {
 	/* jiffies (low 28 bits) of the last sampled user stack, shifted above one
 	 * bit per enum sp_callsite_kind sampled in that jiffy (stack_due()) */
 	__u32 stack_jiffy;
+	/* jiffies (low 32 bits) of the last timed wait whose requested
+	 * timeout was read for this entry (count_wait() in core/timeouts.h) */
+	__u32 timeout_jiffy;
 	__u32 timer_window; /* number of the current timer window: jiffies / HZ (or ns >> 30) */
 	__u32 timer_window_wakeups; /* timer wakeups in that window */
 	/* timer wakeups in the window before it: a CPU's slot hands a window's
@@ -252,7 +260,9 @@ struct sp_slot {
 	__u64 task_start;
 	__u64 task_exec_id;
 	__u32 task_tgid;
-	__u32 task_pad;
+	/* sys slots: jiffies (low 32 bits) of the owner's last timed wait
+	 * whose requested timeout was read here (count_wait()) */
+	__u32 timeout_jiffy;
 	__u32 win;		 /* wake slots: the timer-loop window of win_wakeups */
 	__u32 win_wakeups;	 /* wake slots: the owner's timer wakeups in it, not yet in its entry */
 	char comm[16];		 /* the owner entry's, for a late record */

@@ -79,10 +79,16 @@ fn recorded() -> Vec<Proc> {
     mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_FUTEX)] = 5_000;
     mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_EPOLL_WAIT)] = 3_000;
     mosn.timer_wakeups[slot!(sp_wait::SP_WAIT_OTHER)] = 2;
-    mosn.timeout_buckets[FUTEX][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 5_000;
-    mosn.timeout_ns[FUTEX] = 5_000 * 900_000;
+    // every wait counted; the futex timeouts read one per jiffy (HZ 250)
+    mosn.timer_waits[CLOCK_NANOSLEEP] = 10_300;
+    mosn.timer_waits[NANOSLEEP] = 5;
+    mosn.timer_waits[FUTEX] = 6_000;
+    mosn.timer_waits[slot!(sp_wait::SP_WAIT_EPOLL_WAIT)] = 3_000;
+    mosn.timeout_buckets[FUTEX][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 2_500;
+    mosn.timeout_ns[FUTEX] = 2_500 * 900_000;
     mosn.timer_hot_windows = 9;
     java.timer_wakeups[slot!(sp_wait::SP_WAIT_FUTEX)] = 40;
+    java.timer_waits[FUTEX] = 40;
     java.timeout_buckets[FUTEX][BUCKET_100MS] = 40;
     java.timeout_ns[FUTEX] = 40 * 50_000_000;
     let mut prof = sp_counters::default();

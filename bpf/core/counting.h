@@ -37,7 +37,7 @@ enum sp_dirty {
 	SP_DIRTY_TOD = 1 << 1,		 /* gettimeofday, time */
 	SP_DIRTY_SIGMASK = 1 << 2,	 /* sigprocmask[] */
 	SP_DIRTY_SLEEP_CALLS = 1 << 3, /* sleep_calls[0..1], SP_DIRTY_SLEEP_CALLS << syscall */
-	SP_DIRTY_TIMEOUTS = 1 << 5,	 /* timeout_buckets[w], SP_DIRTY_TIMEOUTS << w, and timeout_ns[] */
+	SP_DIRTY_TIMEOUTS = 1 << 5,	 /* timer_waits[w] and timeout_buckets[w], SP_DIRTY_TIMEOUTS << w, and timeout_ns[] */
 	SP_DIRTY_WAKEUPS = 1 << 11,	 /* timer_wakeups[] */
 	SP_DIRTY_TZFILE = 1 << 12,	 /* tzfile_stats */
 	/* every bit of a group with one bit per syscall or wait */

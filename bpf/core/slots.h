@@ -160,6 +160,7 @@ static __noinline int slot_take(struct sp_slot *s, __u32 tgid, __u64 start, __u6
 	s->exec_id = exec_id;
 	s->cgroup_id = p->cgroup_id;
 	__builtin_memcpy(s->comm, p->comm, sizeof(s->comm));
+	s->timeout_jiffy = p->timeout_jiffy; /* the image's reads, not the last owner's */
 	return SP_TAKEN;
 }
 
@@ -235,7 +236,7 @@ static __always_inline int count_syscall_slot(void *ctx, struct pt_regs *regs, l
 	if (s->tgid != tgid || s->start_boottime_ns != start || s->exec_id != exec_id)
 		took = slot_worth_taking(s) ? slot_take(s, tgid, start, exec_id, NULL) : SP_TAKE_ENTRY;
 	if (took == SP_TAKEN) {
-		s->dirty |= count_into(&s->c, false, regs, id, true);
+		s->dirty |= count_into(&s->c, &s->timeout_jiffy, false, regs, id, true);
 		s->pending += 1;
 	}
 	barrier();

@@ -59,11 +59,17 @@ static __always_inline bool syscall_gate(struct pt_regs *regs, long id, const bo
 #undef SP_ROW_GATE
 
 /* Count one call of counted syscall `id`, entered with user registers
- * `regs`, in counters `c` (`shared`: see SP_ADD) by its count function;
- * returns the fold groups (enum sp_dirty) it may have added to. */
-#define SP_ROW_COUNT(name, x86_64, arm64, arches, group, gate, count, dirty, ...) \
-	SP_IF_##arches(case SP_NR_##name : count(c, shared, regs, btf); return (dirty);)
-static __always_inline __u64 count_into(struct sp_counters *c, const bool shared,
+ * `regs`, in counters `c` (`shared`: see SP_ADD): a wait in the exact
+ * timed-wait counter, then what its count function adds, which a timed wait
+ * runs only as the sample of its jiffy (count_wait() in core/timeouts.h;
+ * `read`: the jiffy of the counters' owner's last read). Returns the fold
+ * groups (enum sp_dirty) it may have added to. */
+#define SP_ROW_COUNT(name, x86_64, arm64, arches, group, gate, count, dirty, kind, wait) \
+	SP_IF_##arches(case SP_NR_##name                                          \
+		       : if (count_wait(c, shared, SP_SYSCALLS_##group, wait, read))    \
+				 count(c, shared, regs, btf);                           \
+		       return (dirty);)
+static __always_inline __u64 count_into(struct sp_counters *c, __u32 *read, const bool shared,
 					struct pt_regs *regs, long id, const bool btf)
 {
 	switch (id) {
@@ -111,7 +117,7 @@ static __always_inline int count_syscall(void *ctx, struct pt_regs *regs, long i
 	if (!p)
 		return 0;
 	maybe_sample(ctx, p, tgid, callsite_kind(id), regs);
-	count_into(&p->c, true, regs, id, btf);
+	count_into(&p->c, &p->timeout_jiffy, true, regs, id, btf);
 	return 0;
 }
 

@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Requested timeouts: the histogram by enum sp_wait of the timeouts that
- * sleeps (signals/sleep.bpf.h) and timed waits (signals/timer.bpf.h) ask
- * for, read from the syscall's arguments at entry. Shared by both signals:
- * a sleep is a timed wait too (the first two waits).
+ * Timed waits and their requested timeouts: the exact count of timed waits
+ * by enum sp_wait, and the histogram of the timeouts that sleeps
+ * (signals/sleep.bpf.h) and timed waits (signals/timer.bpf.h) ask for,
+ * read from the syscall's arguments at entry. Shared by both signals: a
+ * sleep is a timed wait too (the first two waits).
  */
 #ifndef SP_CORE_TIMEOUTS_H
 #define SP_CORE_TIMEOUTS_H
@@ -32,6 +33,40 @@ static __always_inline void count_timeout(struct sp_counters *c, const bool shar
 		return;
 	SP_INC_AT(shared, c->timeout_buckets[wait], b);
 	SP_ADD(shared, &c->timeout_ns[wait], rel_ns);
+}
+
+/*
+ * Count one call of a counted syscall of `group` (enum sp_syscall_group)
+ * that waits in `wait` (SP_WAIT_OTHER: no wait) in the exact timed-wait
+ * counter, and tell whether its count function runs (reads its timeout).
+ * Sleeps and the calls of other groups always run it. A timed wait runs it
+ * only when it is the first of its counters' owner in this jiffy: `*read`
+ * holds the jiffy of the owner's last read (a `procs` entry's, or a CPU's
+ * combining slot's while one image owns it). So a process pays the read,
+ * ~110 ns of user memory (measured for the bench's timed futex), at most
+ * once per jiffy on each CPU it runs on: a 1 ms ticker still gives HZ
+ * samples a second of the one timeout it asks for, a server making 200,000
+ * waits a second pays HZ reads per CPU instead of 200,000. Sleeps keep
+ * every request: each costs a context switch, so the read is cheap next to
+ * it. `group` and `wait` are constants in every case of count_into(), so
+ * the compiler keeps one branch. A race of two CPUs on an entry's jiffy
+ * can only read one more.
+ */
+static __always_inline bool count_wait(struct sp_counters *c, const bool shared, __u32 group,
+				       __u32 wait, __u32 *read)
+{
+	__u32 now;
+
+	if (wait >= SP_WAIT_SYSCALL_COUNT)
+		return true;
+	SP_INC_AT(shared, c->timer_waits, wait);
+	if (group != SP_SYSCALLS_TIMED_WAITS)
+		return true;
+	now = bpf_jiffies64(); /* a load: the JIT inlines it on 64-bit arches */
+	if (*read == now)
+		return false;
+	*read = now;
+	return true;
 }
 
 /* Now on `clock` (enum sp_clock) in ns, or -1 for a clock BPF cannot read. */
@@ -87,16 +122,18 @@ static __always_inline int timeout_from_user(struct sp_counters *c, const bool s
 	return 0;
 }
 
-/* The fold group of the requested timeouts (core/slots.h): the histogram
- * of each wait whose bit is set, and the sums of all of them. */
+/* The fold group of the timed waits (core/slots.h): the count and the
+ * histogram of each wait whose bit is set, and the sums of all of them. */
 static __always_inline void fold_timeouts(struct sp_counters *from, struct sp_counters *to,
 					  __u64 dirty)
 {
 #pragma unroll
 	for (int w = 0; w < SP_WAIT_SYSCALL_COUNT; w++)
-		if (dirty & (SP_DIRTY_TIMEOUTS << w))
+		if (dirty & (SP_DIRTY_TIMEOUTS << w)) {
 			SP_FOLD_WORDS(from->timeout_buckets[w], to->timeout_buckets[w],
 				      SP_WORDS(from->timeout_buckets[w]));
+			SP_FOLD_WORDS(&from->timer_waits[w], &to->timer_waits[w], 1);
+		}
 	if (dirty & SP_DIRTY_TIMEOUTS_ALL)
 		SP_FOLD_WORDS(from->timeout_ns, to->timeout_ns, SP_WORDS(from->timeout_ns));
 }

@@ -264,10 +264,12 @@ runtime's tickers dominate a node.""",
     ))
     d = d.with_panel(heatmap_panel(
         ids(), "Requested timeouts of timed waits (node)", """
-Heatmap of the timeouts processes ask for in every timed wait (sleeps, futex, epoll, poll, select; absolute
-deadlines as their distance at the call), summed over each node's processes, in waits per second per bucket
-(`slowpath_node_timer_requested_seconds`). Normal: mass at 10 ms and above. A hot band at <= 1 ms is a ticker; find
-it in "Top processes by timer wakeups".""",
+Heatmap of the timeouts processes ask for in timed waits (sleeps, futex, epoll, poll, select; absolute
+deadlines as their distance at the call), summed over each node's processes, in requests read per second per
+bucket (`slowpath_node_timer_requested_seconds`): every sleep, and of the other waits the first of each process
+in each jiffy, so the band's shape is right and its height is at most HZ per process and CPU (the exact rate of
+waits is `slowpath_node_timer_waits_total`). Normal: mass at 10 ms and above. A hot band at <= 1 ms is a ticker;
+find it in "Top processes by timer wakeups".""",
         [target(f"sum by (le) (rate(slowpath_node_timer_requested_seconds_bucket{{{NODE}}}[{RI}]))", "{{le}}",
                 fmt=pm.PromQueryFormat.HEATMAP)],
         y_unit=SECONDS, cell_unit=OPS, w=12, h=9,

@@ -48,7 +48,8 @@ SIGNALS = {
         "hooks": ["hrtimer_expire_entry", "hrtimer_expire_exit", "sched_waking"],
         "syscalls": ["futex", "futex_waitv", "epoll_wait", "epoll_pwait", "epoll_pwait2", "poll",
                      "ppoll", "select", "pselect6"],
-        "families": ["slowpath_timer_wakeups_total", "slowpath_timer_requested_seconds",
+        "families": ["slowpath_timer_wakeups_total", "slowpath_timer_waits_total",
+                     "slowpath_node_timer_waits_total", "slowpath_timer_requested_seconds",
                      "slowpath_node_timer_requested_seconds"],
     },
     "memory": {
@@ -151,8 +152,8 @@ COUNTED = {
     "clock": lambda c: c["clock_gettime"][1] >= N,  # monotonic
     "sigmask": lambda c: flat(c["sigprocmask"]) >= N,
     "sleep": lambda c: flat(c["sleep_calls"]) >= 20,
-    # futex timeouts (enum sp_wait 2) and timer wakeups
-    "timer": lambda c: flat(c["timeout_buckets"][2]) >= 20 and flat(c["timer_wakeups"]) > 0,
+    # timed futex waits (enum sp_wait 2) and timer wakeups
+    "timer": lambda c: c["timer_waits"][2] >= 20 and flat(c["timer_wakeups"]) > 0,
 }
 
 

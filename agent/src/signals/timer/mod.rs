@@ -7,15 +7,23 @@
 //!   syscall a sleeper's timeout ended (`nanosleep`, `clock_nanosleep`,
 //!   `futex`, `epoll_wait`, `poll`, `select`), a `timerfd`, a `posix_timer`
 //!   (setitimer, timer_create), or `other`.
-//! - Requested timeouts (hook `sys_enter`): the timeout of every timed wait,
-//!   read from the syscall's arguments; an absolute deadline counts as its
-//!   distance from the clock's time at the call.
+//! - Timed waits (hook `sys_enter`): every call of a timed wait (a wait
+//!   syscall with a timeout), counted exactly by `wait`.
+//! - Requested timeouts (hook `sys_enter`): the timeout a timed wait asks
+//!   for, read from the syscall's arguments; an absolute deadline counts as
+//!   its distance from the clock's time at the call. Every sleep's is read;
+//!   the other waits' are a sample, the first wait of a process in each
+//!   jiffy on each CPU (`count_wait()` in `bpf/core/timeouts.h`), because
+//!   reading user memory is most of what a traced wait costs. So the
+//!   histograms' `_count` is the number of requests read, not of waits (that
+//!   is `slowpath_timer_waits_total`); their buckets, `_sum / _count` and
+//!   quantiles describe the requests as before.
 //!
 //! Series budget: nearly every process has timer wakeups, so the per-process
 //! series are the wakeup counters of the `wait` kinds a process used; the
-//! requested-timeout histogram is per process only for timer loops (processes
-//! that reached `--timer.loop-threshold` wakeups in some second, marked in
-//! the kernel) and per node for everyone.
+//! timed-wait counter and the requested-timeout histogram are per process
+//! only for timer loops (processes that reached `--timer.loop-threshold`
+//! wakeups in some second, marked in the kernel) and per node for everyone.
 //!
 //! Doctor rule: a timer loop, a process woken by short timers hundreds of
 //! times a second (the sentinel-golang 1 ms ticker), with its cost in CPU.
@@ -29,7 +37,9 @@ use prometheus::proto::{Metric, MetricFamily, MetricType};
 
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_wait};
-use crate::exposition::{cumulative_buckets, family, histogram, push_nonzero, with, Family};
+use crate::exposition::{
+    counter, cumulative_buckets, family, histogram, push_nonzero, with, Family,
+};
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
 use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
@@ -62,6 +72,7 @@ pub const WAIT_NAMES: [&str; WAIT_COUNT] = [
 const _: fn(&sp_counters) -> &[u64; WAIT_COUNT] = |c| &c.timer_wakeups;
 const _: fn(&sp_counters) -> &[[u64; BUCKET_COUNT]; WAIT_SYSCALL_COUNT] = |c| &c.timeout_buckets;
 const _: fn(&sp_counters) -> &[u64; WAIT_SYSCALL_COUNT] = |c| &c.timeout_ns;
+const _: fn(&sp_counters) -> &[u64; WAIT_SYSCALL_COUNT] = |c| &c.timer_waits;
 
 /// Default of `--timer.loop-threshold`, wakeups per second of one process.
 /// Measured on the build machine: a 1 ms loop wakes 880-1040 times a second
@@ -79,20 +90,36 @@ const TIMER_WAKEUPS: Family = Family {
     help: "Wakeups of this process by an expiring timer (timer:hrtimer_expire_entry/exit around sched:sched_waking), by what it waited in: the syscall whose timeout expired, timerfd, posix_timer (setitimer, timer_create), or other",
     kind: MetricType::COUNTER,
 };
+const TIMER_WAITS: Family = Family {
+    name: "slowpath_timer_waits_total",
+    help: "Timed waits of this process (sys_enter: calls of a wait syscall with a timeout; a zero timeout counts too), exact, by wait; only for processes that were timer loops (--timer.loop-threshold wakeups in one second)",
+    kind: MetricType::COUNTER,
+};
+const NODE_TIMER_WAITS: Family = Family {
+    name: "slowpath_node_timer_waits_total",
+    help: "Timed waits of every process on the node, exact, by wait (as slowpath_timer_waits_total, summed over all processes)",
+    kind: MetricType::COUNTER,
+};
 const TIMER_REQUESTED: Family = Family {
     name: "slowpath_timer_requested_seconds",
-    help: "Requested timeouts of timed waits (sys_enter arguments; absolute deadlines as their distance from the clock's time at the call), in seconds, by wait; only for processes that were timer loops (--timer.loop-threshold wakeups in one second)",
+    help: "Requested timeouts of timed waits (sys_enter arguments; absolute deadlines as their distance from the clock's time at the call), in seconds, by wait: every sleep's, and a sample of the other waits' (the first of the process in each jiffy on each CPU), so _count is the requests read and the rate of waits is slowpath_timer_waits_total; only for processes that were timer loops (--timer.loop-threshold wakeups in one second)",
     kind: MetricType::HISTOGRAM,
 };
 const NODE_TIMER_REQUESTED: Family = Family {
     name: "slowpath_node_timer_requested_seconds",
-    help: "Requested timeouts of the timed waits of every process on the node, in seconds, by wait (as slowpath_timer_requested_seconds, summed over all processes)",
+    help: "Requested timeouts of the timed waits of every process on the node, in seconds, by wait (as slowpath_timer_requested_seconds, sampled the same way, summed over all processes; the rate of waits is slowpath_node_timer_waits_total)",
     kind: MetricType::HISTOGRAM,
 };
 
 pub const SIGNAL: Signal = Signal {
     name: "timer",
-    families: &[&TIMER_WAKEUPS, &TIMER_REQUESTED, &NODE_TIMER_REQUESTED],
+    families: &[
+        &TIMER_WAKEUPS,
+        &TIMER_WAITS,
+        &NODE_TIMER_WAITS,
+        &TIMER_REQUESTED,
+        &NODE_TIMER_REQUESTED,
+    ],
     export,
     diagnose,
     enrich: Some(runtime::enrich),
@@ -282,9 +309,11 @@ pub const SOURCES: &[KnownSource] = &[
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut wakeups = Vec::new();
+    let mut waits = Vec::new();
     let mut requested = Vec::new();
     let mut node = [[0u64; BUCKET_COUNT]; WAIT_SYSCALL_COUNT];
     let mut node_ns = [0u64; WAIT_SYSCALL_COUNT];
+    let mut node_waits = [0u64; WAIT_SYSCALL_COUNT];
     for (key, series) in scrape.series() {
         let c = &series.counters;
         for (wait, &n) in WAIT_NAMES.iter().zip(&c.timer_wakeups) {
@@ -295,8 +324,10 @@ fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
                 *sum += n;
             }
             node_ns[w] += c.timeout_ns[w];
+            node_waits[w] += c.timer_waits[w];
             if c.timer_hot_windows > 0 {
                 let labels = with(key, &[("wait", WAIT_NAMES[w])]);
+                push_nonzero(&mut waits, labels.clone(), c.timer_waits[w] as f64);
                 requested.extend(timeout_histogram(
                     &labels,
                     &c.timeout_buckets[w],
@@ -305,11 +336,16 @@ fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
             }
         }
     }
+    let node_waits = (0..WAIT_SYSCALL_COUNT)
+        .filter(|&w| node_waits[w] > 0)
+        .map(|w| counter(&[("wait", WAIT_NAMES[w].to_string())], node_waits[w] as f64));
     let node = (0..WAIT_SYSCALL_COUNT).filter_map(|w| {
         timeout_histogram(&[("wait", WAIT_NAMES[w].to_string())], &node[w], node_ns[w])
     });
     vec![
         family(&TIMER_WAKEUPS, wakeups),
+        family(&TIMER_WAITS, waits),
+        family(&NODE_TIMER_WAITS, node_waits.collect()),
         family(&TIMER_REQUESTED, requested),
         family(&NODE_TIMER_REQUESTED, node.collect()),
     ]
@@ -451,18 +487,44 @@ mod tests {
     fn requested_timeouts_are_per_process_only_for_timer_loops() {
         let quiet = delta("quiet", |c| {
             c.timer_wakeups[FUTEX] = 3;
+            c.timer_waits[FUTEX] = 5;
             c.timeout_buckets[FUTEX][BUCKET_1MS] = 3;
             c.timeout_ns[FUTEX] = 3_000_000;
         });
+        let series = |fams: &[MetricFamily], family: &Family| {
+            let f = fams.iter().find(|f| f.name() == family.name).unwrap();
+            f.get_metric().to_vec()
+        };
         let fams = export_one_of(&SIGNAL, quiet.clone());
-        assert_eq!(fams[0].get_metric().len(), 1, "one wakeup series: futex");
-        assert!(fams[1].get_metric().is_empty(), "no per-process histogram");
-        let node = &fams[2].get_metric()[0];
-        assert_eq!(node.get_histogram().get_sample_count(), 3);
+        assert_eq!(
+            series(&fams, &TIMER_WAKEUPS).len(),
+            1,
+            "one wakeup series: futex"
+        );
+        assert!(
+            series(&fams, &TIMER_REQUESTED).is_empty(),
+            "no per-process histogram"
+        );
+        assert!(
+            series(&fams, &TIMER_WAITS).is_empty(),
+            "no per-process wait counter"
+        );
+        let node = &series(&fams, &NODE_TIMER_REQUESTED)[0];
+        assert_eq!(
+            node.get_histogram().get_sample_count(),
+            3,
+            "the requests read"
+        );
         assert_eq!(node.get_label()[0].value(), "futex");
+        let node_waits = &series(&fams, &NODE_TIMER_WAITS)[0];
+        assert_eq!(node_waits.get_counter().get_value(), 5.0, "every wait");
         let mut hot = quiet;
         hot.c.timer_hot_windows = 1;
         let fams = export_one_of(&SIGNAL, hot);
-        assert_eq!(fams[1].get_metric().len(), 1);
+        assert_eq!(series(&fams, &TIMER_REQUESTED).len(), 1);
+        assert_eq!(
+            series(&fams, &TIMER_WAITS)[0].get_counter().get_value(),
+            5.0
+        );
     }
 }
