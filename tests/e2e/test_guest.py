@@ -378,6 +378,7 @@ section w_cpu sp-workload cputime 2000
 section w_thr sp-workload threads 4 5000
 section w_churn sp-workload churn-par 200 10 8
 section w_wait sp-workload wait nanosleep 200 2000
+section w_fwait sp-workload wait futex 600 1000
 section w_tz sp-workload localtime 5000
 section w_tz_set env TZ=:/etc/localtime sp-workload localtime 5000
 section w_tz_raw sp-workload tz-stat 1000
@@ -397,7 +398,7 @@ def assert_exact_counts(secs):
     """The EXACT_WORKLOADS counts in scrape `auto`: raw clock syscalls,
     getcontext/setcontext, sleeps, CPU-time clocks, threads, 200 short
     processes, time-zone file checks with and without TZ, 200 timer wakeups of a 2 ms nanosleep (slack as in
-    test_timer_wakeups), THP against /proc/vmstat, a manual compaction."""
+    test_timer_wakeups), 600 timed futex waits, THP against /proc/vmstat, a manual compaction."""
     auto = Scrape(secs["auto"])
     own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(secs, section), **labels)
     assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
@@ -410,6 +411,14 @@ def assert_exact_counts(secs):
     assert auto.value("slowpath_rt_sigprocmask_calls_total", comm="sp-churnp") == 200 * 10
     woken = own("slowpath_timer_wakeups_total", "w_wait", wait="nanosleep")
     assert 198 <= woken <= 200, woken
+    # 600 timed futex waits of 1 ms: a timer loop (>= 200 wakeups in some
+    # second), so it has its own series; every wait counted, and a sample of
+    # their timeouts read (at most one per jiffy on each CPU: HZ differs
+    # between the guests' kernels, so only its bounds are checked)
+    assert own("slowpath_timer_waits_total", "w_fwait", wait="futex") == 600
+    read = own("slowpath_timer_requested_seconds_count", "w_fwait", wait="futex")
+    assert 0 < read <= 600, read
+    assert own("slowpath_timer_requested_seconds_bucket", "w_fwait", wait="futex", le="0.001") == read
     # static glibc: its "/etc/localtime" literal and its stat wrapper are in
     # the binary; every localtime() but the first (which reads the file)
     # stats it, none with TZ set (the host tests check both against strace)
