@@ -1,11 +1,14 @@
 # Shell helpers shared by the benchmarks (sourced by run.sh and hotpath.sh).
 
 # A TCP port nothing listens on, for an agent of the benchmark (die() is the
-# sourcing script's).
+# sourcing script's), below the kernel's ephemeral range: a port in it can be
+# taken by a load generator's outgoing connection before the agent binds.
 free_port() {
-    local p
+    local p low
+    low=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+    (( low > 11000 )) || low=32768
     for _ in $(seq 100); do
-        p=$((20000 + RANDOM % 40000))
+        p=$((10000 + RANDOM % (low - 10000)))
         [[ -z $(ss -Htln "sport = :$p") ]] && { echo "$p"; return; }
     done
     die "no free port found"
