@@ -64,7 +64,8 @@ def main():
                        check=True)
         console, secs = harness.run_scenario(args.agent, scenario(args.rounds, args.reps),
                                              clocksource="tsc", extra_cmdline="tsc=reliable",
-                                             extra_files={"/usr/bin/overhead": bench})
+                                             extra_files={"/usr/bin/overhead": bench},
+                                             timeout=300 + 150 * args.rounds)
     if harness.guest_rc(console) != 0:
         raise SystemExit(console[-3000:])
 

@@ -279,8 +279,9 @@ def is_dynamic(path):
     return "Requesting program interpreter" in out
 
 
-def boot(kernel, initrd, clocksource=None, memory_mib=1024, extra_cmdline="", arch="x86_64"):
-    """Boot to poweroff; returns the serial console text."""
+def boot(kernel, initrd, clocksource=None, memory_mib=1024, extra_cmdline="", arch="x86_64",
+         timeout=BOOT_TIMEOUT):
+    """Boot to poweroff within `timeout` seconds; returns the serial console text."""
     _, qemu, console, _, _ = ARCHES[arch]
     cmdline = f"console={console} loglevel=1 panic=-1 " + extra_cmdline
     if clocksource:
@@ -294,11 +295,11 @@ def boot(kernel, initrd, clocksource=None, memory_mib=1024, extra_cmdline="", ar
     # a row): boot once more, and show where the hung one stopped.
     for attempt in (1, 2):
         try:
-            result = subprocess.run(cmd, capture_output=True, timeout=BOOT_TIMEOUT)
+            result = subprocess.run(cmd, capture_output=True, timeout=timeout)
             return result.stdout.decode(errors="replace").replace("\r", "")
         except subprocess.TimeoutExpired as hung:
             tail = (hung.stdout or b"").decode(errors="replace").replace("\r", "")[-3000:]
-            print(f"harness: guest hung for {BOOT_TIMEOUT} s (boot {attempt}); console tail:\n{tail}",
+            print(f"harness: guest hung for {timeout} s (boot {attempt}); console tail:\n{tail}",
                   file=sys.stderr)
             if attempt == 2:
                 raise
@@ -334,10 +335,11 @@ TZ_FILE = Path("/usr/share/zoneinfo/Etc/UTC")
 
 
 def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_cmdline="",
-                 suite=None, arch="x86_64"):
+                 suite=None, arch="x86_64", timeout=BOOT_TIMEOUT):
     """Build, boot, and return (console text, sections). `suite`: see
     guest_kernel(); `arch`: x86_64 or arm64 (then `agent_bin` is the
-    cross-built agent); `extra_files`: see build_initramfs()."""
+    cross-built agent); `extra_files`: see build_initramfs(); `timeout`:
+    seconds the boot may take (a long benchmark needs more than the tests)."""
     kernel = guest_kernel(suite, arch)
     with tempfile.TemporaryDirectory() as tmp:
         # a zone file at the default path: with TZ unset, glibc's localtime()
@@ -347,7 +349,8 @@ def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_
         files.update(extra_files or {})
         initrd = Path(tmp) / "initrd.cpio"
         build_initramfs(initrd, files, scenario, arch)
-        console = boot(kernel, initrd, clocksource=clocksource, extra_cmdline=extra_cmdline, arch=arch)
+        console = boot(kernel, initrd, clocksource=clocksource, extra_cmdline=extra_cmdline, arch=arch,
+                       timeout=timeout)
     return console, sections(console)
 
 
