@@ -174,22 +174,7 @@ cleanup() {
     fi
     # No program the benchmark loaded may still exist (the kernel frees a
     # program asynchronously after its last descriptor closes).
-    if [[ -s $work/prog_ids ]]; then
-        for _ in $(seq 50); do
-            left=""
-            for id in $(sort -un "$work/prog_ids"); do
-                bpftool prog show id "$id" >/dev/null 2>&1 && left+=" $id"
-            done
-            [[ -z $left ]] && break
-            sleep 0.1
-        done
-        if [[ -n $left ]]; then
-            echo "cleanup: BPF programs still loaded:$left" >&2
-            rc=1
-        else
-            echo "cleanup: all $(sort -un "$work/prog_ids" | wc -l) BPF programs loaded by the benchmark are gone"
-        fi
-    fi
+    programs_gone "$work/prog_ids" || rc=1
     rm -rf "$work"
     exit "$rc"
 }
@@ -205,10 +190,6 @@ incg() {
     exec "$@"
 }
 
-# The BPF programs (and links) process $1 holds, from its descriptors.
-note_prog_ids() {
-    grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' >>"$work/prog_ids" || true
-}
 # Tracing attachments on the node that are not ours (another agent, a
 # floor, bpftrace): the "none" baseline is not BPF-free while they exist.
 # Counted: tracing links not held by process $1, and perf-event attachments
@@ -418,13 +399,13 @@ start_config() { # $1 = none, floor or slowpath
             incg "$work/floor" >"$work/floor.out" 2>&1 &
             floor_pid=$!
             await "$floor_pid" floor "$work/floor.out" grep -q '^attached' "$work/floor.out"
-            note_prog_ids "$floor_pid" ;;
+            note_prog_ids "$floor_pid" "$work/prog_ids" ;;
         slowpath)
             [[ -z $(ss -Htan "sport = :$agent_port") ]] || agent_port=$(pick_port)
             incg "$AGENT" --web.listen-address="127.0.0.1:$agent_port" >"$work/agent.log" 2>&1 &
             agent_pid=$!
             await "$agent_pid" agent "$work/agent.log" agent_ready
-            note_prog_ids "$agent_pid" ;;
+            note_prog_ids "$agent_pid" "$work/prog_ids" ;;
     esac
     sleep "$SETTLE" # past start-up work
 }

@@ -30,3 +30,30 @@ mitigations() {
         [[ -r $f ]] && printf '  %-28s %s\n' "${f##*/}" "$(cat "$f")"
     done
 }
+
+# Append the ids of the BPF programs process PID holds to FILE, so that the
+# cleanup can check they are gone.
+note_prog_ids() {
+    grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' >>"$2" || true
+}
+
+# Whether every BPF program whose id FILE lists is gone (the kernel frees a
+# program asynchronously after its last descriptor closes: waits up to 5 s);
+# says which are left, or that all are gone. Returns 1 when some are left.
+programs_gone() {
+    local file=$1 left="" id
+    [[ -s $file ]] || return 0
+    for _ in $(seq 50); do
+        left=""
+        for id in $(sort -un "$file"); do
+            bpftool prog show id "$id" >/dev/null 2>&1 && left+=" $id"
+        done
+        [[ -z $left ]] && break
+        sleep 0.1
+    done
+    if [[ -n $left ]]; then
+        echo "cleanup: BPF programs still loaded:$left" >&2
+        return 1
+    fi
+    echo "cleanup: all $(sort -un "$file" | wc -l) BPF programs loaded by the benchmark are gone"
+}

@@ -83,36 +83,13 @@ cleanup() {
         umount /sys/kernel/tracing || echo "run.sh: could not unmount tracefs" >&2
     fi
     # No program this script loaded may still exist.
-    if [[ -s $work/our_prog_ids ]]; then
-        # The kernel frees a program asynchronously after its last fd
-        # closes: give it a few seconds.
-        local left=""
-        for _ in $(seq 50); do
-            left=""
-            for id in $(sort -un "$work/our_prog_ids"); do
-                bpftool prog show id "$id" >/dev/null 2>&1 && left+=" $id"
-            done
-            [[ -z $left ]] && break
-            sleep 0.1
-        done
-        if [[ -n $left ]]; then
-            echo "cleanup: BPF programs still loaded:$left" >&2
-            rc=1
-        else
-            echo "cleanup: all $(sort -un "$work/our_prog_ids" | wc -l) BPF programs loaded by the benchmark are gone"
-        fi
-    fi
+    programs_gone "$work/our_prog_ids" || rc=1
     rm -rf "$work"
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-# Record the BPF programs a process holds (from its fds), to check at exit.
-note_prog_ids() {
-    grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{print $2}' >>"$work/our_prog_ids" || true
-}
 
 # Poll the command "$@" every 0.1 s for up to 30 s while process $1 lives;
 # then record its BPF programs. On failure print its log $2 and stop, naming $3.
@@ -122,7 +99,7 @@ await_ready() {
     for _ in $(seq 300); do
         kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; die "$what exited"; }
         if "$@"; then
-            note_prog_ids "$pid"
+            note_prog_ids "$pid" "$work/our_prog_ids"
             return
         fi
         sleep 0.1
