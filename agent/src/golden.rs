@@ -18,7 +18,7 @@ use crate::bpf::types::{
     sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
     sp_sleep_syscall, sp_wait,
 };
-use crate::bpf::{slot, AttachType, ProbeCost, ProbeStatus};
+use crate::bpf::{slot, AttachType, Calibration, ProbeCost, ProbeStatus};
 use crate::labels::PodLabels;
 use crate::signals::clock::benchmark::{with_costs, BENCHMARK_CLOCKS};
 use crate::signals::clock::canary::{CanaryReading, CanaryReadings};
@@ -200,13 +200,20 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
                 probe: "sys_enter",
                 runs: 1_234_567,
                 run_seconds: Some(0.0625),
+                dispatch_seconds: Some(0.09),
             },
             ProbeCost {
                 probe: "sched_waking",
                 runs: 42,
                 run_seconds: None,
+                dispatch_seconds: None,
             },
         ],
+        cost_calibration: Calibration {
+            stats_floor_ns: Some(48.5),
+            untraced_added_ns: Some(73.0),
+            dispatch_ns: Some(72.9),
+        },
         checks: vec![canary(vec![
             CanaryReading {
                 clock: sp_clock::SP_CLOCK_REALTIME,

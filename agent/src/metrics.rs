@@ -77,7 +77,7 @@ const FOLDED: Family = Family {
 };
 
 /// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 11] = [
+const AGENT_FAMILIES: [&Family; 14] = [
     &BUILD_INFO,
     &PROBE_ATTACHED,
     &PROBE_EXPECTED,
@@ -88,6 +88,9 @@ const AGENT_FAMILIES: [&Family; 11] = [
     &RECURSION_MISSES,
     &PROBE_RUNS,
     &PROBE_RUN_SECONDS,
+    &PROBE_DISPATCH_SECONDS,
+    &STATS_OVERHEAD,
+    &UNTRACED_SYSCALL_ADDED,
     &KUBERNETES_UP,
 ];
 
@@ -99,8 +102,27 @@ const PROBE_RUNS: Family = Family {
 
 const PROBE_RUN_SECONDS: Family = Family {
     name: "slowpath_probe_run_seconds_total",
-    help: "In-kernel time of this hook's BPF programs: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window). Absent until a window measured it; needs CAP_SYS_ADMIN or kernel.bpf_stats_enabled=1. rate() of it is the share of one CPU",
+    help: "In-kernel time of this hook's BPF programs: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window), less what the measurement itself adds to a run (slowpath_probe_stats_overhead_seconds). Absent until a window measured it; needs CAP_SYS_ADMIN or kernel.bpf_stats_enabled=1. rate() of it is the share of one CPU",
     kind: MetricType::COUNTER,
+};
+
+/// The part of the syscall hook's cost that no program run includes.
+const PROBE_DISPATCH_SECONDS: Family = Family {
+    name: "slowpath_probe_dispatch_seconds_total",
+    help: "Time the kernel spent reaching this hook's BPF programs, outside them: only sys_enter attached as tp_btf or raw_tp, with which every syscall of the node takes the kernel's traced syscall path. Each run charged at slowpath_untraced_syscall_added_seconds less the program's own time for that syscall, measured at start. Add its rate() to slowpath_probe_run_seconds_total's for the hooks' cost; absent with fentry (an untraced syscall then pays nothing) and where the statistics are not allowed",
+    kind: MetricType::COUNTER,
+};
+
+const STATS_OVERHEAD: Family = Family {
+    name: "slowpath_probe_stats_overhead_seconds",
+    help: "What the kernel's run-time statistics add to each run they time (two sched_clock() reads, __bpf_prog_run() in include/linux/filter.h): an empty BPF program's measured time per run, test-run in the latest statistics window; subtracted from every run in slowpath_probe_run_seconds_total",
+    kind: MetricType::GAUGE,
+};
+
+const UNTRACED_SYSCALL_ADDED: Family = Family {
+    name: "slowpath_untraced_syscall_added_seconds",
+    help: "What slowpath adds to a syscall it does not count (getppid), measured by the agent at start: its CPU time per call after attaching less before loading (the lowest of three batches' 10th percentile of 81 slices). With sys_enter as tp_btf or raw_tp every syscall of the node pays this; with fentry it is near 0",
+    kind: MetricType::GAUGE,
 };
 
 const RECURSION_MISSES: Family = Family {
@@ -245,6 +267,7 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
             gauge(&[("probe", p.probe.to_string())], value)
         })
         .collect();
+    let calibration = snapshot.cost_calibration;
     let lost = LOST_REASON_NAMES
         .iter()
         .zip(snapshot.lost)
@@ -294,6 +317,24 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
                 .collect(),
         ),
         family(
+            &PROBE_DISPATCH_SECONDS,
+            snapshot
+                .probe_costs
+                .iter()
+                .filter_map(|c| {
+                    Some(counter(
+                        &[("probe", c.probe.to_string())],
+                        c.dispatch_seconds?,
+                    ))
+                })
+                .collect(),
+        ),
+        family(&STATS_OVERHEAD, nanoseconds(calibration.stats_floor_ns)),
+        family(
+            &UNTRACED_SYSCALL_ADDED,
+            nanoseconds(calibration.untraced_added_ns),
+        ),
+        family(
             &RECURSION_MISSES,
             snapshot
                 .recursion_misses
@@ -302,6 +343,11 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
                 .collect(),
         ),
     ]
+}
+
+/// A gauge in seconds of a figure in ns, none when it is unknown.
+fn nanoseconds(ns: Option<f64>) -> Vec<prometheus::proto::Metric> {
+    ns.map(|ns| gauge(&[], ns / 1e9)).into_iter().collect()
 }
 
 #[cfg(test)]

@@ -121,6 +121,9 @@ pub struct Snapshot {
     /// Each attached probe's runs and in-kernel time (`bpf::CostMeter`),
     /// in probe order.
     pub probe_costs: Vec<crate::bpf::ProbeCost>,
+    /// What corrects the kernel's time per run: the statistics' own time,
+    /// the untraced syscall's added time and the dispatch per run.
+    pub cost_calibration: crate::bpf::Calibration,
     /// Whether the per-CPU combining slots count the syscall and timer
     /// wakeup counters (`bpf::slots_on`); `None` when the read failed.
     pub combining_slots: Option<bool>,

@@ -472,13 +472,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
         c1=$(cg_ns)
         read -r b1 st1 < <(node_ticks)
         outside_ticks >"$work/out1"
-        own="- - -" scr="- -"
+        own="- - - -" scr="- -"
         if [[ $cfg == slowpath ]]; then
             kill -TERM "$scraper_pid"
             wait "$scraper_pid" 2>/dev/null || true
             scraper_pid=""
             scrape "$work/m1"
-            # Own cost: process CPU + probes' run seconds. A probe with no
+            # Own cost: process CPU + probes' run seconds + the syscall
+            # hook's dispatch (tracepoints only). A probe with no
             # run seconds at the start (the first statistics window is still
             # to come) had its runs until then charged at the time per run
             # its first window measured: take that out.
@@ -486,13 +487,14 @@ for ((r = 1; r <= ROUNDS; r++)); do
                 /^process_cpu_seconds_total / { pc[f] = $2 }
                 /^slowpath_probe_runs_total\{/ { match($0, /probe="[^"]*"/); p = substr($0, RSTART + 7, RLENGTH - 8); runs[f, p] = $NF }
                 /^slowpath_probe_run_seconds_total\{/ { match($0, /probe="[^"]*"/); p = substr($0, RSTART + 7, RLENGTH - 8); sec[f, p] = $NF; have[f, p] = 1; probes[p] = 1 }
+                /^slowpath_probe_dispatch_seconds_total\{/ { dsp[f] += $NF }
                 END { for (p in probes) {
                         s0 = sec[1, p]
                         if (!have[1, p] && runs[2, p] > 0) s0 = runs[1, p] * sec[2, p] / runs[2, p]
                         ps += sec[2, p] - s0; np++ }
-                    a = pc[2] - pc[1]
+                    a = pc[2] - pc[1]; d = dsp[2] - dsp[1]
                     # no statistics window yet (a run under ~10 s): no own cost
-                    if (np) printf "%.4f %.4f %.4f", a + ps, a, ps; else printf "- %.4f -", a }' "$work/m0" "$work/m1")
+                    if (np) printf "%.4f %.4f %.4f %.4f", a + ps + d, a, ps, d; else printf "- %.4f - -", a }' "$work/m0" "$work/m1")
             # Per-probe runs and run seconds over the run.
             awk -v r="$r" 'FNR == 1 { f++ }
                 /^slowpath_probe_runs_total\{/ { match($0, /probe="[^"]*"/); p = substr($0, RSTART + 7, RLENGTH - 8); runs[f, p] = $NF; probes[p] = 1 }
@@ -584,19 +586,19 @@ else
 fi
 
 echo
-echo "== slowpath's own-cost metric per run (increase of sum(slowpath_probe_run_seconds_total) + process_cpu_seconds_total)"
-echo "   against the added CPU measured end to end in the same round (slowpath - none, and slowpath - floor);"
-echo "   the run seconds charge each run at a time measured with the kernel's statistics on, which adds their"
-echo "   own two clock reads to every run, and leave out the kernel's dispatch to the program (the floor's cost)"
-printf '%-6s %10s %10s %10s %12s %8s %12s %8s\n' round "own s" "agent s" "probes s" "e2e s" "own/e2e" "over floor" "own/that"
+echo "== slowpath's own-cost metric per run (increase of sum(slowpath_probe_run_seconds_total) +"
+echo "   sum(slowpath_probe_dispatch_seconds_total) + process_cpu_seconds_total) against the added CPU measured"
+echo "   end to end in the same round (slowpath - none, and slowpath - floor); the run seconds are without the"
+echo "   statistics' own clock reads, the dispatch is the syscall tracepoint path the agent timed at start"
+printf '%-6s %10s %10s %10s %10s %12s %8s %12s %8s\n' round "own s" "agent s" "probes s" "dispatch s" "e2e s" "own/e2e" "over floor" "own/that"
 for ((r = 1; r <= ROUNDS; r++)); do
-    awk -v r="$r" '$1 == r { v[$2] = $3; if ($2 == "slowpath") { o = $8; a = $9; p = $10 } }
+    awk -v r="$r" '$1 == r { v[$2] = $3; if ($2 == "slowpath") { o = $8; a = $9; p = $10; d = $11 } }
         END { e = v["slowpath"] - v["none"]; g = v["slowpath"] - v["floor"]
-            printf "%-6d %10s %10.3f %10s %+12.2f %8s %+12.2f %8s\n", r, (o == "-" ? o : sprintf("%.3f", o)), a, (p == "-" ? p : sprintf("%.3f", p)),
-                e, (e > 0 && o != "-" ? sprintf("%.2f", o / e) : "-"), g, (g > 0 && o != "-" ? sprintf("%.2f", o / g) : "-") }' "$work/results"
+            printf "%-6d %10s %10.3f %10s %10s %+12.2f %8s %+12.2f %8s\n", r, (o == "-" ? o : sprintf("%.3f", o)), a, (p == "-" ? p : sprintf("%.3f", p)),
+                (d == "-" ? d : sprintf("%.3f", d)), e, (e > 0 && o != "-" ? sprintf("%.2f", o / e) : "-"), g, (g > 0 && o != "-" ? sprintf("%.2f", o / g) : "-") }' "$work/results"
 done | tee "$work/own"
 read -r om _ _ _ _ < <(awk '$2 != "-" { print $2 }' "$work/own" | stats)
-read -r orat oq1 oq3 _ _ < <(awk '$6 != "-" { print $6 }' "$work/own" | stats)
+read -r orat oq1 oq3 _ _ < <(awk '$7 != "-" { print $7 }' "$work/own" | stats)
 own_e2e=$(awk -v o="$om" -v e="${add[slowpath]}" 'BEGIN { if (e > 0 && o != "nan") printf "%.2f", o / e; else print "nan" }')
 printf '  median own %.3f s against median e2e %+.2f s: %s (per-round own/e2e median %s [%s..%s])\n' "$om" "${add[slowpath]}" "$own_e2e" "$orat" "$oq1" "$oq3"
 if [[ $own_e2e == nan ]]; then
@@ -619,7 +621,7 @@ done
 echo "attach types (slowpath_probe_attached, last run):"
 sed 's/^slowpath_probe_attached/  /' "$work/attached"
 grep -m1 'refused this attach plan' "$work/agent.last.log" | sed 's/^.*INFO /  agent log: /' | cut -c1-160 || true
-awk '$2 == "slowpath" { n += $11; s += $12; k++ } END { if (k) printf "scrapes during the slowpath runs: %d in %d runs; the curl client used %.3f s CPU in all (in the node figure; Prometheus would be elsewhere)\n", n, k, s }' "$work/results"
+awk '$2 == "slowpath" { n += $12; s += $13; k++ } END { if (k) printf "scrapes during the slowpath runs: %d in %d runs; the curl client used %.3f s CPU in all (in the node figure; Prometheus would be elsewhere)\n", n, k, s }' "$work/results"
 awk '$7 > 0 { f++ } END { if (f) printf "WARNING: %d runs had tracing attachments of others on the node (FOREIGN BPF above)\n", f }' "$work/results"
 
 echo

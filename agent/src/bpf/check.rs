@@ -74,7 +74,7 @@ fn check_programs(setup: &KernelSetup, programs: &[(String, String)]) -> Vec<Str
     let mut problems = check_table(&table);
     let mut wanted = wanted_programs(&table, setup);
     for (name, section) in programs {
-        if name == super::slots::FOLD_PROGRAM && section == "raw_tp" {
+        if super::RUN_PROGRAMS.contains(&name.as_str()) && section == "raw_tp" {
             continue; // run by the agent on each CPU, attached nowhere
         }
         match wanted.remove(name) {

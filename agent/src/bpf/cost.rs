@@ -12,22 +12,45 @@
 //! `run_time_ns` and `run_cnt` of each program (`bpf_prog_info`) at both ends,
 //! and charges every run to the time per run of the latest window. Runs in a
 //! window are charged at that window's own measured time.
+//!
+//! Two corrections make that the programs' true cost:
+//! - The statistics' own clock reads are inside every measured run. In each
+//!   window the meter test-runs an empty program (`stats_floor`,
+//!   bpf/slowpath.bpf.c) through the same accounting and subtracts its time
+//!   per run ([`Calibration::stats_floor_ns`]).
+//! - What the kernel spends reaching a program lies outside it and is never
+//!   timed. For `sys_enter` as tp_btf or raw_tp it is large: every syscall of
+//!   the node then takes the traced path (syscall_trace_enter() and its exit
+//!   twin, kernel/entry/common.c). The agent times an untraced syscall before
+//!   loading and after attaching (`dispatch.rs`); the difference less the
+//!   program's own time for it is charged to every run of the hook
+//!   ([`ProbeCost::dispatch_seconds`]). Other hooks' dispatch (a tracepoint's
+//!   call into the program, an fentry trampoline: ~10-20 ns a run) is not
+//!   seen.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::Skel;
 use libbpf_rs::{AsRawLibbpf, Btf, MapCore, MapFlags};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
-use super::hooks::HookTable;
+use super::dispatch::{time_untraced_syscall, UntracedTiming};
+use super::hooks::{AttachType, HookTable};
 use super::loaded::Loaded;
-use super::stats::per_hook;
+use super::stats::{per_hook, prog_info};
 
 /// Prefix of the `enum sp_probe` members (bpf/slowpath.h): the slot of hook
 /// `sys_enter` is `SP_PROBE_SYS_ENTER`.
 const SLOT_PREFIX: &str = "SP_PROBE_";
+
+/// Name of the empty program test-run in each window.
+pub(crate) const STATS_FLOOR_PROGRAM: &str = "stats_floor";
+
+/// Test runs of the empty program per window: enough for a stable mean
+/// (each is one bpf(2) call, about a microsecond).
+const FLOOR_RUNS: u32 = 256;
 
 /// When the agent's first statistics window opens after start (or one
 /// interval, if shorter): not during the start-up of the agent and of
@@ -42,9 +65,31 @@ pub struct ProbeCost {
     /// Runs of its programs, all CPUs (exact: counted by the programs).
     pub runs: u64,
     /// In-kernel seconds of those runs: each run charged at the time per run
-    /// the kernel measured in the latest statistics window. `None` until a
-    /// window measured one (no window yet, or statistics not allowed).
+    /// the kernel measured in the latest statistics window, less the
+    /// statistics' own time per run ([`Calibration::stats_floor_ns`]).
+    /// `None` until a window measured one (no window yet, or statistics not
+    /// allowed).
     pub run_seconds: Option<f64>,
+    /// Seconds the kernel spent reaching these runs, outside the programs:
+    /// runs x [`Calibration::dispatch_ns`]. Only for `sys_enter` attached as
+    /// a tracepoint (tp_btf, raw_tp), and only once the agent measured it.
+    pub dispatch_seconds: Option<f64>,
+}
+
+/// What the meter measured to correct the kernel's time per run, in ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Calibration {
+    /// What the statistics add to each run they time: an empty program's
+    /// measured time per run in the latest window (BPF_PROG_TEST_RUN).
+    pub stats_floor_ns: Option<f64>,
+    /// What slowpath adds to a syscall it does not count (`getppid`): its
+    /// time after attaching less before loading ([`time_untraced_syscall`]),
+    /// measured at start with the statistics off. Near 0 with fentry.
+    pub untraced_added_ns: Option<f64>,
+    /// The dispatch charged to each run of `sys_enter`:
+    /// `untraced_added_ns` less the program's own time for such a syscall
+    /// (measured with the statistics on, less `stats_floor_ns`), at least 0.
+    pub dispatch_ns: Option<f64>,
 }
 
 /// When the statistics windows run.
@@ -107,6 +152,10 @@ pub struct CostMeter {
     next_window: Option<Instant>,
     refusal_logged: bool,
     measured_logged: bool,
+    calibration: Calibration,
+    /// Table index of `sys_enter` when attached as a tracepoint: the hook
+    /// charged with the dispatch.
+    dispatched: Option<usize>,
 }
 
 impl CostMeter {
@@ -130,7 +179,67 @@ impl CostMeter {
                 .map(|every| Instant::now() + every.min(opts.first_after)),
             refusal_logged: false,
             measured_logged: false,
+            calibration: Calibration::default(),
+            dispatched: dispatched_hook(loaded),
         }
+    }
+
+    /// Measure the dispatch of `sys_enter` against `before`, the untraced
+    /// syscall's time taken before the load: time it again now, and, where
+    /// the statistics may be on, the program's own time for it. Call right
+    /// after attaching, before any window (it takes ~50 ms).
+    pub fn calibrate(&mut self, loaded: &Loaded<'_>, before: UntracedTiming) {
+        let after = time_untraced_syscall();
+        let added = (after.ns_per_call - before.ns_per_call).max(0.0);
+        self.calibration.untraced_added_ns = Some(added);
+        if self.opts.interval.is_none() {
+            return; // no statistics, no time per run: no dispatch either
+        }
+        let bodies = self.first_window(loaded);
+        let body = self.dispatched.and_then(|idx| bodies[idx]);
+        self.calibration.dispatch_ns = body.map(|b| (added - b).max(0.0));
+        info!(
+            before_ns = format!("{:.1}", before.ns_per_call),
+            after_ns = format!("{:.1}", after.ns_per_call),
+            program_ns = ?body.map(|b| format!("{b:.1}")),
+            dispatch_ns = ?self.calibration.dispatch_ns.map(|d| format!("{d:.1}")),
+            "untraced syscall timed before the load and after attaching: the dispatch charged to \
+             each sys_enter run (none with fentry)"
+        );
+    }
+
+    /// A statistics window of its own around more untraced syscalls: each
+    /// hook's time per run less the statistics' own, charged to its runs so
+    /// far; `None` for a hook that did not run (or with the statistics off).
+    /// Most of `sys_enter`'s runs in it are the untraced syscalls, so its
+    /// figure is the program's time for one (other CPUs' syscalls mix in).
+    fn first_window(&mut self, loaded: &Loaded<'_>) -> Vec<Option<f64>> {
+        // refused without CAP_SYS_ADMIN (the first window says so), but
+        // kernel.bpf_stats_enabled may have them on: then run_cnt grows
+        let stats = enable_stats().ok();
+        let t0 = kernel_totals(loaded);
+        time_untraced_syscall();
+        let t1 = kernel_totals(loaded);
+        let floor = stats_floor_ns(loaded);
+        drop(stats);
+        self.calibration.stats_floor_ns = floor;
+        let runs = self.runs(loaded);
+        let mut bodies = vec![None; self.charges.len()];
+        for (idx, charge) in self.charges.iter_mut().enumerate() {
+            let Some(measured) = per_run(t0[idx], t1[idx]) else {
+                continue;
+            };
+            bodies[idx] = Some((measured - floor.unwrap_or(0.0)).max(0.0));
+            charge.ns_per_run = bodies[idx];
+            charge.runs = 0; // its time for every run since attaching
+            charge.up_to(runs[idx]);
+        }
+        bodies
+    }
+
+    /// What corrects the kernel's figures (see [`Calibration`]).
+    pub fn calibration(&self) -> Calibration {
+        self.calibration
     }
 
     /// When the meter next needs a tick (a window to open or to close).
@@ -167,6 +276,10 @@ impl CostMeter {
                 // seconds stay where they were at its start, so that they
                 // never go back when the window's own time per run is lower
                 run_seconds: self.charges[idx].seconds_at(frozen.map_or(runs[idx], |f| f[idx])),
+                dispatch_seconds: (self.dispatched == Some(idx))
+                    .then_some(self.calibration.dispatch_ns)
+                    .flatten()
+                    .map(|ns| runs[idx] as f64 * ns / 1e9),
             })
             .collect()
     }
@@ -203,17 +316,25 @@ impl CostMeter {
         };
         let runs = self.runs(loaded);
         let kernel = kernel_totals(loaded);
+        let floor = stats_floor_ns(loaded);
         drop(w.stats); // statistics off before anything else is read
+        if floor.is_some() {
+            self.calibration.stats_floor_ns = floor;
+        }
+        let floor = self.calibration.stats_floor_ns.unwrap_or(0.0);
         for (idx, charge) in self.charges.iter_mut().enumerate() {
-            let (t0, c0) = w.kernel_at_start[idx];
-            let (t1, c1) = kernel[idx];
-            let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
-            if dc == 0 {
+            let Some(measured) = per_run(w.kernel_at_start[idx], kernel[idx]) else {
                 charge.up_to(runs[idx]); // nothing measured: the old time per run
                 continue;
-            }
+            };
+            debug!(
+                probe = loaded.table.name(idx),
+                measured_ns = measured,
+                floor_ns = floor,
+                "statistics window"
+            );
             let first = charge.ns_per_run.is_none();
-            charge.ns_per_run = Some(dt as f64 / dc as f64);
+            charge.ns_per_run = Some((measured - floor).max(0.0));
             if first {
                 // no time per run before this window: its time for all runs so far
                 charge.runs = 0;
@@ -255,6 +376,41 @@ fn enable_stats() -> Result<OwnedFd> {
     // SAFETY: `fd` is a new descriptor the kernel just returned to us and
     // nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The time per run between two (run_time_ns, run_cnt) readings; `None`
+/// when nothing ran.
+fn per_run((t0, c0): (u64, u64), (t1, c1): (u64, u64)) -> Option<f64> {
+    let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
+    (dc > 0).then(|| dt as f64 / dc as f64)
+}
+
+/// The index of `sys_enter` when it is attached as a tracepoint (tp_btf,
+/// raw_tp), whose dispatch every syscall of the node pays.
+fn dispatched_hook(loaded: &Loaded<'_>) -> Option<usize> {
+    loaded.probes.iter().position(|p| {
+        p.probe == super::SYS_ENTER && p.attached() && p.attach_type != AttachType::Fentry
+    })
+}
+
+/// What the statistics add to each run they time: test-run the empty
+/// program [`FLOOR_RUNS`] times and take its measured time per run. `None`
+/// when the statistics are off or a run fails.
+fn stats_floor_ns(loaded: &Loaded<'_>) -> Option<f64> {
+    let prog = &loaded.skel.progs.stats_floor;
+    let fd = prog.as_fd().as_raw_fd();
+    let before = prog_info(fd)?;
+    for _ in 0..FLOOR_RUNS {
+        if let Err(err) = prog.test_run(libbpf_rs::ProgramInput::default()) {
+            warn!(error = %err, "test-running {STATS_FLOOR_PROGRAM}: the statistics' own time is not subtracted");
+            return None;
+        }
+    }
+    let after = prog_info(fd)?;
+    per_run(
+        (before.run_time_ns, before.run_cnt),
+        (after.run_time_ns, after.run_cnt),
+    )
 }
 
 /// Each hook's (run_time_ns, run_cnt) summed over its loaded programs, in

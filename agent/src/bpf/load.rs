@@ -350,7 +350,7 @@ fn size_stack_tables(
 /// signal switched off) are not loaded either.
 fn choose_programs(open: &mut OpenSlowpathSkel<'_>, search: &Search<'_>) {
     for mut prog in open.open_object_mut().progs_mut() {
-        if prog.name() == super::slots::FOLD_PROGRAM {
+        if super::RUN_PROGRAMS.iter().any(|run| prog.name() == *run) {
             continue; // run, never attached: always loaded
         }
         let wanted = search.table().classify(prog.name()).ok();

@@ -36,6 +36,7 @@ mod btf;
 #[cfg(test)]
 mod check;
 mod cost;
+mod dispatch;
 mod emulator;
 #[cfg(feature = "fault-injection")]
 mod fault;
@@ -76,7 +77,8 @@ pub(crate) use slot;
 pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
-pub use cost::{CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
+pub use cost::{Calibration, CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
+pub use dispatch::{time_untraced_syscall, UntracedTiming};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
 pub use load::load;
 #[cfg(test)]
@@ -85,6 +87,11 @@ pub use loaded::{LoadOptions, Loaded, ObjectStorage, ProbeStatus};
 pub use slots::{enable_slots, fold_slots, set_stack_target_count, slots_on};
 pub use stats::recursion_misses;
 pub use syscall_table::syscalls_of;
+
+/// The programs the agent runs itself with `BPF_PROG_TEST_RUN`, attached
+/// nowhere and always loaded: the fold of the combining slots and the
+/// statistics' empty program.
+pub(crate) const RUN_PROGRAMS: [&str; 2] = [slots::FOLD_PROGRAM, cost::STATS_FLOOR_PROGRAM];
 
 /// Where the kernel exposes its own BTF.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";

@@ -45,7 +45,7 @@ pub(super) fn per_hook<T: Default + std::ops::AddAssign>(
 /// The kernel's `bpf_prog_info` of the loaded program `fd` (`None` when
 /// the kernel does not give it): `recursion_misses` (5.12+), and
 /// `run_time_ns`/`run_cnt`, which grow only while run-time statistics are on.
-fn prog_info(fd: RawFd) -> Option<libbpf_sys::bpf_prog_info> {
+pub(super) fn prog_info(fd: RawFd) -> Option<libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_sys::bpf_prog_info::default();
     let mut len = std::mem::size_of_val(&info) as u32;
     // SAFETY: `info` is a zeroed bpf_prog_info and `len` its size, as the

@@ -27,6 +27,17 @@ struct DueCheck {
     next: Instant,
 }
 
+/// A cost meter for `loaded`, its dispatch measured against `untraced`.
+fn calibrated_meter(
+    loaded: &bpf::Loaded<'_>,
+    opts: bpf::CostOptions,
+    untraced: bpf::UntracedTiming,
+) -> bpf::CostMeter {
+    let mut meter = bpf::CostMeter::new(loaded, opts);
+    meter.calibrate(loaded, untraced);
+    meter
+}
+
 /// The worker's state between passes.
 pub(super) struct Loop {
     agg: Aggregator,
@@ -46,7 +57,13 @@ pub(super) struct Loop {
 }
 
 impl Loop {
-    pub(super) fn new(opts: &WorkerOptions, loaded: &bpf::Loaded<'_>) -> Self {
+    /// The state for `loaded`, its cost meter calibrated against
+    /// `untraced`, the untraced syscall timed before the load.
+    pub(super) fn new(
+        opts: &WorkerOptions,
+        loaded: &bpf::Loaded<'_>,
+        untraced: bpf::UntracedTiming,
+    ) -> Self {
         let now = Instant::now();
         let checks: Vec<DueCheck> = (opts.signals.enabled())
             .filter_map(|s| s.node.check.as_ref())
@@ -72,7 +89,7 @@ impl Loop {
                 .probes
                 .iter()
                 .any(|p| p.probe == bpf::SYS_ENTER && p.attached()),
-            cost: bpf::CostMeter::new(loaded, opts.cost),
+            cost: calibrated_meter(loaded, opts.cost, untraced),
         }
     }
 
@@ -214,6 +231,7 @@ impl Loop {
                 lost: read_lost(&loaded.skel.maps.lost),
                 recursion_misses: bpf::recursion_misses(loaded),
                 probe_costs: self.cost.costs(loaded),
+                cost_calibration: self.cost.calibration(),
                 combining_slots: Some(bpf::slots_on(loaded)),
                 probes: loaded.probes.clone(),
                 checks: self.results.iter().flatten().cloned().collect(),
