@@ -133,8 +133,8 @@ syscall per clock read, whatever the clocksource is called. Normal: 0.""",
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "slowpath's own cost (% of a core), costliest nodes", """
-slowpath's own CPU per node (recording rule instance:slowpath_own_cpu:rate5m: its BPF programs' in-kernel time
-and the agent process), the ten costliest nodes, as a fraction of one core. Normal: well under 1 % on every node;
+slowpath's own CPU per node (recording rule instance:slowpath_own_cpu:rate5m: its BPF programs' in-kernel time,
+the syscall hook's dispatch where sys_enter is a tracepoint, and the agent process), the ten costliest nodes, as a fraction of one core. Normal: well under 1 % on every node;
 above 1 % for 15 min fires SlowpathOverheadHigh. The overview's panel of the same name splits a node by hook.""",
         RATIO,
         [target("topk(10, instance:slowpath_own_cpu:rate5m)", "{{instance}}", "A")],

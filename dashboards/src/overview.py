@@ -439,11 +439,15 @@ process_table_full): raise the flag.""",
         ids(), "slowpath's own cost (% of a core)", """
 What slowpath itself costs each node, as a fraction of one core: the in-kernel time of its BPF programs per hook
 (`slowpath_probe_run_seconds_total`: every run charged at the time per run the kernel measured in the agent's
-statistics windows; absent without CAP_SYS_ADMIN) and the agent process (`process_cpu_seconds_total`: user time and
-its own syscalls). Normal: well under 1 %; it grows with what the node does (syscalls, wakeups, timers, page
-allocations), not with what slowpath finds. Above 1 % for 15 min: alert SlowpathOverheadHigh (runbook: overhead-high).""",
+statistics windows, less the statistics' own clock reads; absent without CAP_SYS_ADMIN), the syscall hook's dispatch
+outside the programs (`slowpath_probe_dispatch_seconds_total`: with sys_enter as a tracepoint every syscall of the node
+takes the traced path; none with fentry) and the agent process (`process_cpu_seconds_total`: user time and its own
+syscalls). Normal: well under 1 %; it grows with what the node does (syscalls, wakeups, timers, page allocations),
+not with what slowpath finds. Above 1 % for 15 min: alert SlowpathOverheadHigh (runbook: overhead-high).""",
         RATIO,
         [target(rate("slowpath_probe_run_seconds_total", by="instance, probe", sel=NODE), "{{instance}} {{probe}}", "A"),
+         target(rate("slowpath_probe_dispatch_seconds_total", by="instance, probe", sel=NODE),
+                "{{instance}} {{probe}} dispatch", "C"),
          target(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}} agent process", "B")],
         w=8, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))

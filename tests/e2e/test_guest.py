@@ -476,6 +476,20 @@ def test_fentry_where_forced_and_not_chosen_on_an_emulator(attach):
     assert "fentry left out of the automatic choice: QEMU TCG" in attach["chosen_log"], attach["chosen_log"]
 
 
+def test_only_a_tracepoint_syscall_hook_charges_a_dispatch(attach):
+    """With fentry an untraced syscall takes the fast path: the agent charges
+    no dispatch, and its own timing of one (after attaching less before
+    loading) is below the tp_btf agent's, whose hook sends every syscall
+    through the traced path (x1.48 of no BPF under TCG, docs/cost.md)."""
+    fentry, tp_btf = Scrape(attach["auto"]), Scrape(attach["tp_btf"])
+    assert not fentry.select("slowpath_probe_dispatch_seconds_total")
+    assert tp_btf.value("slowpath_probe_dispatch_seconds_total", probe="sys_enter") > 0
+    added = {name: s.select("slowpath_untraced_syscall_added_seconds") for name, s in
+             (("fentry", fentry), ("tp_btf", tp_btf))}
+    assert all(len(v) == 1 for v in added.values()), added
+    assert added["fentry"][0].value < added["tp_btf"][0].value, added
+
+
 def test_exact_counts_with_fentry(attach):
     assert_exact_counts(attach)
     auto = Scrape(attach["auto"])

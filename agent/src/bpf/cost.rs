@@ -52,6 +52,12 @@ pub(crate) const STATS_FLOOR_PROGRAM: &str = "stats_floor";
 /// (each is one bpf(2) call, about a microsecond).
 const FLOOR_RUNS: u32 = 256;
 
+/// Runs a hook needs in the calibration's window for its figure to stand
+/// for the runs around it (the agent's ~500,000 untraced syscalls give
+/// `sys_enter` that many; a hook with a few cold runs would be charged
+/// several times its cost).
+const CALIBRATION_MIN_RUNS: u64 = 10_000;
+
 /// When the agent's first statistics window opens after start (or one
 /// interval, if shorter): not during the start-up of the agent and of
 /// whatever is measured with it, which the window would slow down.
@@ -195,7 +201,7 @@ impl CostMeter {
         if self.opts.interval.is_none() {
             return; // no statistics, no time per run: no dispatch either
         }
-        let bodies = self.first_window(loaded);
+        let bodies = self.calibration_window(loaded);
         let body = self.dispatched.and_then(|idx| bodies[idx]);
         self.calibration.dispatch_ns = body.map(|b| (added - b).max(0.0));
         info!(
@@ -209,11 +215,15 @@ impl CostMeter {
     }
 
     /// A statistics window of its own around more untraced syscalls: each
-    /// hook's time per run less the statistics' own, charged to its runs so
-    /// far; `None` for a hook that did not run (or with the statistics off).
-    /// Most of `sys_enter`'s runs in it are the untraced syscalls, so its
-    /// figure is the program's time for one (other CPUs' syscalls mix in).
-    fn first_window(&mut self, loaded: &Loaded<'_>) -> Vec<Option<f64>> {
+    /// hook's time per run less the statistics' own; `None` for a hook that
+    /// ran fewer than [`CALIBRATION_MIN_RUNS`] times in it (or with the
+    /// statistics off). Most of `sys_enter`'s runs so far are the agent's
+    /// own untraced syscalls, timed here and just before: they are charged
+    /// at this window's figure, so that the first regular window, which
+    /// charges the runs before it at its own figure, leaves them out. Its
+    /// figure for `sys_enter` is the program's time for an untraced syscall
+    /// (other CPUs' syscalls mix in).
+    fn calibration_window(&mut self, loaded: &Loaded<'_>) -> Vec<Option<f64>> {
         // refused without CAP_SYS_ADMIN (the first window says so), but
         // kernel.bpf_stats_enabled may have them on: then run_cnt grows
         let stats = enable_stats().ok();
@@ -226,13 +236,16 @@ impl CostMeter {
         let runs = self.runs(loaded);
         let mut bodies = vec![None; self.charges.len()];
         for (idx, charge) in self.charges.iter_mut().enumerate() {
+            if t1[idx].1.saturating_sub(t0[idx].1) < CALIBRATION_MIN_RUNS {
+                continue; // a few cold runs: no figure for the runs around them
+            }
             let Some(measured) = per_run(t0[idx], t1[idx]) else {
                 continue;
             };
-            bodies[idx] = Some((measured - floor.unwrap_or(0.0)).max(0.0));
-            charge.ns_per_run = bodies[idx];
-            charge.runs = 0; // its time for every run since attaching
-            charge.up_to(runs[idx]);
+            let body = (measured - floor.unwrap_or(0.0)).max(0.0);
+            bodies[idx] = Some(body);
+            charge.ns = runs[idx] as f64 * body;
+            charge.runs = runs[idx];
         }
         bodies
     }
@@ -333,12 +346,9 @@ impl CostMeter {
                 floor_ns = floor,
                 "statistics window"
             );
-            let first = charge.ns_per_run.is_none();
+            // the first window's figure also takes the runs before it (all
+            // since attaching, less those the calibration charged)
             charge.ns_per_run = Some((measured - floor).max(0.0));
-            if first {
-                // no time per run before this window: its time for all runs so far
-                charge.runs = 0;
-            }
             charge.up_to(runs[idx]);
         }
         if !self.measured_logged && self.charges.iter().any(|c| c.ns_per_run.is_some()) {
@@ -486,8 +496,7 @@ mod tests {
         let mut c = Charge::default();
         c.up_to(100);
         assert_eq!(c.seconds_at(100), None, "no time per run measured yet");
-        c.ns_per_run = Some(50.0);
-        c.runs = 0;
+        c.ns_per_run = Some(50.0); // the first window: every run so far
         c.up_to(100);
         assert_eq!(c.seconds_at(100), Some(5e-6));
         c.ns_per_run = Some(10.0);
@@ -498,5 +507,24 @@ mod tests {
         c.up_to(200); // runs never go back: nothing changes
         assert_eq!(c.seconds_at(300), charged);
         assert!(near(charged, 7e-6));
+    }
+
+    #[test]
+    fn runs_the_calibration_charged_keep_its_figure() {
+        // 500,000 untraced syscalls at 2 ns, then the first window's 80 ns
+        // for the 1,000 runs after them only
+        let mut c = Charge {
+            ns: 500_000.0 * 2.0,
+            runs: 500_000,
+            ns_per_run: None,
+        };
+        assert_eq!(
+            c.seconds_at(501_000),
+            None,
+            "no figure before the first window"
+        );
+        c.ns_per_run = Some(80.0);
+        c.up_to(501_000);
+        assert!((c.seconds_at(501_000).unwrap() - 1.08e-3).abs() < 1e-12);
     }
 }
