@@ -121,7 +121,7 @@ const STATS_OVERHEAD: Family = Family {
 
 const UNTRACED_SYSCALL_ADDED: Family = Family {
     name: "slowpath_untraced_syscall_added_seconds",
-    help: "What slowpath adds to a syscall it does not count (getppid), measured by the agent at start: its CPU time per call after attaching less before loading (the lowest of three batches' 10th percentile of 81 slices). With sys_enter as tp_btf or raw_tp every syscall of the node pays this; with fentry it is near 0",
+    help: "What slowpath adds to a syscall it does not count (getppid), measured by the agent at start: its CPU time per call right after attaching its programs less right before (the lowest of three batches' 10th percentile of 81 slices). With sys_enter as tp_btf or raw_tp every syscall of the node pays this; with fentry it is near 0",
     kind: MetricType::GAUGE,
 };
 

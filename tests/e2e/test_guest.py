@@ -478,8 +478,8 @@ def test_fentry_where_forced_and_not_chosen_on_an_emulator(attach):
 
 def test_only_a_tracepoint_syscall_hook_charges_a_dispatch(attach):
     """With fentry an untraced syscall takes the fast path: the agent charges
-    no dispatch, and its own timing of one (after attaching less before
-    loading) is below the tp_btf agent's, whose hook sends every syscall
+    no dispatch, and its own timing of one (right after attaching less right
+    before) is below the tp_btf agent's, whose hook sends every syscall
     through the traced path (x1.48 of no BPF under TCG, docs/cost.md)."""
     fentry, tp_btf = Scrape(attach["auto"]), Scrape(attach["tp_btf"])
     assert not fentry.select("slowpath_probe_dispatch_seconds_total")

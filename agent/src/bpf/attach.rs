@@ -72,6 +72,7 @@ pub(super) fn attach<'obj>(
         skel,
         probes,
         process_capacity: opts.max_processes,
+        untraced_before: None,
         table: table.clone(),
         _links: links,
     })))

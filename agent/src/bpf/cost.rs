@@ -21,8 +21,8 @@
 //! - What the kernel spends reaching a program lies outside it and is never
 //!   timed. For `sys_enter` as tp_btf or raw_tp it is large: every syscall of
 //!   the node then takes the traced path (syscall_trace_enter() and its exit
-//!   twin, kernel/entry/common.c). The agent times an untraced syscall before
-//!   loading and after attaching (`dispatch.rs`); the difference less the
+//!   twin, kernel/entry/common.c). The agent times an untraced syscall right
+//!   before and after attaching (`dispatch.rs`); the difference less the
 //!   program's own time for it is charged to every run of the hook
 //!   ([`ProbeCost::dispatch_seconds`]). Other hooks' dispatch (a tracepoint's
 //!   call into the program, an fentry trampoline: ~10-20 ns a run) is not
@@ -36,7 +36,7 @@ use libbpf_rs::skel::Skel;
 use libbpf_rs::{AsRawLibbpf, Btf, MapCore, MapFlags};
 use tracing::{debug, info, warn};
 
-use super::dispatch::{time_untraced_syscall, UntracedTiming};
+use super::dispatch::time_untraced_syscall;
 use super::hooks::{AttachType, HookTable};
 use super::loaded::Loaded;
 use super::stats::{per_hook, prog_info};
@@ -89,7 +89,7 @@ pub struct Calibration {
     /// measured time per run in the latest window (BPF_PROG_TEST_RUN).
     pub stats_floor_ns: Option<f64>,
     /// What slowpath adds to a syscall it does not count (`getppid`): its
-    /// time after attaching less before loading ([`time_untraced_syscall`]),
+    /// time after attaching less right before ([`time_untraced_syscall`]),
     /// measured at start with the statistics off. Near 0 with fentry.
     pub untraced_added_ns: Option<f64>,
     /// The dispatch charged to each run of `sys_enter`:
@@ -190,11 +190,14 @@ impl CostMeter {
         }
     }
 
-    /// Measure the dispatch of `sys_enter` against `before`, the untraced
-    /// syscall's time taken before the load: time it again now, and, where
-    /// the statistics may be on, the program's own time for it. Call right
-    /// after attaching, before any window (it takes ~50 ms).
-    pub fn calibrate(&mut self, loaded: &Loaded<'_>, before: UntracedTiming) {
+    /// Measure the dispatch of `sys_enter` against the untraced syscall's
+    /// time taken right before attaching: time it again now, and, where the
+    /// statistics may be on, the program's own time for it. Call right after
+    /// loading, before any window (it takes ~200 ms).
+    pub fn calibrate(&mut self, loaded: &Loaded<'_>) {
+        let Some(before) = loaded.untraced_before else {
+            return;
+        };
         let after = time_untraced_syscall();
         let added = (after.ns_per_call - before.ns_per_call).max(0.0);
         self.calibration.untraced_added_ns = Some(added);
@@ -209,8 +212,8 @@ impl CostMeter {
             after_ns = format!("{:.1}", after.ns_per_call),
             program_ns = ?body.map(|b| format!("{b:.1}")),
             dispatch_ns = ?self.calibration.dispatch_ns.map(|d| format!("{d:.1}")),
-            "untraced syscall timed before the load and after attaching: the dispatch charged to \
-             each sys_enter run (none with fentry)"
+            "untraced syscall timed before and after attaching: the dispatch charged to each \
+             sys_enter run (none with fentry)"
         );
     }
 

@@ -11,6 +11,7 @@ use tracing::{debug, info, warn};
 
 use super::attach::{attach, Attached};
 use super::btf::KernelBtf;
+use super::dispatch::{time_untraced_syscall, UntracedTiming};
 use super::fit::Fit;
 use super::hooks::{HookTable, KernelSetup};
 use super::libbpf_log::{explain_load_error, log_tail, refused_program, with_libbpf_log};
@@ -60,13 +61,14 @@ pub fn load<'obj>(
             debug!(plan = %search.describe(), "libbpf's log of the refused load:\n{log}");
         }
         let err = match loaded {
-            Ok(skel) => match attach(skel, opts, &search)? {
-                Attached::All(mut loaded) => {
+            Ok(skel) => match attach_timed(skel, opts, &search)? {
+                (Attached::All(mut loaded), untraced) => {
                     loaded.process_capacity = fit.processes();
+                    loaded.untraced_before = Some(untraced);
                     log_fitted(&fit, opts);
                     return Ok(*loaded);
                 }
-                Attached::StepDown { idx, from, to } => {
+                (Attached::StepDown { idx, from, to }, _) => {
                     // The kernel loads some programs it cannot attach (fentry
                     // on arm64 before 6.4: no ftrace direct calls, ENOTSUPP).
                     warn!(probe = table.name(idx), %from, %to, "kernel cannot attach this hook's programs; \
@@ -94,6 +96,18 @@ pub fn load<'obj>(
             None => next_plan(&mut search, err, &log)?,
         }
     }
+}
+
+/// Attach, timing an untraced syscall right before: the loaded object is
+/// in the kernel and nothing of it runs yet, so that the cost meter's
+/// timing after attaching differs from this one by the hooks alone.
+fn attach_timed<'obj>(
+    skel: SlowpathSkel<'obj>,
+    opts: &LoadOptions,
+    search: &Search<'_>,
+) -> Result<(Attached<'obj>, UntracedTiming)> {
+    let untraced = time_untraced_syscall();
+    Ok((attach(skel, opts, search)?, untraced))
 }
 
 /// Whether a load failed with EPERM: under a finite locked-memory limit that

@@ -8,6 +8,7 @@ use std::mem::MaybeUninit;
 
 use libbpf_rs::{Link, OpenObject};
 
+use super::dispatch::UntracedTiming;
 use super::hooks::{AttachType, HookTable};
 use super::skel::SlowpathSkel;
 
@@ -48,6 +49,10 @@ pub struct Loaded<'obj> {
     /// Entries of the `procs` map: `--bpf.max-processes`, or fewer where
     /// the tables were fitted to the locked-memory limit.
     pub process_capacity: u32,
+    /// An untraced syscall's time taken right before the programs were
+    /// attached (with the object already loaded), to which the cost meter
+    /// compares one taken after (`cost.rs`).
+    pub(super) untraced_before: Option<UntracedTiming>,
     /// The hook table it was loaded with.
     pub(super) table: HookTable,
     /// Held for their drop: a program stays attached while its link lives.

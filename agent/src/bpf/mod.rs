@@ -78,7 +78,6 @@ pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
 pub use cost::{Calibration, CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
-pub use dispatch::{time_untraced_syscall, UntracedTiming};
 pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
 pub use load::load;
 #[cfg(test)]

@@ -197,14 +197,11 @@ fn run(
     ready: SyncSender<Result<Ready>>,
 ) {
     let mut storage = bpf::ObjectStorage::new();
-    // before anything is loaded: what an untraced syscall costs without
-    // slowpath, for the cost meter's dispatch figure
-    let untraced = bpf::time_untraced_syscall();
     let (loaded, rings, mut state) = match start(&mut storage, &opts, kernel, doorbell) {
         Ok((loaded, rings, ready_msg)) => {
-            // calibrated before the caller goes on, whose start-up would
-            // disturb the timing
-            let state = Loop::new(&opts, &loaded, untraced);
+            // the cost meter is calibrated before the caller goes on, whose
+            // start-up would disturb the timing
+            let state = Loop::new(&opts, &loaded);
             let _ = ready.send(Ok(ready_msg));
             (loaded, rings, state)
         }

@@ -27,14 +27,10 @@ struct DueCheck {
     next: Instant,
 }
 
-/// A cost meter for `loaded`, its dispatch measured against `untraced`.
-fn calibrated_meter(
-    loaded: &bpf::Loaded<'_>,
-    opts: bpf::CostOptions,
-    untraced: bpf::UntracedTiming,
-) -> bpf::CostMeter {
+/// A cost meter for `loaded`, its dispatch measured.
+fn calibrated_meter(loaded: &bpf::Loaded<'_>, opts: bpf::CostOptions) -> bpf::CostMeter {
     let mut meter = bpf::CostMeter::new(loaded, opts);
-    meter.calibrate(loaded, untraced);
+    meter.calibrate(loaded);
     meter
 }
 
@@ -57,13 +53,8 @@ pub(super) struct Loop {
 }
 
 impl Loop {
-    /// The state for `loaded`, its cost meter calibrated against
-    /// `untraced`, the untraced syscall timed before the load.
-    pub(super) fn new(
-        opts: &WorkerOptions,
-        loaded: &bpf::Loaded<'_>,
-        untraced: bpf::UntracedTiming,
-    ) -> Self {
+    /// The state for `loaded`, its cost meter calibrated.
+    pub(super) fn new(opts: &WorkerOptions, loaded: &bpf::Loaded<'_>) -> Self {
         let now = Instant::now();
         let checks: Vec<DueCheck> = (opts.signals.enabled())
             .filter_map(|s| s.node.check.as_ref())
@@ -89,7 +80,7 @@ impl Loop {
                 .probes
                 .iter()
                 .any(|p| p.probe == bpf::SYS_ENTER && p.attached()),
-            cost: calibrated_meter(loaded, opts.cost, untraced),
+            cost: calibrated_meter(loaded, opts.cost),
         }
     }
 
