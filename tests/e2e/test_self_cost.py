@@ -102,10 +102,12 @@ def test_runs_and_time_match_the_kernels_accounting(agent_bin, workload_bin, tmp
     floor_ns = (k1["stats_floor"][0] - k0["stats_floor"][0]) / (k1["stats_floor"][1] - k0["stats_floor"][1])
     overhead = s1.value(STATS_OVERHEAD) * 1e9  # the agent's, of its latest window
     assert 0 < overhead < 1000 and overhead == pytest.approx(floor_ns, rel=0.5), (overhead, floor_ns)
-    # the kernel's time less the statistics' own for every run; the windows'
-    # figures move by a few ns, so within 10 % of the kernel's whole time
-    expected = (kernel_ns - kernel_runs * floor_ns) / 1e9
-    assert abs(secs - expected) <= 0.10 * kernel_ns / 1e9, (secs, expected, kernel_ns / 1e9)
+    # the kernel's time less the statistics' own for every run. A traced clock
+    # read's own work is a few ns next to the ~50 ns floor, whose figure moves
+    # by more than that between windows (each window's difference is clamped
+    # at 0): within 20 % of the kernel's whole time
+    expected = max(0.0, (kernel_ns - kernel_runs * floor_ns) / 1e9)
+    assert abs(secs - expected) <= 0.20 * kernel_ns / 1e9, (secs, expected, kernel_ns / 1e9)
     assert secs < kernel_ns / 1e9, "the statistics' own time is not subtracted"
     for probe, (_, n) in k1.items():
         if probe == "stats_floor":
