@@ -443,6 +443,7 @@ agent_start --bpf.attach-type=tp-btf
 section w_raw_tp sp-workload clock-raw {N}
 section w_ctx_tp sp-workload context 5000
 scrape tp_btf
+section tp_btf_log cat /tmp/agent.log
 agent_stop
 agent_start
 scrape chosen
@@ -480,14 +481,18 @@ def test_only_a_tracepoint_syscall_hook_charges_a_dispatch(attach):
     """With fentry an untraced syscall takes the fast path: the agent charges
     no dispatch, and its own timing of one (right after attaching less right
     before) is below the tp_btf agent's, whose hook sends every syscall
-    through the traced path (x1.48 of no BPF under TCG, docs/cost.md)."""
+    through the traced path (x1.48 of no BPF under TCG, docs/cost.md). The
+    size of the tp_btf agent's dispatch is not held here: one timing on each
+    side of the attach, in an emulator on a shared host, once read no
+    dispatch at all (the agent says so in its log); test_self_cost holds it
+    against the benchmark on the host, over three starts."""
     fentry, tp_btf = Scrape(attach["auto"]), Scrape(attach["tp_btf"])
     assert not fentry.select("slowpath_probe_dispatch_seconds_total")
-    assert tp_btf.value("slowpath_probe_dispatch_seconds_total", probe="sys_enter") > 0
+    assert tp_btf.select("slowpath_probe_dispatch_seconds_total", probe="sys_enter"), attach["tp_btf_log"]
     added = {name: s.select("slowpath_untraced_syscall_added_seconds") for name, s in
              (("fentry", fentry), ("tp_btf", tp_btf))}
     assert all(len(v) == 1 for v in added.values()), added
-    assert added["fentry"][0].value < added["tp_btf"][0].value, added
+    assert added["fentry"][0].value < added["tp_btf"][0].value, (added, attach["tp_btf_log"])
 
 
 def test_exact_counts_with_fentry(attach):

@@ -180,35 +180,47 @@ def overhead_bin(tmp_path_factory):
 
 def untraced_syscall_ns(overhead_bin):
     """The benchmark's own figure for an untraced syscall (getppid), in ns:
-    the median of its repetitions, timed with the vDSO clock."""
+    its fastest repetition (the least disturbed by the rest of the machine,
+    as the agent keeps its least disturbed slices), timed with the vDSO
+    clock."""
     out = subprocess.run([str(overhead_bin), "-r", "15"], capture_output=True, text=True, check=True).stdout
-    return next(float(line.split()[1]) for line in out.splitlines() if line.startswith("getppid "))
+    return next(float(line.split()[1]) for line in out.splitlines() if line.startswith("getppid_min "))
+
+
+# Agent starts, each between two timings without it: one noisy timing (CI
+# once read 231 ns before an agent and 170 after it) then moves one of
+# three, not the median.
+UNTRACED_CYCLES = 3
 
 
 def test_the_untraced_syscall_costs_what_the_benchmark_times(agent_bin, overhead_bin, tmp_path):
     """What the agent measures at start for an untraced syscall against the
-    benchmark's timing without the agent (before and after it) and with it;
-    with sys_enter as a tracepoint, every run of it is charged that dispatch
-    less the program's own time, never more."""
-    before = untraced_syscall_ns(overhead_bin)
-    agent = Agent(agent_bin, [], tmp_path / "agent.log")
-    try:
-        during = untraced_syscall_ns(overhead_bin)
-        scrape = agent.scrape()
-    finally:
-        assert agent.stop() == 0, agent.log_text()
-    after = untraced_syscall_ns(overhead_bin)
-    outside = during - (before + after) / 2
-    ours = scrape.value(UNTRACED_ADDED) * 1e9
-    assert scrape.select(UNTRACED_ADDED), "no untraced syscall figure"
-    # two timings of a ~100-300 ns syscall on a shared machine, each a median
-    assert abs(ours - outside) <= max(30, 0.4 * outside), (ours, outside, before, during, after)
+    benchmark's timing with the agent less its mean without it (before and
+    after), medians over a few agent starts; with sys_enter as a tracepoint,
+    every run of it is charged that dispatch less the program's own time,
+    never more."""
+    without, during, ours = [untraced_syscall_ns(overhead_bin)], [], []
+    for cycle in range(UNTRACED_CYCLES):
+        agent = Agent(agent_bin, [], tmp_path / f"agent{cycle}.log")
+        try:
+            during.append(untraced_syscall_ns(overhead_bin))
+            scrape = agent.scrape()
+        finally:
+            assert agent.stop() == 0, agent.log_text()
+        without.append(untraced_syscall_ns(overhead_bin))
+        assert scrape.select(UNTRACED_ADDED), "no untraced syscall figure"
+        ours.append(scrape.value(UNTRACED_ADDED) * 1e9)
+    outside = [d - (b + a) / 2 for d, b, a in zip(during, without, without[1:])]
+    mid = lambda v: sorted(v)[len(v) // 2]
+    figures = dict(ours=ours, outside=outside, without=without, during=during)
+    # timings of a ~170-250 ns syscall on a shared machine
+    assert abs(mid(ours) - mid(outside)) <= max(30, 0.4 * mid(outside)), figures
     (attached,) = scrape.select("slowpath_probe_attached", probe="sys_enter")
     if attached.labels["attach_type"] == "fentry":
         assert not scrape.select(DISPATCH), "fentry: no syscall pays a tracepoint's dispatch"
         return
     runs, dispatch = scrape.value(RUNS, probe="sys_enter"), scrape.value(DISPATCH, probe="sys_enter")
-    assert runs > 0 and 0 < dispatch / runs <= ours / 1e9 + 1e-12, (dispatch, runs, ours)
+    assert runs > 0 and 0 < dispatch / runs <= ours[-1] / 1e9 + 1e-12, (dispatch, runs, ours)
 
 
 def test_process_cpu_seconds_match_the_kernels_utime_plus_stime(agent):

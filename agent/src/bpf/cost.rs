@@ -158,6 +158,8 @@ pub struct CostMeter {
     next_window: Option<Instant>,
     refusal_logged: bool,
     measured_logged: bool,
+    /// A failed test run of the empty program was logged.
+    floor_failure_logged: bool,
     calibration: Calibration,
     /// Table index of `sys_enter` when attached as a tracepoint: the hook
     /// charged with the dispatch.
@@ -185,6 +187,7 @@ impl CostMeter {
                 .map(|every| Instant::now() + every.min(opts.first_after)),
             refusal_logged: false,
             measured_logged: false,
+            floor_failure_logged: false,
             calibration: Calibration::default(),
             dispatched: dispatched_hook(loaded),
         }
@@ -215,6 +218,15 @@ impl CostMeter {
             "untraced syscall timed before and after attaching: the dispatch charged to each \
              sys_enter run (none with fentry)"
         );
+        if self.calibration.dispatch_ns == Some(0.0) {
+            // a tracepoint's dispatch always costs something: the timing
+            // before attaching ran slower than the one after
+            warn!(
+                "an untraced syscall timed no slower with sys_enter's tracepoint attached than \
+                 before: other work disturbed the timing, so slowpath_probe_dispatch_seconds_total \
+                 stays 0 until the agent restarts on a quieter node"
+            );
+        }
     }
 
     /// A statistics window of its own around more untraced syscalls: each
@@ -233,7 +245,7 @@ impl CostMeter {
         let t0 = kernel_totals(loaded);
         time_untraced_syscall();
         let t1 = kernel_totals(loaded);
-        let floor = stats_floor_ns(loaded);
+        let floor = self.stats_floor_ns(loaded);
         drop(stats);
         self.calibration.stats_floor_ns = floor;
         let runs = self.runs(loaded);
@@ -245,7 +257,7 @@ impl CostMeter {
             let Some(measured) = per_run(t0[idx], t1[idx]) else {
                 continue;
             };
-            let body = (measured - floor.unwrap_or(0.0)).max(0.0);
+            let body = less_floor(measured, floor);
             bodies[idx] = Some(body);
             charge.ns = runs[idx] as f64 * body;
             charge.runs = runs[idx];
@@ -332,12 +344,12 @@ impl CostMeter {
         };
         let runs = self.runs(loaded);
         let kernel = kernel_totals(loaded);
-        let floor = stats_floor_ns(loaded);
+        let floor = self.stats_floor_ns(loaded);
         drop(w.stats); // statistics off before anything else is read
         if floor.is_some() {
             self.calibration.stats_floor_ns = floor;
         }
-        let floor = self.calibration.stats_floor_ns.unwrap_or(0.0);
+        let floor = self.calibration.stats_floor_ns;
         for (idx, charge) in self.charges.iter_mut().enumerate() {
             let Some(measured) = per_run(w.kernel_at_start[idx], kernel[idx]) else {
                 charge.up_to(runs[idx]); // nothing measured: the old time per run
@@ -346,12 +358,12 @@ impl CostMeter {
             debug!(
                 probe = loaded.table.name(idx),
                 measured_ns = measured,
-                floor_ns = floor,
+                floor_ns = ?floor,
                 "statistics window"
             );
             // the first window's figure also takes the runs before it (all
             // since attaching, less those the calibration charged)
-            charge.ns_per_run = Some((measured - floor).max(0.0));
+            charge.ns_per_run = Some(less_floor(measured, floor));
             charge.up_to(runs[idx]);
         }
         if !self.measured_logged && self.charges.iter().any(|c| c.ns_per_run.is_some()) {
@@ -362,6 +374,19 @@ impl CostMeter {
             self.measured_logged = true;
         }
         self.next_window = self.opts.interval.map(|every| Instant::now() + every);
+    }
+
+    /// The statistics' own time per run ([`stats_floor_ns`]); a failed test
+    /// run is logged once, and leaves the floor unsubtracted.
+    fn stats_floor_ns(&mut self, loaded: &Loaded<'_>) -> Option<f64> {
+        stats_floor_ns(loaded).unwrap_or_else(|err| {
+            if !self.floor_failure_logged {
+                warn!(error = %format!("{err:#}"),
+                      "the statistics' own time per run is not subtracted from the programs' (BPF_PROG_TEST_RUN failed)");
+                self.floor_failure_logged = true;
+            }
+            None
+        })
     }
 
     /// Each hook's runs on all CPUs, in table order (0 without a slot).
@@ -407,23 +432,32 @@ fn dispatched_hook(loaded: &Loaded<'_>) -> Option<usize> {
 }
 
 /// What the statistics add to each run they time: test-run the empty
-/// program [`FLOOR_RUNS`] times and take its measured time per run. `None`
-/// when the statistics are off or a run fails.
-fn stats_floor_ns(loaded: &Loaded<'_>) -> Option<f64> {
+/// program [`FLOOR_RUNS`] times and take its measured time per run.
+/// `Ok(None)` when the statistics are off (nothing measured); an error when
+/// a test run fails.
+fn stats_floor_ns(loaded: &Loaded<'_>) -> Result<Option<f64>> {
     let prog = &loaded.skel.progs.stats_floor;
     let fd = prog.as_fd().as_raw_fd();
-    let before = prog_info(fd)?;
+    let Some(before) = prog_info(fd) else {
+        return Ok(None);
+    };
     for _ in 0..FLOOR_RUNS {
-        if let Err(err) = prog.test_run(libbpf_rs::ProgramInput::default()) {
-            warn!(error = %err, "test-running {STATS_FLOOR_PROGRAM}: the statistics' own time is not subtracted");
-            return None;
-        }
+        prog.test_run(libbpf_rs::ProgramInput::default())
+            .with_context(|| format!("test-running {STATS_FLOOR_PROGRAM}"))?;
     }
-    let after = prog_info(fd)?;
-    per_run(
+    let Some(after) = prog_info(fd) else {
+        return Ok(None);
+    };
+    Ok(per_run(
         (before.run_time_ns, before.run_cnt),
         (after.run_time_ns, after.run_cnt),
-    )
+    ))
+}
+
+/// A hook's own time per run: the kernel's measured figure less what the
+/// statistics add to it (`floor`, when measured), at least 0.
+fn less_floor(measured: f64, floor: Option<f64>) -> f64 {
+    (measured - floor.unwrap_or(0.0)).max(0.0)
 }
 
 /// Each hook's (run_time_ns, run_cnt) summed over its loaded programs, in
