@@ -2,8 +2,9 @@
 """Rewrites the generated blocks of the docs from their sources, so that no
 table is written twice by hand:
 
-  docs/flags.md    flags and doctor-flags: the agent's `--help` and
-                   `doctor --help` (clap), from the release binary
+  docs/flags.md    flags, doctor-flags and top-flags: the agent's `--help`,
+                   `doctor --help` and `top --help` (clap), from the
+                   release binary
   docs/metrics.md  families: every metric family the agent defines (name,
                    type, help, file), read from agent/src (`Family` constants
                    and the prometheus crate's `*::new("slowpath_...", "help")`)
@@ -225,6 +226,7 @@ def blocks(binary):
     return {
         ("docs/flags.md", "flags"): lambda: flags_table(help_text(binary)),
         ("docs/flags.md", "doctor-flags"): lambda: flags_table(help_text(binary, "doctor")),
+        ("docs/flags.md", "top-flags"): lambda: flags_table(help_text(binary, "top")),
         ("docs/metrics.md", "families"): families_table,
         ("docs/alerts.md", "alerts"): alerts_table,
         ("README.md", "cases"): readme_cases_table,

@@ -9,7 +9,7 @@ use clap::error::ErrorKind;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::bpf::{AttachType, KERNEL_BTF};
-use crate::flag_values::{parse_duration, parse_duration_or_zero, whole_number};
+use crate::flag_values::{parse_delay, parse_duration, parse_duration_or_zero, whole_number};
 use crate::signals::SignalArgs;
 
 /// Every flag can also be set in the environment (`SLOWPATH_WEB_LISTEN_ADDRESS`
@@ -241,6 +241,69 @@ pub enum Command {
     /// ranked findings: which slow path, which processes, the evidence, the
     /// likely cause and the fix.
     Doctor(DoctorArgs),
+    /// This node's slow paths per process, live, from the agent running on
+    /// it: each slow path's rate, the median requested timeout and the
+    /// findings, highest first. Prints plain-text frames (as `top -b`) or
+    /// JSON lines; the full-screen view is not built yet.
+    Top(TopArgs),
+}
+
+/// Flags of `slowpath top`.
+#[derive(Args, Debug, Clone)]
+pub struct TopArgs {
+    /// Time between refreshes, in seconds (`2`, `0.5`) or as a duration
+    /// (`500ms`): the rates are over it.
+    #[arg(short = 'd', long, default_value = "2", value_parser = parse_delay)]
+    pub delay: Duration,
+    /// Plain-text frames on standard output, one table per refresh with a
+    /// blank line between (as `top -b`). The only mode of this build.
+    #[arg(short = 'b', long)]
+    pub batch: bool,
+    /// Frames to print, then exit; without it, until interrupted.
+    #[arg(short = 'n', long, value_parser = whole_number(1u32, u32::MAX))]
+    pub iterations: Option<u32>,
+    /// One JSON object per row and refresh (JSON lines) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Column to sort by, highest first; `events` adds every slow path up.
+    #[arg(short = 's', long, value_enum, default_value = "events")]
+    pub sort: TopSort,
+    /// Rows per table; 0 for all.
+    #[arg(long, default_value_t = 30)]
+    pub rows: usize,
+    /// The agent's metrics URL. Default: this host's --web.listen-address
+    /// (loopback when it listens on every address) and --web.telemetry-path,
+    /// over https when a certificate flag is given.
+    #[arg(long = "agent.url", value_name = "URL")]
+    pub agent_url: Option<String>,
+    /// PEM CA certificate(s) that sign the agent's certificate (https).
+    #[arg(long = "agent.ca-file", value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate, for an agent that asks for one (with --agent.key-file).
+    #[arg(long = "agent.cert-file", value_name = "FILE")]
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key of --agent.cert-file.
+    #[arg(long = "agent.key-file", value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Basic auth user, for an agent whose web config asks for it (with --agent.password-file).
+    #[arg(long = "agent.username", value_name = "USER")]
+    pub username: Option<String>,
+    /// File holding the basic auth password (a trailing newline is dropped).
+    #[arg(long = "agent.password-file", value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+}
+
+/// Sort keys of `slowpath top --sort`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TopSort {
+    Events,
+    Clock,
+    Sigmask,
+    Wakeup,
+    Thp,
+    ThpFallback,
+    Compaction,
+    Tzstat,
 }
 
 /// Flags of `slowpath doctor`.

@@ -25,6 +25,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
+/// A refresh delay as `top -d` takes it (seconds, fractions allowed: `2`,
+/// `0.5`) or as a duration (`2s`, `500ms`); at least 100ms.
+pub fn parse_delay(s: &str) -> Result<Duration, String> {
+    match s.parse::<f64>() {
+        Ok(secs) if (0.1..=86_400.0).contains(&secs) => Ok(Duration::from_secs_f64(secs)),
+        Ok(_) => Err("expected seconds between 0.1 and 86400".into()),
+        Err(_) => parse_duration(s),
+    }
+}
+
 /// A duration of at least 100ms, or 0 (off).
 pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {

@@ -28,6 +28,7 @@ mod procs;
 mod signals;
 mod snapshot;
 mod sources;
+mod top;
 mod wakeup;
 mod worker;
 
@@ -41,7 +42,7 @@ use prometheus::Registry;
 use tracing::{debug, info, trace, warn};
 
 use crate::callsites::harvest;
-use crate::cli::{Cli, Command, DoctorArgs};
+use crate::cli::{Cli, Command, DoctorArgs, TopArgs, TopSort};
 use crate::worker::{Worker, WorkerOptions};
 
 fn main() -> ExitCode {
@@ -49,9 +50,10 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(usage_error) => return usage_error,
     };
-    let doctor = matches!(cli.command, Some(Command::Doctor(_)));
-    // The doctor's output is its report: keep the log to warnings unless asked.
-    let level = if doctor && cli.log_level == "info" {
+    let report = matches!(cli.command, Some(Command::Doctor(_) | Command::Top(_)));
+    // The doctor's and top's output is their report: keep the log to
+    // warnings unless asked.
+    let level = if report && cli.log_level == "info" {
         "warn"
     } else {
         &cli.log_level
@@ -59,6 +61,7 @@ fn main() -> ExitCode {
     init_logging(level);
     let result = match &cli.command {
         Some(Command::Doctor(args)) => run_doctor(&cli, args),
+        Some(Command::Top(args)) => top::run(&top_options(&cli, args)),
         None => run(cli),
     };
     match result {
@@ -67,6 +70,47 @@ fn main() -> ExitCode {
             eprintln!("slowpath: error: {err:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `slowpath top`'s options from its flags; the agent's URL from this
+/// host's listen address and telemetry path unless given.
+fn top_options(cli: &Cli, args: &TopArgs) -> top::TopOptions {
+    let tls = args.ca_file.is_some() || args.cert_file.is_some();
+    let url = args.agent_url.clone().unwrap_or_else(|| {
+        let mut addr = cli.listen_address;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(match addr {
+                std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+                std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+            });
+        }
+        let scheme = if tls { "https" } else { "http" };
+        format!("{scheme}://{addr}{}", cli.telemetry_path)
+    });
+    top::TopOptions {
+        endpoint: top::AgentEndpoint {
+            url,
+            ca_file: args.ca_file.clone(),
+            cert_file: args.cert_file.clone(),
+            key_file: args.key_file.clone(),
+            username: args.username.clone(),
+            password_file: args.password_file.clone(),
+        },
+        delay: args.delay,
+        iterations: args.iterations,
+        json: args.json,
+        sort: match args.sort {
+            TopSort::Events => None,
+            TopSort::Clock => Some(top::Column::ClockFallbacks),
+            TopSort::Sigmask => Some(top::Column::Sigprocmask),
+            TopSort::Wakeup => Some(top::Column::TimerWakeups),
+            TopSort::Thp => Some(top::Column::ThpFaults),
+            TopSort::ThpFallback => Some(top::Column::ThpFallbacks),
+            TopSort::Compaction => Some(top::Column::CompactionSeconds),
+            TopSort::Tzstat => Some(top::Column::TzfileStats),
+        },
+        max_rows: args.rows,
     }
 }
 

@@ -54,6 +54,9 @@ def test_bad_listen_address(agent_bin, address):
     (["--log.level=loud"], 'bad --log.level "loud": expected one of error, warn, info, debug, trace'),
     (["doctor", "--duration=forever"],
      'bad --duration "forever": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)'),
+    (["top", "--delay=0.01"], 'bad --delay "0.01": expected seconds between 0.1 and 86400'),
+    (["top", "-d", "soon"],
+     'bad --delay "soon": expected a duration, e.g. 15s, 500ms, 1m (expected number at 0)'),
     (["--bpf.stats-interval=1s", "--bpf.stats-window=1s"],
      "--bpf.stats-window (1s) must be shorter than --bpf.stats-interval (1s): "
      "shorten the window or lengthen the interval"),

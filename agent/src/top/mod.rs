@@ -1,0 +1,88 @@
+//! `slowpath top`: this node's slow paths per process, live. Reads the
+//! agent running on the node every `--delay` and prints, per process
+//! series, each slow path's rate between the last two reads, the median
+//! timeout its timed waits and sleeps asked for, and the findings that
+//! hold for it, highest first.
+//!
+//! This build prints plain-text frames (as `top -b`) or JSON lines; the
+//! full-screen view and the standalone mode (loading the BPF programs in
+//! process when no agent answers) are not built yet.
+
+mod frame;
+mod rows;
+mod source;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+pub use rows::Column;
+pub use source::AgentEndpoint;
+
+use rows::{rows_between, sort_rows, Reading, SortKey};
+use source::AgentSource;
+
+/// What `slowpath top` was asked for.
+#[derive(Clone, Debug)]
+pub struct TopOptions {
+    pub endpoint: AgentEndpoint,
+    /// Time between reads: the interval of the rates.
+    pub delay: Duration,
+    /// Frames to print; `None`: until interrupted.
+    pub iterations: Option<u32>,
+    /// JSON lines instead of text tables.
+    pub json: bool,
+    /// Sort by one column (highest first); `None`: by all slow paths'
+    /// events per second together.
+    pub sort: Option<Column>,
+    /// Rows per text frame; 0: all.
+    pub max_rows: usize,
+}
+
+/// Print frames until `iterations` are done. Errors: the agent cannot be
+/// reached or read (the message names the URL and what to give).
+pub fn run(opts: &TopOptions) -> Result<()> {
+    let source = AgentSource::new(&opts.endpoint)?;
+    let mut before = Reading::from_scrape(&source.read()?);
+    let mut read_at = Instant::now();
+    let mut printed = 0;
+    let stdout = std::io::stdout();
+    while opts.iterations.is_none_or(|n| printed < n) {
+        std::thread::sleep(opts.delay.saturating_sub(read_at.elapsed()));
+        let now = Reading::from_scrape(&source.read()?);
+        let seconds = read_at.elapsed().as_secs_f64();
+        read_at = Instant::now();
+        let frame = render(opts, &before, &now, seconds);
+        let mut out = stdout.lock();
+        out.write_all(frame.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing to standard output")?;
+        before = now;
+        printed += 1;
+    }
+    Ok(())
+}
+
+/// One frame between two readings `seconds` apart.
+fn render(opts: &TopOptions, before: &Reading, now: &Reading, seconds: f64) -> String {
+    let mut rows = rows_between(before, now, seconds);
+    sort_rows(
+        &mut rows,
+        opts.sort.map_or(SortKey::Events, SortKey::Column),
+    );
+    let time = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let header = frame::Header {
+        time: &time,
+        source: &opts.endpoint.url,
+        interval_seconds: seconds,
+        processes: rows.len(),
+    };
+    if opts.json {
+        return frame::json_lines(&header, &rows);
+    }
+    if opts.max_rows > 0 {
+        rows.truncate(opts.max_rows);
+    }
+    frame::text(&header, &rows) + "\n"
+}

@@ -1,0 +1,399 @@
+//! The rows of `slowpath top`: one per process series of the agent (comm
+//! with its cgroup, unit, pod and, with `--metrics.pid-label`, pid), each
+//! slow path's rate between two reads of the agent's counters, and the
+//! findings that hold for it.
+
+use std::collections::{BTreeMap, HashMap};
+
+use prometheus_parse::{Sample, Scrape, Value};
+use serde::Serialize;
+
+/// The labels that say whose a per-process series is, in display order
+/// (`Series::labels` in `snapshot.rs`); the others name a slow path's
+/// kind (clock, op, wait, ...) and are summed over.
+pub const IDENTITY: [&str; 7] = [
+    "comm",
+    "pid",
+    "cgroup",
+    "unit",
+    "namespace",
+    "pod",
+    "container",
+];
+
+/// Who a row is: the identity labels' values, in [`IDENTITY`] order
+/// (empty where the series has no such label).
+pub type Identity = [String; IDENTITY.len()];
+
+/// A slow path shown as a column: a counter family (summed over its other
+/// labels, optionally only where one label has one value).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Column {
+    /// Clock reads the vDSO should serve that entered the kernel
+    /// (`slowpath_clock_syscalls_total{fallback="true"}`), per second.
+    ClockFallbacks,
+    /// `rt_sigprocmask` calls (`slowpath_rt_sigprocmask_calls_total`), per second.
+    Sigprocmask,
+    /// Wakeups by an expiring timer (`slowpath_timer_wakeups_total`), per second.
+    TimerWakeups,
+    /// Huge pages allocated on a fault (`slowpath_thp_fault_allocs_total`), per second.
+    ThpFaults,
+    /// THP faults that fell back to 4 KiB pages
+    /// (`slowpath_thp_fault_fallbacks_total`), per second.
+    ThpFallbacks,
+    /// Seconds in memory compaction per second
+    /// (`slowpath_compaction_seconds_total`): the share of a CPU.
+    CompactionSeconds,
+    /// Stats of the default time-zone file
+    /// (`slowpath_tzfile_stat_calls_total`), per second.
+    TzfileStats,
+}
+
+impl Column {
+    /// Every column, in display order.
+    pub const ALL: [Column; 7] = [
+        Column::ClockFallbacks,
+        Column::Sigprocmask,
+        Column::TimerWakeups,
+        Column::ThpFaults,
+        Column::ThpFallbacks,
+        Column::CompactionSeconds,
+        Column::TzfileStats,
+    ];
+
+    /// The counter family, and a label that must have a value to count.
+    fn source(self) -> (&'static str, Option<(&'static str, &'static str)>) {
+        match self {
+            Column::ClockFallbacks => ("slowpath_clock_syscalls_total", Some(("fallback", "true"))),
+            Column::Sigprocmask => ("slowpath_rt_sigprocmask_calls_total", None),
+            Column::TimerWakeups => ("slowpath_timer_wakeups_total", None),
+            Column::ThpFaults => ("slowpath_thp_fault_allocs_total", None),
+            Column::ThpFallbacks => ("slowpath_thp_fault_fallbacks_total", None),
+            Column::CompactionSeconds => ("slowpath_compaction_seconds_total", None),
+            Column::TzfileStats => ("slowpath_tzfile_stat_calls_total", None),
+        }
+    }
+
+    /// The column's header in the text frames.
+    pub fn header(self) -> &'static str {
+        match self {
+            Column::ClockFallbacks => "CLOCK/s",
+            Column::Sigprocmask => "SIGMASK/s",
+            Column::TimerWakeups => "WAKEUP/s",
+            Column::ThpFaults => "THP/s",
+            Column::ThpFallbacks => "THPFB/s",
+            Column::CompactionSeconds => "COMPACT%",
+            Column::TzfileStats => "TZSTAT/s",
+        }
+    }
+}
+
+/// The requested-timeout histograms whose buckets give a row's median
+/// timeout (timed waits and sleeps share their buckets).
+const TIMEOUT_HISTOGRAMS: [&str; 2] = [
+    "slowpath_timer_requested_seconds",
+    "slowpath_sleep_requested_seconds",
+];
+
+/// What one read of the agent holds for one row: each column's counter
+/// and the requested-timeout histogram (upper bound in seconds ->
+/// cumulative count), summed over the row's series.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub counters: BTreeMap<Column, f64>,
+    pub timeouts: Vec<(f64, f64)>,
+}
+
+/// One read of the agent's metrics, by row.
+#[derive(Clone, Debug, Default)]
+pub struct Reading {
+    pub rows: HashMap<Identity, Totals>,
+    /// The findings that hold per row (`slowpath_finding_info`), by the
+    /// identity without pid (findings are per comm and cgroup).
+    pub findings: HashMap<Identity, Vec<String>>,
+}
+
+/// The identity of a sample's series.
+fn identity(sample: &Sample) -> Identity {
+    IDENTITY.map(|name| sample.labels.get(name).unwrap_or_default().to_string())
+}
+
+/// The identity without its pid, which findings do not carry.
+fn without_pid(mut id: Identity) -> Identity {
+    id[1].clear();
+    id
+}
+
+/// Add a cumulative histogram to one already held, bucket by bucket.
+fn add_buckets(into: &mut Vec<(f64, f64)>, buckets: &[prometheus_parse::HistogramCount]) {
+    for b in buckets {
+        match into.iter_mut().find(|(le, _)| *le == b.less_than) {
+            Some((_, n)) => *n += b.count,
+            None => into.push((b.less_than, b.count)),
+        }
+    }
+    into.sort_by(|a, b| a.0.total_cmp(&b.0));
+}
+
+impl Reading {
+    /// The rows of one scrape of the agent.
+    pub fn from_scrape(scrape: &Scrape) -> Self {
+        let mut reading = Reading::default();
+        for sample in &scrape.samples {
+            if sample.metric == "slowpath_finding_info" {
+                let finding = sample.labels.get("finding").unwrap_or_default().to_string();
+                reading
+                    .findings
+                    .entry(without_pid(identity(sample)))
+                    .or_default()
+                    .push(finding);
+                continue;
+            }
+            if let Value::Histogram(buckets) = &sample.value {
+                if TIMEOUT_HISTOGRAMS.contains(&sample.metric.as_str()) {
+                    let totals = reading.rows.entry(identity(sample)).or_default();
+                    add_buckets(&mut totals.timeouts, buckets);
+                }
+                continue;
+            }
+            let value = match sample.value {
+                Value::Counter(v) | Value::Untyped(v) => v,
+                _ => continue,
+            };
+            for column in Column::ALL {
+                let (family, only) = column.source();
+                if sample.metric != family
+                    || only.is_some_and(|(label, want)| sample.labels.get(label) != Some(want))
+                {
+                    continue;
+                }
+                let totals = reading.rows.entry(identity(sample)).or_default();
+                *totals.counters.entry(column).or_default() += value;
+            }
+        }
+        for list in reading.findings.values_mut() {
+            list.sort();
+            list.dedup();
+        }
+        reading
+    }
+}
+
+/// One row of a frame: who, each column's rate over the interval, the
+/// median requested timeout of its timed waits and sleeps in it, and its
+/// findings.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Row {
+    /// The identity labels' values ([`IDENTITY`] order).
+    #[serde(skip)]
+    pub identity: Identity,
+    pub rates: BTreeMap<Column, f64>,
+    /// Upper bound of the bucket that holds the median, in seconds; `None`
+    /// without a timeout requested in the interval.
+    pub median_timeout_seconds: Option<f64>,
+    pub findings: Vec<String>,
+}
+
+impl Row {
+    /// Every column's rate added up: the default sort key (how often, all
+    /// slow paths together, this process left a fast path).
+    pub fn events(&self) -> f64 {
+        self.rates.values().sum()
+    }
+
+    /// A column's rate, 0 when the row has none.
+    pub fn rate(&self, column: Column) -> f64 {
+        self.rates.get(&column).copied().unwrap_or(0.0)
+    }
+}
+
+/// A counter's increase from `before` to `now`: a series that is new or
+/// restarted (its process image replaced, the agent restarted) counts
+/// from 0, as Prometheus's rate() does.
+fn increase(before: Option<f64>, now: f64) -> f64 {
+    match before {
+        Some(b) if b <= now => now - b,
+        _ => now,
+    }
+}
+
+/// The median of the requests made between two cumulative histograms
+/// (upper bound, cumulative count), as the upper bound of the bucket that
+/// holds it.
+fn median_between(before: &[(f64, f64)], now: &[(f64, f64)]) -> Option<f64> {
+    let delta: Vec<(f64, f64)> = now
+        .iter()
+        .map(|&(le, n)| {
+            let b = before.iter().find(|(l, _)| *l == le).map(|(_, c)| *c);
+            (le, increase(b, n))
+        })
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    delta
+        .iter()
+        .find(|(_, n)| *n >= total / 2.0)
+        .map(|(le, _)| *le)
+}
+
+/// The rows between two readings `seconds` apart, rows with no slow path
+/// in the interval left out.
+pub fn rows_between(before: &Reading, now: &Reading, seconds: f64) -> Vec<Row> {
+    let empty = Totals::default();
+    now.rows
+        .iter()
+        .filter_map(|(id, totals)| {
+            let old = before.rows.get(id).unwrap_or(&empty);
+            let rates: BTreeMap<Column, f64> = totals
+                .counters
+                .iter()
+                .map(|(&c, &n)| (c, increase(old.counters.get(&c).copied(), n) / seconds))
+                .filter(|&(_, r)| r > 0.0)
+                .collect();
+            if rates.is_empty() {
+                return None;
+            }
+            Some(Row {
+                identity: id.clone(),
+                median_timeout_seconds: median_between(&old.timeouts, &totals.timeouts),
+                findings: now
+                    .findings
+                    .get(&without_pid(id.clone()))
+                    .cloned()
+                    .unwrap_or_default(),
+                rates,
+            })
+        })
+        .collect()
+}
+
+/// How a frame's rows are ordered: by one column's rate or by all of them
+/// together, highest first; ties by comm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    Events,
+    Column(Column),
+}
+
+/// Sort rows, highest first.
+pub fn sort_rows(rows: &mut [Row], key: SortKey) {
+    let value = |r: &Row| match key {
+        SortKey::Events => r.events(),
+        SortKey::Column(c) => r.rate(c),
+    };
+    rows.sort_by(|a, b| {
+        value(b)
+            .total_cmp(&value(a))
+            .then_with(|| a.identity.cmp(&b.identity))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(text: &str) -> Reading {
+        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        Reading::from_scrape(&scrape)
+    }
+
+    const BEFORE: &str = r#"# TYPE slowpath_clock_syscalls_total counter
+slowpath_clock_syscalls_total{comm="java",cgroup="/a",unit="",clock="monotonic",fallback="true"} 100
+slowpath_clock_syscalls_total{comm="java",cgroup="/a",unit="",clock="realtime",fallback="true"} 50
+slowpath_clock_syscalls_total{comm="java",cgroup="/a",unit="",clock="thread_cputime",fallback="false"} 7
+# TYPE slowpath_rt_sigprocmask_calls_total counter
+slowpath_rt_sigprocmask_calls_total{comm="ruby",cgroup="/b",unit="",op="query"} 10
+slowpath_rt_sigprocmask_calls_total{comm="ruby",cgroup="/b",unit="",op="setmask"} 10
+# TYPE slowpath_timer_requested_seconds histogram
+slowpath_timer_requested_seconds_bucket{comm="java",cgroup="/a",unit="",wait="futex",le="0.0001"} 0
+slowpath_timer_requested_seconds_bucket{comm="java",cgroup="/a",unit="",wait="futex",le="0.001"} 5
+slowpath_timer_requested_seconds_bucket{comm="java",cgroup="/a",unit="",wait="futex",le="+Inf"} 5
+slowpath_timer_requested_seconds_sum{comm="java",cgroup="/a",unit="",wait="futex"} 0.005
+slowpath_timer_requested_seconds_count{comm="java",cgroup="/a",unit="",wait="futex"} 5
+"#;
+
+    const NOW: &str = r#"# TYPE slowpath_clock_syscalls_total counter
+slowpath_clock_syscalls_total{comm="java",cgroup="/a",unit="",clock="monotonic",fallback="true"} 300
+slowpath_clock_syscalls_total{comm="java",cgroup="/a",unit="",clock="realtime",fallback="true"} 150
+slowpath_clock_syscalls_total{comm="java",cgroup="/a",unit="",clock="thread_cputime",fallback="false"} 9000
+# TYPE slowpath_rt_sigprocmask_calls_total counter
+slowpath_rt_sigprocmask_calls_total{comm="ruby",cgroup="/b",unit="",op="query"} 4010
+slowpath_rt_sigprocmask_calls_total{comm="ruby",cgroup="/b",unit="",op="setmask"} 4010
+slowpath_rt_sigprocmask_calls_total{comm="idle",cgroup="/c",unit="",op="query"} 3
+# TYPE slowpath_timer_requested_seconds histogram
+slowpath_timer_requested_seconds_bucket{comm="java",cgroup="/a",unit="",wait="futex",le="0.0001"} 1
+slowpath_timer_requested_seconds_bucket{comm="java",cgroup="/a",unit="",wait="futex",le="0.001"} 5
+slowpath_timer_requested_seconds_bucket{comm="java",cgroup="/a",unit="",wait="futex",le="+Inf"} 25
+slowpath_timer_requested_seconds_sum{comm="java",cgroup="/a",unit="",wait="futex"} 1
+slowpath_timer_requested_seconds_count{comm="java",cgroup="/a",unit="",wait="futex"} 25
+# TYPE slowpath_finding_info gauge
+slowpath_finding_info{finding="sigprocmask_storm",severity="warning",known_source="",comm="ruby",cgroup="/b",unit="",namespace="",pod="",container=""} 1
+"#;
+
+    fn by_comm(rows: &[Row], comm: &str) -> Row {
+        rows.iter().find(|r| r.identity[0] == comm).unwrap().clone()
+    }
+
+    #[test]
+    fn rates_are_increases_over_the_interval_summed_over_kinds() {
+        let rows = rows_between(&reading(BEFORE), &reading(NOW), 2.0);
+        let java = by_comm(&rows, "java");
+        // only the clocks the vDSO should serve: (200 + 100) / 2 s
+        assert_eq!(java.rate(Column::ClockFallbacks), 150.0);
+        let ruby = by_comm(&rows, "ruby");
+        assert_eq!(ruby.rate(Column::Sigprocmask), 4000.0);
+        assert_eq!(ruby.findings, vec!["sigprocmask_storm".to_string()]);
+        assert!(java.findings.is_empty());
+    }
+
+    #[test]
+    fn a_new_series_counts_from_zero_and_a_restarted_one_too() {
+        let rows = rows_between(&reading(BEFORE), &reading(NOW), 1.0);
+        assert_eq!(by_comm(&rows, "idle").rate(Column::Sigprocmask), 3.0);
+        // the agent restarted between the reads: counters went down
+        let rows = rows_between(&reading(NOW), &reading(BEFORE), 1.0);
+        assert_eq!(by_comm(&rows, "ruby").rate(Column::Sigprocmask), 20.0);
+    }
+
+    #[test]
+    fn rows_without_a_slow_path_in_the_interval_are_left_out() {
+        let now = reading(NOW);
+        assert!(rows_between(&now, &now, 1.0).is_empty());
+    }
+
+    #[test]
+    fn the_median_timeout_is_the_bucket_holding_the_middle_request_of_the_interval() {
+        let rows = rows_between(&reading(BEFORE), &reading(NOW), 1.0);
+        // 20 requests in the interval: 1 up to 100 us, 19 above 1 ms
+        assert_eq!(
+            by_comm(&rows, "java").median_timeout_seconds,
+            Some(f64::INFINITY)
+        );
+        let before = reading(BEFORE);
+        let mut now = reading(NOW);
+        let java = now
+            .rows
+            .values_mut()
+            .find(|t| !t.timeouts.is_empty())
+            .unwrap();
+        java.timeouts = vec![(0.0001, 3.0), (0.001, 20.0), (f64::INFINITY, 20.0)];
+        let rows = rows_between(&before, &now, 1.0);
+        // 3 up to 100 us and 12 between 100 us and 1 ms: the 8th is in the second
+        assert_eq!(by_comm(&rows, "java").median_timeout_seconds, Some(0.001));
+    }
+
+    #[test]
+    fn rows_sort_highest_first_by_all_events_or_by_one_column() {
+        let mut rows = rows_between(&reading(BEFORE), &reading(NOW), 1.0);
+        sort_rows(&mut rows, SortKey::Events);
+        let comms: Vec<&str> = rows.iter().map(|r| r.identity[0].as_str()).collect();
+        assert_eq!(comms, ["ruby", "java", "idle"]);
+        sort_rows(&mut rows, SortKey::Column(Column::ClockFallbacks));
+        assert_eq!(rows[0].identity[0], "java");
+        // ties (no clock fallbacks) by identity
+        assert_eq!(rows[1].identity[0], "idle");
+    }
+}

@@ -1,0 +1,141 @@
+//! Where `slowpath top` reads its numbers: a running agent's metrics
+//! endpoint, over http or https (a CA to verify it, a client certificate,
+//! basic auth: what the agent's `--web.config.file` may ask for).
+
+use std::fs;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use base64::Engine;
+use prometheus_parse::Scrape;
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
+
+/// How to reach the agent (the `--agent.*` flags of `slowpath top`).
+#[derive(Clone, Debug, Default)]
+pub struct AgentEndpoint {
+    /// The metrics URL, `http://` or `https://`.
+    pub url: String,
+    /// PEM CA certificates that sign the agent's server certificate
+    /// (https); without it, the system's web roots.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and key, for an agent that asks for one.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+    /// Basic auth user, and the file holding the password.
+    pub username: Option<String>,
+    pub password_file: Option<PathBuf>,
+}
+
+/// A connection to the agent, kept between reads (keep-alive).
+pub struct AgentSource {
+    agent: ureq::Agent,
+    url: String,
+    authorization: Option<String>,
+}
+
+/// How long one read may take: the agent answers in milliseconds; a
+/// refresh should not hang on a stuck one.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl AgentSource {
+    /// Read the certificates and password the endpoint names; errors name
+    /// the file and what is wrong with it.
+    pub fn new(endpoint: &AgentEndpoint) -> Result<Self> {
+        let mut tls = TlsConfig::builder();
+        if let Some(path) = &endpoint.ca_file {
+            let pem = read(path, "--agent.ca-file")?;
+            let certs = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect::<Vec<Certificate<'static>>>();
+            if certs.is_empty() {
+                bail!(
+                    "--agent.ca-file {}: no PEM certificate in it",
+                    path.display()
+                );
+            }
+            tls = tls.root_certs(RootCerts::new_with_certs(&certs));
+        }
+        match (&endpoint.cert_file, &endpoint.key_file) {
+            (Some(cert), Some(key)) => {
+                let chain = Certificate::from_pem(&read(cert, "--agent.cert-file")?).with_context(
+                    || {
+                        format!(
+                            "--agent.cert-file {}: not a PEM certificate",
+                            cert.display()
+                        )
+                    },
+                )?;
+                let key =
+                    PrivateKey::from_pem(&read(key, "--agent.key-file")?).with_context(|| {
+                        format!("--agent.key-file {}: not a PEM private key", key.display())
+                    })?;
+                tls = tls.client_cert(Some(ClientCert::new_with_certs(&[chain], key)));
+            }
+            (None, None) => {}
+            _ => bail!("--agent.cert-file and --agent.key-file go together: give both or neither"),
+        }
+        let authorization = match (&endpoint.username, &endpoint.password_file) {
+            (Some(user), Some(file)) => {
+                let password = String::from_utf8(read(file, "--agent.password-file")?)
+                    .with_context(|| {
+                        format!("--agent.password-file {}: not UTF-8", file.display())
+                    })?;
+                let pair = format!("{user}:{}", password.trim_end_matches(['\n', '\r']));
+                Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                ))
+            }
+            (None, None) => None,
+            _ => bail!(
+                "--agent.username and --agent.password-file go together: give both or neither"
+            ),
+        };
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(READ_TIMEOUT))
+            .tls_config(tls.build())
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        Ok(Self {
+            agent,
+            url: endpoint.url.clone(),
+            authorization,
+        })
+    }
+
+    /// One read of the agent's metrics, parsed.
+    pub fn read(&self) -> Result<Scrape> {
+        let mut request = self.agent.get(&self.url);
+        if let Some(auth) = &self.authorization {
+            request = request.header("Authorization", auth);
+        }
+        let mut response = request
+            .call()
+            .with_context(|| format!("no agent answers at {}", self.url))?;
+        let status = response.status();
+        if status == 401 {
+            bail!(
+                "the agent at {} asks for basic auth: give --agent.username and --agent.password-file (or they are wrong)",
+                self.url
+            );
+        }
+        if !status.is_success() {
+            bail!("the agent at {} answered {status}", self.url);
+        }
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .with_context(|| format!("reading the metrics of {}", self.url))?;
+        Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
+            .with_context(|| format!("parsing the metrics of {}", self.url))
+    }
+}
+
+fn read(path: &PathBuf, flag: &str) -> Result<Vec<u8>> {
+    fs::read(path).with_context(|| format!("{flag} {}: cannot read it", path.display()))
+}
