@@ -243,8 +243,8 @@ pub enum Command {
     Doctor(DoctorArgs),
     /// This node's slow paths per process, live, from the agent running on
     /// it: each slow path's rate, the median requested timeout and the
-    /// findings, highest first. Prints plain-text frames (as `top -b`) or
-    /// JSON lines; the full-screen view is not built yet.
+    /// findings, highest first. Full screen on a terminal; plain-text
+    /// frames (as `top -b`) or JSON lines with --batch.
     Top(TopArgs),
 }
 
@@ -256,19 +256,20 @@ pub struct TopArgs {
     #[arg(short = 'd', long, default_value = "2", value_parser = parse_delay)]
     pub delay: Duration,
     /// Plain-text frames on standard output, one table per refresh with a
-    /// blank line between (as `top -b`). The only mode of this build.
+    /// blank line between (as `top -b`); also when standard output is not
+    /// a terminal or TERM is dumb.
     #[arg(short = 'b', long)]
     pub batch: bool,
-    /// Frames to print, then exit; without it, until interrupted.
+    /// Frames to print, then exit (batch mode); without it, until interrupted.
     #[arg(short = 'n', long, value_parser = whole_number(1u32, u32::MAX))]
     pub iterations: Option<u32>,
-    /// One JSON object per row and refresh (JSON lines) instead of tables.
+    /// One JSON object per row and refresh (JSON lines) instead of tables (batch mode).
     #[arg(long)]
     pub json: bool,
     /// Column to sort by, highest first; `events` adds every slow path up.
     #[arg(short = 's', long, value_enum, default_value = "events")]
     pub sort: TopSort,
-    /// Rows per table; 0 for all.
+    /// Rows per table in batch mode; 0 for all.
     #[arg(long, default_value_t = 30)]
     pub rows: usize,
     /// The agent's metrics URL. Default: this host's --web.listen-address

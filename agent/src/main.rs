@@ -111,6 +111,7 @@ fn top_options(cli: &Cli, args: &TopArgs) -> top::TopOptions {
             TopSort::Tzstat => Some(top::Column::TzfileStats),
         },
         max_rows: args.rows,
+        batch: args.batch,
     }
 }
 

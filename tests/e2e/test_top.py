@@ -1,13 +1,23 @@
-"""`slowpath top --batch` against a running agent: its frames' rates, times
-the interval they are over and summed over the frames, give every call a
-workload made between the first read and the last, as strace counts them;
-text frames as `top -b` prints them; over TLS with basic auth as the
-agent's --web.config.file asks; and one line with exit 1 when no agent
-answers or the password is missing."""
+"""`slowpath top` against a running agent. Batch mode: its frames' rates,
+times the interval they are over and summed over the frames, give every
+call a workload made between the first read and the last, as strace counts
+them; text frames as `top -b` prints them; over TLS with basic auth as the
+agent's --web.config.file asks; one line with exit 1 when no agent answers
+or the password is missing. The full-screen view under tmux (a 120x32
+pane driven by send-keys, read by capture-pane) against a Python loop of
+1 ms sleeps and a loop of raw clock_gettime syscalls: both in the first
+rows within two refreshes, sorting, filtering, the finding's popup with
+its fix, a resize, `q` and SIGTERM leaving the terminal as it was, and
+batch frames where there is no terminal or a dumb one."""
 
 import json
+import os
+import signal
 import subprocess
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import Agent, run_workload
 from test_web_config import PASSWORD, Pki, bcrypt_hash, write_config
@@ -59,7 +69,7 @@ def test_text_frames_put_the_busiest_process_first(agent_bin, workload_bin, tmp_
     for frame in frames:
         title, columns, first = frame.splitlines()[:3]
         assert title.startswith("slowpath top - ") and "rates over" in title, frame
-        assert columns.split()[:4] == ["PID", "COMM", "CLOCK/s", "SIGMASK/s"], frame
+        assert columns.split()[:4] == ["PID", "COMM", "CLOCK/s", "SIGMSK/s"], frame
         assert first.split()[1] == "sp-workload", frame
 
 
@@ -98,3 +108,179 @@ def test_no_agent_is_one_line_and_exit_1(agent_bin):
     assert result.returncode == 1
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("slowpath: error: no agent answers at http://127.0.0.1:9/metrics"), line
+
+
+class Tmux:
+    """A detached tmux server of our own (its own socket) running `command`
+    in one pane of `width` x `height`, read by capture-pane, driven by
+    send-keys."""
+
+    def __init__(self, command, width=120, height=32):
+        self.socket = f"slowpath-top-{os.getpid()}-{time.monotonic_ns()}"
+        self.tmux("new-session", "-d", "-s", "top", "-x", str(width), "-y", str(height), command)
+
+    def tmux(self, *args):
+        return subprocess.run(["tmux", "-L", self.socket, *args], check=True, capture_output=True, text=True).stdout
+
+    def screen(self):
+        return self.tmux("capture-pane", "-p", "-t", "top")
+
+    def keys(self, *keys):
+        self.tmux("send-keys", "-t", "top", *keys)
+
+    def wait_for(self, pred, timeout=10, what=""):
+        deadline = time.monotonic() + timeout
+        while True:
+            screen = self.screen()
+            if pred(screen):
+                return screen
+            assert time.monotonic() < deadline, f"{what}:\n{screen}"
+            time.sleep(0.2)
+
+    def shell_pid(self):
+        return int(self.tmux("display-message", "-p", "-t", "top", "#{pane_pid}").strip())
+
+    def children(self):
+        """The pane shell's children (the view while it runs)."""
+        try:
+            shell = self.shell_pid()
+            return [int(p) for p in Path(f"/proc/{shell}/task/{shell}/children").read_text().split()]
+        except (subprocess.CalledProcessError, OSError, ValueError):
+            return []
+
+    def close(self):
+        """Kill the server, as a closed terminal window would: the view
+        gets SIGHUP and must end (not spin on a terminal that is gone)."""
+        left = self.children()
+        subprocess.run(["tmux", "-L", self.socket, "kill-server"], capture_output=True)
+        deadline = time.monotonic() + 5
+        while [p for p in left if Path(f"/proc/{p}").exists() and "zombie" not in status_of(p)]:
+            if time.monotonic() > deadline:
+                for p in left:
+                    os.kill(p, signal.SIGKILL)
+                raise AssertionError(f"the view outlived its terminal: {left}")
+            time.sleep(0.1)
+
+
+def status_of(pid):
+    try:
+        return Path(f"/proc/{pid}/status").read_text().lower()
+    except OSError:
+        return "zombie"
+
+
+def table_rows(screen):
+    """The table's data lines: after the column titles, up to the footer."""
+    lines = screen.splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith("PID")), len(lines)) + 1
+    return [l for l in lines[start:] if l.strip() and not l.startswith(("q quit", "filter", "error"))]
+
+
+def row_of(screen, comm):
+    return next((l for l in table_rows(screen) if comm in l.split()[1:3]), None)
+
+
+@pytest.fixture
+def busy_node(agent_bin, workload_bin, tmp_path):
+    """An agent judging findings every second over 4 s, a loop of raw
+    clock_gettime syscalls (a vdso_bypass finding) and a Python loop of
+    time.sleep(0.001) (a timer loop); all ended by pid."""
+    agent = Agent(agent_bin, ["--findings.window=4s"], tmp_path / "agent.log")
+    loads = [subprocess.Popen([str(workload_bin), "clock-raw", "10000000000"], stdout=subprocess.DEVNULL),
+             subprocess.Popen(["/usr/bin/python3", "-c", "import time\nwhile True: time.sleep(0.001)"])]
+    try:
+        yield agent
+    finally:
+        for load in loads:
+            load.kill()
+            load.wait()
+        assert agent.stop() == 0, agent.log_text()
+
+
+def full_screen(agent_bin, agent, *args):
+    return Tmux(f"sh -c 'TERM=xterm-256color {agent_bin} top -d 1 --agent.url={agent.url}/metrics {' '.join(args)}; "
+                f"echo EXIT=$?; sleep 60'")
+
+
+def test_the_full_screen_view_sorts_filters_shows_a_finding_and_quits_clean(agent_bin, busy_node):
+    view = full_screen(agent_bin, busy_node)
+    try:
+        # within two refreshes the two loops are in the first rows
+        screen = view.wait_for(lambda s: "rates over" in s and row_of(s, "python3") and row_of(s, "sp-workload"),
+                               timeout=3.5, what="the loops within two refreshes")
+        first = [l.split()[2] for l in table_rows(screen)[:3]]
+        assert "sp-workload" in first and "python3" in first, screen
+        assert row_of(screen, "python3").split()[-2:-1] == ["1ms"] or "1ms" in row_of(screen, "python3"), screen
+        # sort by the next column, then back
+        view.keys("s")
+        screen = view.wait_for(lambda s: "sort CLOCK/s" in s, what="sorted by clock")
+        assert table_rows(screen)[0].split()[2] == "sp-workload", screen
+        view.keys("<")
+        view.wait_for(lambda s: "sort events" in s, what="sorted by events")
+        # filter by comm
+        view.keys("/", "python", "Enter")
+        screen = view.wait_for(lambda s: 'filter "python"' in s, what="filtered")
+        assert row_of(screen, "python3") and not row_of(screen, "sp-workload"), screen
+        view.keys("/", "Escape")
+        view.wait_for(lambda s: row_of(s, "sp-workload") and 'filter "' not in s, what="unfiltered")
+        # the findings arrive (4 s window): marked rows; `f` keeps them only
+        screen = view.wait_for(lambda s: (row_of(s, "sp-workload") or "").split()[1] == "!", timeout=15,
+                               what="the vdso_bypass finding marked")
+        view.keys("f")
+        screen = view.wait_for(lambda s: "|  findings only" in s, what="findings only")
+        assert all(l.split()[1] == "!" for l in table_rows(screen)), screen
+        assert not row_of(screen, "slowpath"), screen
+        # select the clock loop and open its findings
+        view.keys("/", "sp-workload", "Enter", "Home", "Enter")
+        screen = view.wait_for(lambda s: "vdso_bypass" in s and "fix:" in s, what="the finding's popup")
+        # the fix the agent gives for this process: its call site's known
+        # source once sampled, else the finding's
+        findings = json.loads(busy_node.get("/debug/findings")[1])["findings"]
+        fixes = {f["fix"] for f in findings if f["id"] == "vdso_bypass"} | {
+            p["known_source"]["fix"] for f in findings for p in f["processes"] if p.get("known_source")}
+        text = " ".join(screen.replace("\u2502", " ").split())
+        assert any(" ".join(fix.split()) in text for fix in fixes), (fixes, screen)
+        view.keys("Escape")
+        view.wait_for(lambda s: "fix:" not in s, what="the popup closed")
+        # a resize redraws to the new size
+        view.tmux("resize-window", "-t", "top", "-x", "100", "-y", "20")
+        screen = view.wait_for(lambda s: len(s.splitlines()) <= 20 and "PID" in s and "q quit" in s,
+                               what="redrawn at 100x20")
+        assert max(len(l) for l in screen.splitlines()) <= 100, screen
+        view.keys("q")
+        screen = view.wait_for(lambda s: "EXIT=0" in s, what="exit 0")
+        assert "slowpath top -" not in screen and "PID" not in screen, "the terminal was not restored:\n" + screen
+    finally:
+        view.close()
+
+
+def test_a_closed_terminal_ends_the_view(agent_bin, busy_node):
+    view = full_screen(agent_bin, busy_node)
+    view.wait_for(lambda s: "slowpath top -" in s, what="the view")
+    assert view.children(), view.screen()
+    view.close()  # fails if the view is still running 5 s after its terminal closed
+
+
+def test_sigterm_restores_the_terminal(agent_bin, busy_node):
+    view = full_screen(agent_bin, busy_node)
+    try:
+        view.wait_for(lambda s: "slowpath top -" in s, what="the view")
+        (top_pid,) = view.children()
+        os.kill(top_pid, signal.SIGTERM)
+        screen = view.wait_for(lambda s: "EXIT=0" in s, what="exit 0 on SIGTERM")
+        assert "slowpath top -" not in screen, screen
+    finally:
+        view.close()
+
+
+def test_not_a_terminal_or_a_dumb_one_gets_the_batch_frames(agent_bin, busy_node):
+    piped = subprocess.run([str(agent_bin), "top", "-n", "1", "-d", "0.5", f"--agent.url={busy_node.url}/metrics"],
+                           capture_output=True, text=True, timeout=30)
+    assert piped.returncode == 0 and piped.stdout.startswith("slowpath top - "), piped.stderr
+    view = Tmux(f"sh -c 'TERM=dumb {agent_bin} top -n 1 -d 0.5 --agent.url={busy_node.url}/metrics; "
+                "echo EXIT=$?; sleep 60'")
+    try:
+        screen = view.wait_for(lambda s: "EXIT=0" in s, what="a dumb terminal's batch frame")
+        assert screen.startswith("slowpath top - ") and "rates over 0.5s" in screen, screen
+    finally:
+        view.close()

@@ -33,7 +33,7 @@ fn rate_cell(rate: f64) -> String {
 
 /// A timeout in the units people set them in (the bucket bounds are
 /// powers of ten from 1 us to 10 s; above them, `long`).
-fn timeout_cell(seconds: Option<f64>) -> String {
+pub(super) fn timeout_cell(seconds: Option<f64>) -> String {
     match seconds {
         None => "-".into(),
         Some(s) if s.is_infinite() => "long".into(),
@@ -44,7 +44,7 @@ fn timeout_cell(seconds: Option<f64>) -> String {
 }
 
 /// A column's cell: compaction is a share of a CPU, shown in %.
-fn cell(row: &Row, column: Column) -> String {
+pub(super) fn cell(row: &Row, column: Column) -> String {
     match column {
         Column::CompactionSeconds => rate_cell(row.rate(column) * 100.0),
         _ => rate_cell(row.rate(column)),
@@ -53,7 +53,7 @@ fn cell(row: &Row, column: Column) -> String {
 
 /// Who a row is in the text table: comm, and the first of pod, unit and
 /// cgroup it has; the pid when the agent labels series with it.
-fn who(row: &Row) -> (String, String, String) {
+pub(super) fn who(row: &Row) -> (String, String, String) {
     let [comm, pid, cgroup, unit, namespace, pod, _container] = &row.identity;
     let place = if !pod.is_empty() {
         format!("{namespace}/{pod}")
@@ -76,7 +76,7 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
     );
     let _ = write!(out, "{:>7} {:<16}", "PID", "COMM");
     for column in Column::ALL {
-        let _ = write!(out, " {:>9}", column.header());
+        let _ = write!(out, " {:>8}", column.header());
     }
     let _ = writeln!(out, " {:>8}  {:<32} FINDINGS", "TIMEOUT", "POD/UNIT/CGROUP");
     for row in rows {
@@ -84,7 +84,7 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
         let pid = if pid.is_empty() { "-".into() } else { pid };
         let _ = write!(out, "{pid:>7} {:<16}", truncate(&comm, 16));
         for column in Column::ALL {
-            let _ = write!(out, " {:>9}", cell(row, column));
+            let _ = write!(out, " {:>8}", cell(row, column));
         }
         let _ = writeln!(
             out,

@@ -4,13 +4,16 @@
 //! timeout its timed waits and sleeps asked for, and the findings that
 //! hold for it, highest first.
 //!
-//! This build prints plain-text frames (as `top -b`) or JSON lines; the
-//! full-screen view and the standalone mode (loading the BPF programs in
-//! process when no agent answers) are not built yet.
+//! On a terminal it is a full-screen view (`tui.rs`); with `--batch`, a
+//! standard output that is not a terminal, or `TERM=dumb`, plain-text
+//! frames (as `top -b`) or JSON lines. The standalone mode (loading the
+//! BPF programs in process when no agent answers) is not built yet.
 
+mod detail;
 mod frame;
 mod rows;
 mod source;
+mod tui;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -38,12 +41,32 @@ pub struct TopOptions {
     pub sort: Option<Column>,
     /// Rows per text frame; 0: all.
     pub max_rows: usize,
+    /// Plain frames even on a terminal (`--batch`).
+    pub batch: bool,
+}
+
+/// Whether the full-screen view can run: asked for, standard output a
+/// terminal, and one that can place a cursor.
+fn full_screen(opts: &TopOptions) -> bool {
+    use std::io::IsTerminal;
+    !opts.batch
+        && !opts.json
+        && std::io::stdout().is_terminal()
+        && std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb")
 }
 
 /// Print frames until `iterations` are done. Errors: the agent cannot be
 /// reached or read (the message names the URL and what to give).
 pub fn run(opts: &TopOptions) -> Result<()> {
     let source = AgentSource::new(&opts.endpoint)?;
+    if full_screen(opts) {
+        return tui::run(opts, &source);
+    }
+    batch(opts, &source)
+}
+
+/// Print plain frames until `iterations` are done.
+fn batch(opts: &TopOptions, source: &AgentSource) -> Result<()> {
     let mut before = Reading::from_scrape(&source.read()?);
     let mut read_at = Instant::now();
     let mut printed = 0;
@@ -58,7 +81,7 @@ pub fn run(opts: &TopOptions) -> Result<()> {
         out.write_all(frame.as_bytes())
             .and_then(|()| out.flush())
             .context("writing to standard output")?;
-        before = now;
+        before = now.carrying(before);
         printed += 1;
     }
     Ok(())

@@ -79,7 +79,7 @@ impl Column {
     pub fn header(self) -> &'static str {
         match self {
             Column::ClockFallbacks => "CLOCK/s",
-            Column::Sigprocmask => "SIGMASK/s",
+            Column::Sigprocmask => "SIGMSK/s",
             Column::TimerWakeups => "WAKEUP/s",
             Column::ThpFaults => "THP/s",
             Column::ThpFallbacks => "THPFB/s",
@@ -103,7 +103,16 @@ const TIMEOUT_HISTOGRAMS: [&str; 2] = [
 pub struct Totals {
     pub counters: BTreeMap<Column, f64>,
     pub timeouts: Vec<(f64, f64)>,
+    /// Reads in a row that did not have this series (carried over).
+    pub missed: u32,
 }
+
+/// Reads a series missing from the agent's page is remembered for: a
+/// series that comes back within them continues from its last value
+/// instead of counting everything again from 0 (seen once in a test: a
+/// process's series missing from one scrape around its exit made its
+/// calls count twice).
+const CARRY_READS: u32 = 30;
 
 /// One read of the agent's metrics, by row.
 #[derive(Clone, Debug, Default)]
@@ -137,6 +146,19 @@ fn add_buckets(into: &mut Vec<(f64, f64)>, buckets: &[prometheus_parse::Histogra
 }
 
 impl Reading {
+    /// This reading with the series of `older` (the reading before) that it
+    /// lacks, for [`CARRY_READS`] reads, as the base of the next interval.
+    pub fn carrying(mut self, older: Reading) -> Reading {
+        for (id, mut totals) in older.rows {
+            if self.rows.contains_key(&id) || totals.missed >= CARRY_READS {
+                continue;
+            }
+            totals.missed += 1;
+            self.rows.insert(id, totals);
+        }
+        self
+    }
+
     /// The rows of one scrape of the agent.
     pub fn from_scrape(scrape: &Scrape) -> Self {
         let mut reading = Reading::default();
@@ -356,6 +378,26 @@ slowpath_finding_info{finding="sigprocmask_storm",severity="warning",known_sourc
         // the agent restarted between the reads: counters went down
         let rows = rows_between(&reading(NOW), &reading(BEFORE), 1.0);
         assert_eq!(by_comm(&rows, "ruby").rate(Column::Sigprocmask), 20.0);
+    }
+
+    #[test]
+    fn a_series_missing_from_one_read_continues_from_its_last_value() {
+        let before = reading(BEFORE);
+        let mut gap = reading(NOW);
+        gap.rows.retain(|id, _| id[0] != "ruby");
+        let base = gap.clone().carrying(before.clone());
+        // nothing new for ruby in the gap itself
+        assert!(rows_between(&before, &base, 1.0)
+            .iter()
+            .all(|r| r.identity[0] != "ruby"));
+        let rows = rows_between(&base, &reading(NOW), 1.0);
+        assert_eq!(by_comm(&rows, "ruby").rate(Column::Sigprocmask), 8000.0);
+        // forgotten after CARRY_READS reads without it
+        let mut old = base;
+        for _ in 0..CARRY_READS {
+            old = gap.clone().carrying(old);
+        }
+        assert!(!old.rows.keys().any(|id| id[0] == "ruby"));
     }
 
     #[test]

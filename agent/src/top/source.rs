@@ -110,32 +110,69 @@ impl AgentSource {
 
     /// One read of the agent's metrics, parsed.
     pub fn read(&self) -> Result<Scrape> {
-        let mut request = self.agent.get(&self.url);
+        let text = self.get(&self.url)?;
+        Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
+            .with_context(|| format!("parsing the metrics of {}", self.url))
+    }
+
+    /// The agent's findings (`/debug/findings` beside the metrics path: the
+    /// doctor's JSON shape). Errors when findings are off (404) too.
+    pub fn read_findings(&self) -> Result<serde_json::Value> {
+        let url = format!("{}/debug/findings", origin(&self.url));
+        let text = self.get(&url)?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {url}"))
+    }
+
+    /// The body of `url`, with the agent's credentials.
+    fn get(&self, url: &str) -> Result<String> {
+        let mut request = self.agent.get(url);
         if let Some(auth) = &self.authorization {
             request = request.header("Authorization", auth);
         }
         let mut response = request
             .call()
-            .with_context(|| format!("no agent answers at {}", self.url))?;
+            .with_context(|| format!("no agent answers at {url}"))?;
         let status = response.status();
         if status == 401 {
             bail!(
-                "the agent at {} asks for basic auth: give --agent.username and --agent.password-file (or they are wrong)",
-                self.url
+                "the agent at {url} asks for basic auth: give --agent.username and --agent.password-file (or they are wrong)"
             );
         }
         if !status.is_success() {
-            bail!("the agent at {} answered {status}", self.url);
+            bail!("the agent at {url} answered {status}");
         }
-        let text = response
+        response
             .body_mut()
             .read_to_string()
-            .with_context(|| format!("reading the metrics of {}", self.url))?;
-        Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
-            .with_context(|| format!("parsing the metrics of {}", self.url))
+            .with_context(|| format!("reading {url}"))
+    }
+}
+
+/// `scheme://host:port` of a URL (all of it when it has no path).
+fn origin(url: &str) -> &str {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => &url[..after_scheme + i],
+        None => url,
     }
 }
 
 fn read(path: &PathBuf, flag: &str) -> Result<Vec<u8>> {
     fs::read(path).with_context(|| format!("{flag} {}: cannot read it", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_origin_is_the_url_without_its_path() {
+        assert_eq!(
+            super::origin("https://10.0.0.1:9891/metrics"),
+            "https://10.0.0.1:9891"
+        );
+        assert_eq!(
+            super::origin("http://[::1]:9891/x/metrics"),
+            "http://[::1]:9891"
+        );
+        assert_eq!(super::origin("http://node:9891"), "http://node:9891");
+    }
 }

@@ -1,0 +1,575 @@
+//! The full-screen view of `slowpath top` (ratatui on crossterm), in the
+//! habits of top and htop: arrows and PgUp/PgDn move, `s` `<` `>` sort,
+//! `/` filters, `f` keeps the processes with findings, Enter shows the
+//! selected process's findings, `p` pauses, `?` helps, `q` and Ctrl-C
+//! quit. The terminal is restored on every way out: a key, SIGTERM,
+//! SIGHUP or SIGINT (`exit_on_signals`), an error, or a panic (ratatui's
+//! hook).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::Line;
+use ratatui::widgets::{Block, Cell, Clear, Paragraph, Row as TableRow, Table, TableState, Wrap};
+use ratatui::{DefaultTerminal, Frame};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use super::detail::finding_lines;
+use super::frame::{cell, timeout_cell, who};
+use super::rows::{rows_between, sort_rows, Column, Reading, Row, SortKey};
+use super::source::AgentSource;
+use super::TopOptions;
+
+/// Longest wait for a key before the loop looks at the clock again.
+const KEY_POLL: Duration = Duration::from_millis(250);
+
+/// The sort keys in the order `s`, `<` and `>` walk them.
+const SORTS: [SortKey; 8] = [
+    SortKey::Events,
+    SortKey::Column(Column::ClockFallbacks),
+    SortKey::Column(Column::Sigprocmask),
+    SortKey::Column(Column::TimerWakeups),
+    SortKey::Column(Column::ThpFaults),
+    SortKey::Column(Column::ThpFallbacks),
+    SortKey::Column(Column::CompactionSeconds),
+    SortKey::Column(Column::TzfileStats),
+];
+
+const HELP: &str = "\
+Up/Down, PgUp/PgDn, Home/End   select a process
+Enter                          its findings: cause, fix, call sites (Esc closes)
+s, >                           sort by the next column;  <  the one before
+/                              filter by comm, cgroup, unit or pod (Enter keeps, Esc clears)
+f                              only processes with findings (again: all)
+p                              pause (the rates keep their last values)
+?                              this help (any key closes)
+q, Ctrl-C                      quit";
+
+/// Run the view until a quit key or a signal; the terminal is restored
+/// whatever ends it.
+pub fn run(opts: &TopOptions, source: &AgentSource) -> Result<()> {
+    // a first read before the screen changes: no agent is one plain line
+    let first = Reading::from_scrape(&source.read()?);
+    exit_on_signals()?;
+    let mut terminal = ratatui::try_init().context("starting the full-screen view")?;
+    let result = view_loop(&mut terminal, opts, source, first);
+    ratatui::try_restore().context("restoring the terminal")?;
+    result
+}
+
+/// End the view on SIGTERM, SIGINT or SIGHUP from a thread of its own:
+/// restore the terminal and exit 0. Not a flag the loop checks: on a
+/// terminal that hung up, crossterm's event read spins on end-of-file
+/// inside `poll` and the loop would never see it (seen: orphaned views
+/// at 30 % of a CPU each after their tmux server was killed).
+fn exit_on_signals() -> Result<()> {
+    let mut signals =
+        Signals::new([SIGTERM, SIGINT, SIGHUP]).context("handling SIGTERM, SIGINT and SIGHUP")?;
+    std::thread::Builder::new()
+        .name("top-signals".into())
+        .spawn(move || {
+            if signals.forever().next().is_some() {
+                let _ = ratatui::try_restore();
+                std::process::exit(0);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+fn view_loop(
+    terminal: &mut DefaultTerminal,
+    opts: &TopOptions,
+    source: &AgentSource,
+    mut before: Reading,
+) -> Result<()> {
+    let mut app = App::new(opts);
+    let mut read_at = Instant::now();
+    loop {
+        terminal.draw(|frame| app.draw(frame))?;
+        let due = read_at + opts.delay;
+        if event::poll(due.saturating_duration_since(Instant::now()).min(KEY_POLL))? {
+            let quit = match event::read()? {
+                Event::Key(key) if key.kind == KeyEventKind::Press => {
+                    app.key(key, source) == Flow::Quit
+                }
+                _ => false, // a resize redraws at the top of the loop
+            };
+            if quit {
+                return Ok(());
+            }
+        }
+        if Instant::now() >= due {
+            let seconds = read_at.elapsed().as_secs_f64();
+            read_at = Instant::now();
+            match source.read() {
+                Ok(scrape) => {
+                    let now = Reading::from_scrape(&scrape);
+                    if !app.paused {
+                        app.all = rows_between(&before, &now, seconds);
+                        app.interval = seconds;
+                        app.refreshed = true;
+                    }
+                    app.error = None;
+                    before = now.carrying(before);
+                }
+                Err(err) => app.error = Some(format!("{err:#}")),
+            }
+        }
+    }
+}
+
+#[derive(PartialEq)]
+enum Flow {
+    Go,
+    Quit,
+}
+
+/// What the view shows and where the user is in it.
+struct App<'a> {
+    opts: &'a TopOptions,
+    /// Every row of the last interval, unfiltered.
+    all: Vec<Row>,
+    interval: f64,
+    /// A first interval has been read (before it: "reading").
+    refreshed: bool,
+    sort: usize,
+    table: TableState,
+    filter: String,
+    editing_filter: bool,
+    only_findings: bool,
+    paused: bool,
+    help: bool,
+    /// The selected process's findings, while shown.
+    detail: Option<Vec<String>>,
+    /// The last read's error, shown until a read succeeds.
+    error: Option<String>,
+    /// Rows the table showed last: a page for PgUp/PgDn.
+    page: usize,
+}
+
+impl<'a> App<'a> {
+    fn new(opts: &'a TopOptions) -> Self {
+        let sort = opts
+            .sort
+            .and_then(|c| SORTS.iter().position(|s| *s == SortKey::Column(c)))
+            .unwrap_or(0);
+        Self {
+            opts,
+            all: Vec::new(),
+            interval: 0.0,
+            refreshed: false,
+            sort,
+            table: TableState::default().with_selected(Some(0)),
+            filter: String::new(),
+            editing_filter: false,
+            only_findings: false,
+            paused: false,
+            help: false,
+            detail: None,
+            error: None,
+            page: 10,
+        }
+    }
+
+    /// The rows shown: filtered, then sorted.
+    fn shown(&self) -> Vec<Row> {
+        let needle = self.filter.to_lowercase();
+        let mut rows: Vec<Row> = self
+            .all
+            .iter()
+            .filter(|r| !self.only_findings || !r.findings.is_empty())
+            .filter(|r| {
+                needle.is_empty()
+                    || r.identity
+                        .iter()
+                        .any(|v| v.to_lowercase().contains(&needle))
+            })
+            .cloned()
+            .collect();
+        sort_rows(&mut rows, SORTS[self.sort]);
+        rows
+    }
+
+    fn key(&mut self, key: KeyEvent, source: &AgentSource) -> Flow {
+        let ctrl_c =
+            key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl_c {
+            return Flow::Quit;
+        }
+        if self.editing_filter {
+            match key.code {
+                KeyCode::Enter => self.editing_filter = false,
+                KeyCode::Esc => {
+                    self.filter.clear();
+                    self.editing_filter = false;
+                }
+                KeyCode::Backspace => {
+                    self.filter.pop();
+                }
+                KeyCode::Char(c) => self.filter.push(c),
+                _ => {}
+            }
+            return Flow::Go;
+        }
+        if self.help || self.detail.is_some() {
+            // any key closes a popup; q still quits
+            self.help = false;
+            self.detail = None;
+            return if key.code == KeyCode::Char('q') {
+                Flow::Quit
+            } else {
+                Flow::Go
+            };
+        }
+        let rows = self.shown().len();
+        match key.code {
+            KeyCode::Char('q') => return Flow::Quit,
+            KeyCode::Up | KeyCode::Char('k') => self.table.select_previous(),
+            KeyCode::Down | KeyCode::Char('j') => self.table.select_next(),
+            KeyCode::PageUp => self.table.scroll_up_by(self.page as u16),
+            KeyCode::PageDown => self.table.scroll_down_by(self.page as u16),
+            KeyCode::Home => self.table.select_first(),
+            KeyCode::End => self.table.select(Some(rows.saturating_sub(1))),
+            KeyCode::Char('s') | KeyCode::Char('>') => self.sort = (self.sort + 1) % SORTS.len(),
+            KeyCode::Char('<') => self.sort = (self.sort + SORTS.len() - 1) % SORTS.len(),
+            KeyCode::Char('/') => self.editing_filter = true,
+            KeyCode::Char('f') => self.only_findings = !self.only_findings,
+            KeyCode::Char('p') => self.paused = !self.paused,
+            KeyCode::Char('?') | KeyCode::Char('h') => self.help = true,
+            KeyCode::Enter => self.detail = Some(self.selected_detail(source)),
+            _ => {}
+        }
+        Flow::Go
+    }
+
+    /// The findings of the selected row, from the agent.
+    fn selected_detail(&self, source: &AgentSource) -> Vec<String> {
+        let rows = self.shown();
+        let Some(row) = self.table.selected().and_then(|i| rows.get(i)) else {
+            return vec!["no process selected".into()];
+        };
+        let (_, comm, place) = who(row);
+        let mut lines = vec![format!("{comm} in {place}"), String::new()];
+        match source.read_findings() {
+            Ok(json) => {
+                let found = finding_lines(&json, &row.identity);
+                if found.is_empty() {
+                    lines.push("no finding holds for this process now".into());
+                }
+                lines.extend(found);
+            }
+            Err(err) => lines.push(format!("findings not read: {err:#}")),
+        }
+        lines
+    }
+
+    fn draw(&mut self, frame: &mut Frame<'_>) {
+        let [head, body, foot] = Layout::vertical([
+            Constraint::Length(1),
+            Constraint::Min(1),
+            Constraint::Length(1),
+        ])
+        .areas(frame.area());
+        let rows = self.shown();
+        frame.render_widget(Paragraph::new(self.title(rows.len())), head);
+        self.page = body.height.saturating_sub(1).max(1) as usize;
+        if !rows.is_empty() {
+            let last = rows.len() - 1;
+            self.table
+                .select(Some(self.table.selected().unwrap_or(0).min(last)));
+        }
+        frame.render_stateful_widget(self.table_widget(&rows, body.width), body, &mut self.table);
+        frame.render_widget(Paragraph::new(self.footer()), foot);
+        if self.help {
+            popup(frame, "keys", HELP.lines().map(Line::from).collect());
+        } else if let Some(lines) = &self.detail {
+            popup(
+                frame,
+                "findings",
+                lines.iter().map(|l| Line::from(l.as_str())).collect(),
+            );
+        }
+    }
+
+    fn title(&self, shown: usize) -> String {
+        let sort = match SORTS[self.sort] {
+            SortKey::Events => "events",
+            SortKey::Column(c) => c.header(),
+        };
+        let state = if !self.refreshed {
+            format!(
+                "reading: first rates in {:.1}s",
+                self.opts.delay.as_secs_f64()
+            )
+        } else {
+            format!("rates over {:.1}s", self.interval)
+        };
+        format!(
+            "slowpath top - {} - {state} - {shown} processes - sort {sort}{}",
+            self.opts.endpoint.url,
+            if self.paused { " - PAUSED" } else { "" }
+        )
+    }
+
+    fn footer(&self) -> String {
+        if let Some(err) = &self.error {
+            return format!("error: {err}");
+        }
+        if self.editing_filter {
+            return format!("filter: {}_", self.filter);
+        }
+        let mut parts = vec![
+            "q quit  Enter findings  s/</> sort  / filter  f findings only  p pause  ? help"
+                .to_string(),
+        ];
+        if !self.filter.is_empty() {
+            parts.push(format!("filter \"{}\"", self.filter));
+        }
+        if self.only_findings {
+            parts.push("findings only".into());
+        }
+        parts.join("  |  ")
+    }
+
+    fn table_widget(&self, rows: &[Row], width: u16) -> Table<'static> {
+        let sorted = match SORTS[self.sort] {
+            SortKey::Column(c) => Some(c),
+            SortKey::Events => None,
+        };
+        let shown = fitting_columns(width, sorted);
+        let header = shown.iter().map(|c| {
+            let style = if matches!(c, ViewColumn::Rate(r) if Some(*r) == sorted) {
+                Style::new().add_modifier(Modifier::UNDERLINED)
+            } else {
+                Style::new()
+            };
+            aligned(c, c.title().to_string()).style(style)
+        });
+        let body = rows
+            .iter()
+            .map(|row| TableRow::new(shown.iter().map(|c| aligned(c, c.text(row)))));
+        Table::new(body, shown.iter().map(|c| c.width()))
+            .header(
+                TableRow::new(header)
+                    .style(Style::new().add_modifier(Modifier::BOLD | Modifier::REVERSED)),
+            )
+            .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
+    }
+}
+
+/// A column of the full-screen table.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum ViewColumn {
+    Pid,
+    /// `!` when a finding holds for the process.
+    Mark,
+    Comm,
+    Rate(Column),
+    Timeout,
+    Place,
+    Findings,
+}
+
+impl ViewColumn {
+    /// Left to right.
+    const ORDER: [ViewColumn; 13] = [
+        ViewColumn::Pid,
+        ViewColumn::Mark,
+        ViewColumn::Comm,
+        ViewColumn::Rate(Column::ClockFallbacks),
+        ViewColumn::Rate(Column::Sigprocmask),
+        ViewColumn::Rate(Column::TimerWakeups),
+        ViewColumn::Rate(Column::ThpFaults),
+        ViewColumn::Rate(Column::ThpFallbacks),
+        ViewColumn::Rate(Column::CompactionSeconds),
+        ViewColumn::Rate(Column::TzfileStats),
+        ViewColumn::Timeout,
+        ViewColumn::Place,
+        ViewColumn::Findings,
+    ];
+
+    /// Which columns stay when the screen is narrow, first first (the
+    /// sorted column goes right after COMM).
+    const KEEP: [ViewColumn; 13] = [
+        ViewColumn::Pid,
+        ViewColumn::Mark,
+        ViewColumn::Comm,
+        ViewColumn::Rate(Column::ClockFallbacks),
+        ViewColumn::Rate(Column::Sigprocmask),
+        ViewColumn::Rate(Column::TimerWakeups),
+        ViewColumn::Timeout,
+        ViewColumn::Rate(Column::ThpFaults),
+        ViewColumn::Rate(Column::ThpFallbacks),
+        ViewColumn::Rate(Column::CompactionSeconds),
+        ViewColumn::Rate(Column::TzfileStats),
+        ViewColumn::Findings,
+        ViewColumn::Place,
+    ];
+
+    fn title(self) -> &'static str {
+        match self {
+            ViewColumn::Pid => "PID",
+            ViewColumn::Mark => " ",
+            ViewColumn::Comm => "COMM",
+            ViewColumn::Rate(c) => c.header(),
+            ViewColumn::Timeout => "TIMEOUT",
+            ViewColumn::Place => "POD/UNIT/CGROUP",
+            ViewColumn::Findings => "FINDINGS",
+        }
+    }
+
+    /// Its width; the last two take what is left.
+    fn width(self) -> Constraint {
+        match self {
+            ViewColumn::Pid | ViewColumn::Timeout => Constraint::Length(7),
+            ViewColumn::Mark => Constraint::Length(1),
+            ViewColumn::Comm => Constraint::Length(15),
+            ViewColumn::Rate(_) => Constraint::Length(8),
+            ViewColumn::Place => Constraint::Min(12),
+            ViewColumn::Findings => Constraint::Min(10),
+        }
+    }
+
+    fn min_width(self) -> u16 {
+        match self.width() {
+            Constraint::Length(n) | Constraint::Min(n) => n,
+            _ => 0,
+        }
+    }
+
+    fn text(self, row: &Row) -> String {
+        let (pid, comm, place) = who(row);
+        match self {
+            ViewColumn::Pid if pid.is_empty() => "-".into(),
+            ViewColumn::Pid => pid,
+            ViewColumn::Mark if row.findings.is_empty() => " ".into(),
+            ViewColumn::Mark => "!".into(),
+            ViewColumn::Comm => comm,
+            ViewColumn::Rate(c) => cell(row, c),
+            ViewColumn::Timeout => timeout_cell(row.median_timeout_seconds),
+            ViewColumn::Place => place,
+            ViewColumn::Findings => row.findings.join(","),
+        }
+    }
+}
+
+/// A cell: numbers right-aligned, names left.
+fn aligned(column: &ViewColumn, text: String) -> Cell<'static> {
+    match column {
+        ViewColumn::Rate(_) | ViewColumn::Timeout => Cell::from(Line::from(text).right_aligned()),
+        _ => Cell::from(text),
+    }
+}
+
+/// The columns that fit `width` (one space between), in [`ViewColumn::ORDER`]:
+/// taken in [`ViewColumn::KEEP`] order, the sorted one early, so that a
+/// narrow screen drops whole columns instead of squeezing every one.
+/// 120 columns hold them all (7 + 1 + 15 + 7 x 8 + 7 + 12 + 10, 12 gaps).
+fn fitting_columns(width: u16, sorted: Option<Column>) -> Vec<ViewColumn> {
+    let mut keep: Vec<ViewColumn> = ViewColumn::KEEP.to_vec();
+    if let Some(c) = sorted {
+        keep.retain(|k| *k != ViewColumn::Rate(c));
+        keep.insert(3, ViewColumn::Rate(c));
+    }
+    let mut used = 0u16;
+    let mut chosen = Vec::new();
+    for column in keep {
+        let need = column.min_width() + u16::from(!chosen.is_empty());
+        if used + need > width && chosen.len() >= 3 {
+            continue;
+        }
+        used += need;
+        chosen.push(column);
+    }
+    ViewColumn::ORDER
+        .into_iter()
+        .filter(|c| chosen.contains(c))
+        .collect()
+}
+
+/// Lines `text` takes wrapped at word boundaries to `width` columns (as
+/// the paragraph wraps it; a word longer than the width is split).
+fn wrapped_lines(text: &str, width: usize) -> usize {
+    let mut lines = 1;
+    let mut used = 0;
+    for word in text.split(' ') {
+        let len = word.chars().count();
+        if used > 0 && used + 1 + len <= width {
+            used += 1 + len;
+            continue;
+        }
+        if used == 0 && len <= width {
+            used = len;
+            continue;
+        }
+        if used > 0 {
+            lines += 1; // the word goes down
+        }
+        let more = len.saturating_sub(1) / width; // and may take more lines
+        lines += more;
+        used = len - more * width;
+    }
+    lines
+}
+
+/// A bordered box over the middle of the screen, as tall as its lines
+/// wrapped to its width (at most the screen).
+fn popup(frame: &mut Frame<'_>, title: &str, lines: Vec<Line<'_>>) {
+    let area = frame.area();
+    let width = area.width.saturating_sub(8).max(20).min(area.width);
+    let inner = usize::from(width.saturating_sub(2)).max(1);
+    let wrapped: usize = lines
+        .iter()
+        .map(|l| wrapped_lines(&l.to_string(), inner))
+        .sum();
+    let height = u16::try_from(wrapped)
+        .unwrap_or(u16::MAX)
+        .saturating_add(2)
+        .min(area.height.saturating_sub(2))
+        .max(3)
+        .min(area.height);
+    let rect = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(Block::bordered().title(format!(" {title} "))),
+        rect,
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fitting_columns, wrapped_lines, Column, ViewColumn};
+
+    #[test]
+    fn a_narrow_screen_drops_whole_columns_keeping_the_sorted_one() {
+        assert_eq!(fitting_columns(120, None), ViewColumn::ORDER.to_vec());
+        let narrow = fitting_columns(58, Some(Column::TzfileStats));
+        let titles: Vec<&str> = narrow.iter().map(|c| c.title()).collect();
+        // 7 + 1 + 15 + 8 (sorted) + 8 + 8, with the gaps: 52; no next column fits in 6
+        assert_eq!(
+            titles,
+            ["PID", " ", "COMM", "CLOCK/s", "SIGMSK/s", "TZSTAT/s"]
+        );
+    }
+
+    #[test]
+    fn wrapping_counts_the_lines_words_push_down() {
+        assert_eq!(wrapped_lines("", 10), 1);
+        assert_eq!(wrapped_lines("abc def", 10), 1);
+        // "abc def gh" fills 10; "ij" goes down
+        assert_eq!(wrapped_lines("abc def gh ij", 10), 2);
+        assert_eq!(wrapped_lines("abcdefghijklmnopqrstuvwxy", 10), 3);
+    }
+}
