@@ -27,17 +27,16 @@ use super::TopOptions;
 /// Longest wait for a key before the loop looks at the clock again.
 const KEY_POLL: Duration = Duration::from_millis(250);
 
-/// The sort keys in the order `s`, `<` and `>` walk them.
-const SORTS: [SortKey; 8] = [
-    SortKey::Events,
-    SortKey::Column(Column::ClockFallbacks),
-    SortKey::Column(Column::Sigprocmask),
-    SortKey::Column(Column::TimerWakeups),
-    SortKey::Column(Column::ThpFaults),
-    SortKey::Column(Column::ThpFallbacks),
-    SortKey::Column(Column::CompactionSeconds),
-    SortKey::Column(Column::TzfileStats),
-];
+/// The sort keys in the order `s`, `<` and `>` walk them: all events,
+/// then each column in display order.
+const SORTS: usize = Column::ALL.len() + 1;
+
+fn sort_key(index: usize) -> SortKey {
+    match index.checked_sub(1) {
+        Some(i) => SortKey::Column(Column::ALL[i % Column::ALL.len()]),
+        None => SortKey::Events,
+    }
+}
 
 const HELP: &str = "\
 Up/Down, PgUp/PgDn, Home/End   select a process
@@ -156,7 +155,7 @@ impl<'a> App<'a> {
     fn new(opts: &'a TopOptions) -> Self {
         let sort = opts
             .sort
-            .and_then(|c| SORTS.iter().position(|s| *s == SortKey::Column(c)))
+            .and_then(|c| Column::ALL.iter().position(|a| *a == c).map(|i| i + 1))
             .unwrap_or(0);
         Self {
             opts,
@@ -191,7 +190,7 @@ impl<'a> App<'a> {
             })
             .cloned()
             .collect();
-        sort_rows(&mut rows, SORTS[self.sort]);
+        sort_rows(&mut rows, sort_key(self.sort));
         rows
     }
 
@@ -235,8 +234,8 @@ impl<'a> App<'a> {
             KeyCode::PageDown => self.table.scroll_down_by(self.page as u16),
             KeyCode::Home => self.table.select_first(),
             KeyCode::End => self.table.select(Some(rows.saturating_sub(1))),
-            KeyCode::Char('s') | KeyCode::Char('>') => self.sort = (self.sort + 1) % SORTS.len(),
-            KeyCode::Char('<') => self.sort = (self.sort + SORTS.len() - 1) % SORTS.len(),
+            KeyCode::Char('s') | KeyCode::Char('>') => self.sort = (self.sort + 1) % SORTS,
+            KeyCode::Char('<') => self.sort = (self.sort + SORTS - 1) % SORTS,
             KeyCode::Char('/') => self.editing_filter = true,
             KeyCode::Char('f') => self.only_findings = !self.only_findings,
             KeyCode::Char('p') => self.paused = !self.paused,
@@ -297,7 +296,7 @@ impl<'a> App<'a> {
     }
 
     fn title(&self, shown: usize) -> String {
-        let sort = match SORTS[self.sort] {
+        let sort = match sort_key(self.sort) {
             SortKey::Events => "events",
             SortKey::Column(c) => c.header(),
         };
@@ -337,7 +336,7 @@ impl<'a> App<'a> {
     }
 
     fn table_widget(&self, rows: &[Row], width: u16) -> Table<'static> {
-        let sorted = match SORTS[self.sort] {
+        let sorted = match sort_key(self.sort) {
             SortKey::Column(c) => Some(c),
             SortKey::Events => None,
         };
