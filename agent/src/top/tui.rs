@@ -392,23 +392,22 @@ impl ViewColumn {
         ViewColumn::Findings,
     ];
 
-    /// Which columns stay when the screen is narrow, first first (the
-    /// sorted column goes right after COMM).
-    const KEEP: [ViewColumn; 13] = [
-        ViewColumn::Pid,
-        ViewColumn::Mark,
-        ViewColumn::Comm,
-        ViewColumn::Rate(Column::ClockFallbacks),
-        ViewColumn::Rate(Column::Sigprocmask),
-        ViewColumn::Rate(Column::TimerWakeups),
-        ViewColumn::Timeout,
-        ViewColumn::Rate(Column::ThpFaults),
-        ViewColumn::Rate(Column::ThpFallbacks),
-        ViewColumn::Rate(Column::CompactionSeconds),
-        ViewColumn::Rate(Column::TzfileStats),
-        ViewColumn::Findings,
-        ViewColumn::Place,
-    ];
+    /// Which columns stay when the screen is narrow, lowest first: who,
+    /// then the sorted rate, the common rates, the timeout, the rarer
+    /// rates, the findings, the place.
+    fn keep_rank(self, sorted: Option<Column>) -> u8 {
+        match self {
+            ViewColumn::Pid | ViewColumn::Mark | ViewColumn::Comm => 0,
+            ViewColumn::Rate(c) if Some(c) == sorted => 1,
+            ViewColumn::Rate(
+                Column::ClockFallbacks | Column::Sigprocmask | Column::TimerWakeups,
+            ) => 2,
+            ViewColumn::Timeout => 3,
+            ViewColumn::Rate(_) => 4,
+            ViewColumn::Findings => 5,
+            ViewColumn::Place => 6,
+        }
+    }
 
     fn title(self) -> &'static str {
         match self {
@@ -466,15 +465,12 @@ fn aligned(column: &ViewColumn, text: String) -> Cell<'static> {
 }
 
 /// The columns that fit `width` (one space between), in [`ViewColumn::ORDER`]:
-/// taken in [`ViewColumn::KEEP`] order, the sorted one early, so that a
+/// taken in [`ViewColumn::keep_rank`] order, the sorted one early, so that a
 /// narrow screen drops whole columns instead of squeezing every one.
 /// 120 columns hold them all (7 + 1 + 15 + 7 x 8 + 7 + 12 + 10, 12 gaps).
 fn fitting_columns(width: u16, sorted: Option<Column>) -> Vec<ViewColumn> {
-    let mut keep: Vec<ViewColumn> = ViewColumn::KEEP.to_vec();
-    if let Some(c) = sorted {
-        keep.retain(|k| *k != ViewColumn::Rate(c));
-        keep.insert(3, ViewColumn::Rate(c));
-    }
+    let mut keep = ViewColumn::ORDER.to_vec();
+    keep.sort_by_key(|c| c.keep_rank(sorted)); // stable: left to right within a rank
     let mut used = 0u16;
     let mut chosen = Vec::new();
     for column in keep {
