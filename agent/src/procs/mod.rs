@@ -413,15 +413,9 @@ impl Aggregator {
             if !seen.insert(slot) {
                 continue;
             }
-            let Some(value) = procs
-                .lookup(&key, MapFlags::ANY)
-                .context("reading the procs map")?
-            else {
+            let Some(p) = lookup_entry(procs, &key)? else {
                 continue; // deleted since: its record is in the ring buffer
             };
-            let mut p = sp_proc::default();
-            plain::copy_from_bytes(&mut p, &value)
-                .map_err(|e| anyhow::anyhow!("procs value of unexpected size: {e:?}"))?;
             if p.flags & sp_proc_flag::SP_PROC_EXITED.0 != 0 {
                 // parked under a key no pid has, or flagged in place
                 let tgid = if slot >= PARKED_KEY_BASE {
@@ -454,16 +448,56 @@ impl Aggregator {
     /// of `/proc/<tgid>/stat` per entry: run it rarely.
     pub fn sweep_dead(&mut self, procs: &dyn MapCore) -> Result<usize> {
         let mut swept = 0;
-        for (tgid, p) in self.read_table(procs)? {
-            if process_alive(tgid, p.start_boottime_ns, self.clk_tck) {
+        for (tgid, read) in self.read_table(procs)? {
+            if process_alive(tgid, read.start_boottime_ns, self.clk_tck) {
                 continue;
             }
-            self.retire(tgid, &p);
-            let _ = procs.delete(&tgid.to_ne_bytes());
-            swept += 1;
+            // Read the entry again now that the process is known gone: its
+            // exit may have come between the table read and the /proc check.
+            let key = tgid.to_ne_bytes();
+            let now = lookup_entry(procs, &key)?;
+            if self.sweep_entry(tgid, &read, now.as_ref()) {
+                let _ = procs.delete(&key);
+                swept += 1;
+            }
         }
         Ok(swept)
     }
+
+    /// Fold the entry of a process that is gone, `now` as the table holds
+    /// it after /proc said so (`read` as the sweep first read it). True when
+    /// the entry is to be deleted. Once a process is reaped its exit hook
+    /// has run, so an entry still there has no record coming, except that
+    /// one the exit sent after the first read is in the ring buffer (its
+    /// entry deleted: `now` is `None`), and must not be replaced by the
+    /// older reading, which would drop the record as already folded.
+    fn sweep_entry(&mut self, tgid: u32, read: &sp_proc, now: Option<&sp_proc>) -> bool {
+        let Some(now) = now.filter(|now| image_id(tgid, now) == image_id(tgid, read)) else {
+            return false; // exited since (record in the ring), or a new process on the pid
+        };
+        if self.recently_retired.contains_key(&image_id(tgid, now)) {
+            // made after the image's record by a hook that ran during its
+            // exit: counts the record does not hold
+            self.add_late(tgid, now);
+        } else {
+            self.retire(tgid, now);
+        }
+        true
+    }
+}
+
+/// The `procs` entry under `key`, if there is one.
+fn lookup_entry(procs: &dyn MapCore, key: &[u8]) -> Result<Option<sp_proc>> {
+    let Some(value) = procs
+        .lookup(key, MapFlags::ANY)
+        .context("reading the procs map")?
+    else {
+        return Ok(None);
+    };
+    let mut p = sp_proc::default();
+    plain::copy_from_bytes(&mut p, &value)
+        .map_err(|e| anyhow::anyhow!("procs value of unexpected size: {e:?}"))?;
+    Ok(Some(p))
 }
 
 #[cfg(test)]
@@ -605,6 +639,37 @@ mod tests {
         agg.drop_gone(&HashMap::new());
         assert_eq!(agg.series.len(), 1, "the gone cgroup's series is dropped");
         assert!(agg.parsed.contains_key("/") && !agg.parsed.contains_key(gone));
+    }
+
+    fn total(agg: &Aggregator) -> u64 {
+        agg.series.values().map(|s| s.retired.gettimeofday).sum()
+    }
+
+    #[test]
+    fn a_sweep_never_takes_an_older_reading_over_the_exit_record() {
+        let mut agg = limited(100, 100);
+        let read = image_x();
+        // the exit sent its record (7 calls) and deleted the entry between
+        // the sweep's table read (5) and its /proc check
+        assert!(!agg.sweep_entry(7, &read, None));
+        let mut record = read;
+        record.c.gettimeofday = 7;
+        agg.retire(7, &record);
+        assert_eq!(total(&agg), 7);
+        // a new process on the pid is not the dead one's to fold
+        let mut other = read;
+        other.start_boottime_ns += 1;
+        assert!(!agg.sweep_entry(7, &read, Some(&other)));
+        // an entry made during the exit, after its record, holds new counts
+        let mut after = read;
+        after.c.gettimeofday = 2;
+        assert!(agg.sweep_entry(7, &read, Some(&after)));
+        assert_eq!(total(&agg), 9);
+        // an entry that never had a record is folded whole
+        let mut lone = image_x();
+        lone.start_boottime_ns = 99;
+        assert!(agg.sweep_entry(8, &lone, Some(&lone)));
+        assert_eq!(total(&agg), 14);
     }
 
     #[test]
