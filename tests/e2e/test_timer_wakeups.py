@@ -18,6 +18,7 @@ CPU, except the sleeps', which are all read.
 Runs once per attach type (tp_btf and raw_tp)."""
 
 import re
+import resource
 import subprocess
 import time
 
@@ -119,3 +120,24 @@ def test_a_slow_waiter_gets_no_per_process_histogram(agent, workload_bin, tracef
     assert scrape.value("slowpath_node_timer_waits_total", wait="futex") >= 20
     # 20 ms apart: each wait is the first of its jiffy, so each is read
     assert scrape.value("slowpath_node_timer_requested_seconds_count", wait="futex") >= 20
+
+
+def children_cpu_seconds(argv):
+    """CPU seconds (the kernel's utime + stime, from its exact runtime) of
+    one run of `argv`."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def test_the_wakeup_cost_is_what_the_kernel_charges_a_sleeping_process(agent, workload_bin):
+    """slowpath_timer_wakeup_cost_seconds (the agent's own timed sleeps)
+    against the CPU time the kernel charges a C program per 200 us sleep:
+    the difference of 4,200 and 200 sleeps, which leaves out its start and
+    exit; the median of three. Within 35 %: both are a few microseconds
+    on a shared machine."""
+    ours = agent.scrape().value("slowpath_timer_wakeup_cost_seconds")
+    run = lambda n: children_cpu_seconds([str(workload_bin), "sleep", str(n), "200"])
+    oracle = sorted((run(4200) - run(200)) / 4000 for _ in range(3))[1]
+    assert 1e-7 < ours < 1e-3 and abs(ours - oracle) <= 0.35 * oracle, (ours, oracle)

@@ -92,6 +92,10 @@ pub struct Calibration {
     /// time after attaching less right before ([`time_untraced_syscall`]),
     /// measured at start with the statistics off. Near 0 with fentry.
     pub untraced_added_ns: Option<f64>,
+    /// What that syscall costs with slowpath attached: the floor of every
+    /// syscall on this node, counted or not (same timing as
+    /// `untraced_added_ns`'s "after").
+    pub untraced_ns: Option<f64>,
     /// The dispatch charged to each run of `sys_enter`:
     /// `untraced_added_ns` less the program's own time for such a syscall
     /// (measured with the statistics on, less `stats_floor_ns`), at least 0.
@@ -204,6 +208,7 @@ impl CostMeter {
         let after = time_untraced_syscall();
         let added = (after.ns_per_call - before.ns_per_call).max(0.0);
         self.calibration.untraced_added_ns = Some(added);
+        self.calibration.untraced_ns = Some(after.ns_per_call);
         if self.opts.interval.is_none() {
             return; // no statistics, no time per run: no dispatch either
         }

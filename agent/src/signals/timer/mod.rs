@@ -38,11 +38,11 @@ use prometheus::proto::{Metric, MetricFamily, MetricType};
 use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_wait};
 use crate::exposition::{
-    counter, cumulative_buckets, family, histogram, push_nonzero, with, Family,
+    counter, cumulative_buckets, family, gauge, histogram, push_nonzero, with, Family,
 };
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 pub mod kernel;
@@ -105,6 +105,11 @@ const TIMER_REQUESTED: Family = Family {
     help: "Requested timeouts of timed waits (sys_enter arguments; absolute deadlines as their distance from the clock's time at the call), in seconds, by wait: every sleep's, and a sample of the other waits' (the first of the process in each jiffy on each CPU), so _count is the requests read and the rate of waits is slowpath_timer_waits_total; only for processes that were timer loops (--timer.loop-threshold wakeups in one second)",
     kind: MetricType::HISTOGRAM,
 };
+const WAKEUP_COST: Family = Family {
+    name: "slowpath_timer_wakeup_cost_seconds",
+    help: "CPU seconds one timed wakeup costs the woken thread on this node (syscall, arming the timer, switching out and back in): the agent's 200 clock_nanosleep calls of 200 us every 5 min, timed by CLOCK_THREAD_CPUTIME_ID. Wakeups per second times this is the share of a CPU a timer loop costs",
+    kind: MetricType::GAUGE,
+};
 const NODE_TIMER_REQUESTED: Family = Family {
     name: "slowpath_node_timer_requested_seconds",
     help: "Requested timeouts of the timed waits of every process on the node, in seconds, by wait (as slowpath_timer_requested_seconds, sampled the same way, summed over all processes; the rate of waits is slowpath_node_timer_waits_total)",
@@ -119,6 +124,7 @@ pub const SIGNAL: Signal = Signal {
         &NODE_TIMER_WAITS,
         &TIMER_REQUESTED,
         &NODE_TIMER_REQUESTED,
+        &WAKEUP_COST,
     ],
     export,
     diagnose,
@@ -127,8 +133,11 @@ pub const SIGNAL: Signal = Signal {
     call_sites: &[],
     node: NodeNeeds {
         settings: None,
-        check: None,
-        measure: Some(wakeup_cost::measure),
+        check: Some(NodeCheck {
+            every: wakeup_cost::every,
+            run: wakeup_cost::check,
+        }),
+        measure: None,
     },
     kernel: KernelNeeds {
         hooks: &kernel::HOOKS,
@@ -348,7 +357,14 @@ fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
         family(&NODE_TIMER_WAITS, node_waits.collect()),
         family(&TIMER_REQUESTED, requested),
         family(&NODE_TIMER_REQUESTED, node.collect()),
+        family(&WAKEUP_COST, wakeup_cost_gauge(scrape)),
     ]
+}
+
+/// The node's measured wakeup cost, when the worker has measured it.
+fn wakeup_cost_gauge(scrape: &Scrape<'_>) -> Vec<Metric> {
+    let cost = scrape.node.get::<WakeupCost>().and_then(|c| c.0);
+    cost.map(|s| gauge(&[], s)).into_iter().collect()
 }
 
 fn timeout_histogram(labels: &[(&str, String)], buckets: &[u64], ns: u64) -> Option<Metric> {

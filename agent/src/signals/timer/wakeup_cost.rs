@@ -1,19 +1,34 @@
-//! The CPU cost of one timed wakeup on this node, measured by the doctor to
-//! put a timer loop's wakeups in CPU seconds: the syscall, arming the timer
-//! and two context switches, which differ by CPU and by mitigations.
+//! The CPU cost of one timed wakeup on this node, measured by the agent's
+//! worker (and so the doctor's) to put a timer loop's wakeups in CPU
+//! seconds: the syscall, arming the timer and two context switches, which
+//! differ by CPU and by mitigations. Exported as
+//! `slowpath_timer_wakeup_cost_seconds`, so that findings, `slowpath top`,
+//! dashboards and alerts use the one figure.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::node::{Fact, NodeFact};
+use crate::signals::{KernelView, SignalArgs};
 
 /// CPU seconds one timed wakeup costs the woken thread, when measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WakeupCost(pub Option<f64>);
 
-impl NodeFact for WakeupCost {}
+impl NodeFact for WakeupCost {
+    fn report(&self) -> Option<(&'static str, &dyn erased_serde::Serialize)> {
+        Some(("timer_wakeup_cost_seconds", &self.0))
+    }
+}
 
-/// Measure it now (about 50 ms: 200 sleeps of 200 us).
-pub fn measure(_: &crate::node::NodeFacts) -> Fact {
+/// How often the worker measures it: one measurement keeps the worker
+/// about 50 ms (200 sleeps of 200 us) for ~1.5 ms of CPU.
+pub fn every(_: &SignalArgs) -> Duration {
+    Duration::from_secs(300)
+}
+
+/// The worker's node check: measure now.
+pub fn check(_: &dyn KernelView) -> Fact {
     Arc::new(WakeupCost(wakeup_cost()))
 }
 
