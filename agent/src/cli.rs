@@ -266,8 +266,10 @@ pub struct TopArgs {
     /// One JSON object per row and refresh (JSON lines) instead of tables (batch mode).
     #[arg(long)]
     pub json: bool,
-    /// Column to sort by, highest first; `events` adds every slow path up.
-    #[arg(short = 's', long, value_enum, default_value = "events")]
+    /// Column to sort by, highest first: `cpu` is the estimated share of a
+    /// CPU the slow paths cost (the node's measured cost of each event),
+    /// `events` adds every slow path's events up.
+    #[arg(short = 's', long, value_enum, default_value = "cpu")]
     pub sort: TopSort,
     /// Rows per table in batch mode; 0 for all.
     #[arg(long, default_value_t = 30)]
@@ -297,6 +299,7 @@ pub struct TopArgs {
 /// Sort keys of `slowpath top --sort`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum TopSort {
+    Cpu,
     Events,
     Clock,
     Sigmask,

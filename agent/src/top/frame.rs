@@ -51,6 +51,16 @@ pub(super) fn cell(row: &Row, column: Column) -> String {
     }
 }
 
+/// The estimated share of a CPU in %: `-` for none, `<0.1` below a
+/// tenth of a percent.
+pub(super) fn cpu_cell(row: &Row) -> String {
+    match row.estimated_cpu_share * 100.0 {
+        p if p <= 0.0 => "-".into(),
+        p if p < 0.1 => "<0.1".into(),
+        p => rate_cell(p),
+    }
+}
+
 /// Who a row is in the text table: comm, and the first of pod, unit and
 /// cgroup it has; the pid when the agent labels series with it.
 pub(super) fn who(row: &Row) -> (String, String, String) {
@@ -74,7 +84,7 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
         "slowpath top - {} - {} - rates over {:.1}s - {} processes",
         header.time, header.source, header.interval_seconds, header.processes
     );
-    let _ = write!(out, "{:>7} {:<16}", "PID", "COMM");
+    let _ = write!(out, "{:>7} {:<16} {:>5}", "PID", "COMM", "CPU%");
     for column in Column::ALL {
         let _ = write!(out, " {:>8}", column.header());
     }
@@ -82,7 +92,12 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
     for row in rows {
         let (pid, comm, place) = who(row);
         let pid = if pid.is_empty() { "-".into() } else { pid };
-        let _ = write!(out, "{pid:>7} {:<16}", truncate(&comm, 16));
+        let _ = write!(
+            out,
+            "{pid:>7} {:<16} {:>5}",
+            truncate(&comm, 16),
+            cpu_cell(row)
+        );
         for column in Column::ALL {
             let _ = write!(out, " {:>8}", cell(row, column));
         }

@@ -1,6 +1,8 @@
 //! `slowpath top`: this node's slow paths per process, live. Reads the
 //! agent running on the node every `--delay` and prints, per process
-//! series, each slow path's rate between the last two reads, the median
+//! series, the estimated CPU its slow paths cost (each rate times the
+//! node's measured cost of one such event, from the agent's gauges), each
+//! slow path's rate between the last two reads, the median
 //! timeout its timed waits and sleeps asked for, and the findings that
 //! hold for it, highest first.
 //!
@@ -20,10 +22,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-pub use rows::Column;
+pub use rows::{Column, SortKey};
 pub use source::AgentEndpoint;
 
-use rows::{rows_between, sort_rows, Reading, SortKey};
+use rows::{rows_between, sort_rows, Reading};
 use source::AgentSource;
 
 /// What `slowpath top` was asked for.
@@ -36,9 +38,8 @@ pub struct TopOptions {
     pub iterations: Option<u32>,
     /// JSON lines instead of text tables.
     pub json: bool,
-    /// Sort by one column (highest first); `None`: by all slow paths'
-    /// events per second together.
-    pub sort: Option<Column>,
+    /// How rows are ordered, highest first (the estimated CPU by default).
+    pub sort: SortKey,
     /// Rows per text frame; 0: all.
     pub max_rows: usize,
     /// Plain frames even on a terminal (`--batch`).
@@ -90,10 +91,7 @@ fn batch(opts: &TopOptions, source: &AgentSource) -> Result<()> {
 /// One frame between two readings `seconds` apart.
 fn render(opts: &TopOptions, before: &Reading, now: &Reading, seconds: f64) -> String {
     let mut rows = rows_between(before, now, seconds);
-    sort_rows(
-        &mut rows,
-        opts.sort.map_or(SortKey::Events, SortKey::Column),
-    );
+    sort_rows(&mut rows, opts.sort);
     let time = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
     let header = frame::Header {
         time: &time,

@@ -102,9 +102,73 @@ const TIMEOUT_HISTOGRAMS: [&str; 2] = [
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
     pub counters: BTreeMap<Column, f64>,
+    /// The clock fallbacks by `clock` label: each clock's read costs its own.
+    pub clock_fallbacks: BTreeMap<String, f64>,
     pub timeouts: Vec<(f64, f64)>,
     /// Reads in a row that did not have this series (carried over).
     pub missed: u32,
+}
+
+/// What one event of each kind costs on this node, from the agent's gauges
+/// in the same read (each measured by the agent on the node): what the
+/// estimated CPU column multiplies the rates by. `None` where the agent
+/// does not export the figure (then those events add nothing).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EventCosts {
+    /// `slowpath_syscall_seconds`: one untraced syscall with the programs
+    /// attached, the cost of an `rt_sigprocmask` call and of a clock
+    /// syscall the vDSO could serve.
+    pub syscall: Option<f64>,
+    /// `slowpath_timer_wakeup_cost_seconds`: CPU one timed wakeup costs.
+    pub wakeup: Option<f64>,
+    /// `slowpath_tzfile_check_seconds`: one stat of `/etc/localtime`.
+    pub tzfile_check: Option<f64>,
+    /// `slowpath_clock_read_seconds` of each clock whose libc reads fall
+    /// back to a syscall on this node (`slowpath_vdso_fallback` 1): what a
+    /// process pays per read of it, the clocksource's read included.
+    pub fallback_read: BTreeMap<String, f64>,
+}
+
+impl EventCosts {
+    /// Seconds one fallback read of `clock` costs.
+    fn clock_read(&self, clock: &str) -> Option<f64> {
+        self.fallback_read.get(clock).copied().or(self.syscall)
+    }
+
+    /// Take a gauge of one read into the costs; `fallen_back` gathers the
+    /// clocks the canary saw fall back, `reads` every clock's read cost.
+    fn take(&mut self, sample: &Sample, value: f64, reads: &mut Vec<(String, f64)>) {
+        let clock = || sample.labels.get("clock").unwrap_or_default().to_string();
+        match sample.metric.as_str() {
+            "slowpath_syscall_seconds" => self.syscall = Some(value),
+            "slowpath_timer_wakeup_cost_seconds" => self.wakeup = Some(value),
+            "slowpath_tzfile_check_seconds" => self.tzfile_check = Some(value),
+            "slowpath_clock_read_seconds" => reads.push((clock(), value)),
+            "slowpath_vdso_fallback" if value == 1.0 => {
+                self.fallback_read.insert(clock(), f64::NAN);
+            }
+            _ => {}
+        }
+    }
+
+    /// The share of one CPU a row's events cost over an interval: each
+    /// rate times its event's cost, and compaction's own share.
+    fn cpu_share(&self, rate: impl Fn(Column) -> f64, clock_rates: &[(String, f64)]) -> f64 {
+        let clocks: f64 = clock_rates
+            .iter()
+            .map(|(clock, r)| r * self.clock_read(clock).unwrap_or(0.0))
+            .sum();
+        let per_event = [
+            (Column::Sigprocmask, self.syscall),
+            (Column::TimerWakeups, self.wakeup),
+            (Column::TzfileStats, self.tzfile_check),
+        ];
+        let others: f64 = per_event
+            .iter()
+            .map(|(column, cost)| rate(*column) * cost.unwrap_or(0.0))
+            .sum();
+        clocks + others + rate(Column::CompactionSeconds)
+    }
 }
 
 /// Reads a series missing from the agent's page is remembered for: a
@@ -121,6 +185,8 @@ pub struct Reading {
     /// The findings that hold per row (`slowpath_finding_info`), by the
     /// identity without pid (findings are per comm and cgroup).
     pub findings: HashMap<Identity, Vec<String>>,
+    /// The node's cost of each kind of event, as of this read.
+    pub costs: EventCosts,
 }
 
 /// The identity of a sample's series.
@@ -162,6 +228,7 @@ impl Reading {
     /// The rows of one scrape of the agent.
     pub fn from_scrape(scrape: &Scrape) -> Self {
         let mut reading = Reading::default();
+        let mut clock_reads = Vec::new();
         for sample in &scrape.samples {
             if sample.metric == "slowpath_finding_info" {
                 let finding = sample.labels.get("finding").unwrap_or_default().to_string();
@@ -181,6 +248,10 @@ impl Reading {
             }
             let value = match sample.value {
                 Value::Counter(v) | Value::Untyped(v) => v,
+                Value::Gauge(v) => {
+                    reading.costs.take(sample, v, &mut clock_reads);
+                    continue;
+                }
                 _ => continue,
             };
             for column in Column::ALL {
@@ -192,8 +263,20 @@ impl Reading {
                 }
                 let totals = reading.rows.entry(identity(sample)).or_default();
                 *totals.counters.entry(column).or_default() += value;
+                if column == Column::ClockFallbacks {
+                    let clock = sample.labels.get("clock").unwrap_or_default();
+                    *totals.clock_fallbacks.entry(clock.into()).or_default() += value;
+                }
             }
         }
+        // only the clocks that fall back, at their measured read cost
+        let fallback = &mut reading.costs.fallback_read;
+        for (clock, seconds) in clock_reads {
+            if let Some(cost) = fallback.get_mut(&clock) {
+                *cost = seconds;
+            }
+        }
+        fallback.retain(|_, cost| !cost.is_nan());
         for list in reading.findings.values_mut() {
             list.sort();
             list.dedup();
@@ -211,6 +294,10 @@ pub struct Row {
     #[serde(skip)]
     pub identity: Identity,
     pub rates: BTreeMap<Column, f64>,
+    /// The share of one CPU the row's slow paths cost in the interval,
+    /// estimated from the node's measured cost of each event
+    /// ([`EventCosts`]); 0.01 is 1 % of a CPU.
+    pub estimated_cpu_share: f64,
     /// Upper bound of the bucket that holds the median, in seconds; `None`
     /// without a timeout requested in the interval.
     pub median_timeout_seconds: Option<f64>,
@@ -278,8 +365,16 @@ pub fn rows_between(before: &Reading, now: &Reading, seconds: f64) -> Vec<Row> {
             if rates.is_empty() {
                 return None;
             }
+            let clock_rates: Vec<(String, f64)> = (totals.clock_fallbacks.iter())
+                .map(|(clock, &n)| {
+                    let b = old.clock_fallbacks.get(clock).copied();
+                    (clock.clone(), increase(b, n) / seconds)
+                })
+                .collect();
+            let rate = |c: Column| rates.get(&c).copied().unwrap_or(0.0);
             Some(Row {
                 identity: id.clone(),
+                estimated_cpu_share: now.costs.cpu_share(rate, &clock_rates),
                 median_timeout_seconds: median_between(&old.timeouts, &totals.timeouts),
                 findings: now
                     .findings
@@ -292,10 +387,12 @@ pub fn rows_between(before: &Reading, now: &Reading, seconds: f64) -> Vec<Row> {
         .collect()
 }
 
-/// How a frame's rows are ordered: by one column's rate or by all of them
-/// together, highest first; ties by comm.
+/// How a frame's rows are ordered, highest first: by the estimated CPU
+/// (the default), by all events together, or by one column's rate; ties
+/// by all events, then by identity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
+    Cpu,
     Events,
     Column(Column),
 }
@@ -303,12 +400,14 @@ pub enum SortKey {
 /// Sort rows, highest first.
 pub fn sort_rows(rows: &mut [Row], key: SortKey) {
     let value = |r: &Row| match key {
+        SortKey::Cpu => r.estimated_cpu_share,
         SortKey::Events => r.events(),
         SortKey::Column(c) => r.rate(c),
     };
     rows.sort_by(|a, b| {
         value(b)
             .total_cmp(&value(a))
+            .then_with(|| b.events().total_cmp(&a.events()))
             .then_with(|| a.identity.cmp(&b.identity))
     });
 }
@@ -353,6 +452,16 @@ slowpath_timer_requested_seconds_sum{comm="java",cgroup="/a",unit="",wait="futex
 slowpath_timer_requested_seconds_count{comm="java",cgroup="/a",unit="",wait="futex"} 25
 # TYPE slowpath_finding_info gauge
 slowpath_finding_info{finding="sigprocmask_storm",severity="warning",known_source="",comm="ruby",cgroup="/b",unit="",namespace="",pod="",container=""} 1
+# TYPE slowpath_syscall_seconds gauge
+slowpath_syscall_seconds 2e-7
+# TYPE slowpath_vdso_fallback gauge
+slowpath_vdso_fallback{clock="realtime"} 0
+slowpath_vdso_fallback{clock="monotonic"} 1
+# TYPE slowpath_clock_read_seconds gauge
+slowpath_clock_read_seconds{clock="realtime"} 2e-8
+slowpath_clock_read_seconds{clock="monotonic"} 1e-5
+# TYPE slowpath_timer_wakeup_cost_seconds gauge
+slowpath_timer_wakeup_cost_seconds 1e-5
 "#;
 
     fn by_comm(rows: &[Row], comm: &str) -> Row {
@@ -369,6 +478,24 @@ slowpath_finding_info{finding="sigprocmask_storm",severity="warning",known_sourc
         assert_eq!(ruby.rate(Column::Sigprocmask), 4000.0);
         assert_eq!(ruby.findings, vec!["sigprocmask_storm".to_string()]);
         assert!(java.findings.is_empty());
+    }
+
+    #[test]
+    fn the_cpu_share_is_each_rate_times_its_events_cost_on_the_node() {
+        let rows = rows_between(&reading(BEFORE), &reading(NOW), 2.0);
+        // monotonic falls back here: 100/s at its read of 10 us; realtime
+        // does not (a raw syscall): 50/s at a syscall's 200 ns
+        let java = by_comm(&rows, "java");
+        let want = 100.0 * 1e-5 + 50.0 * 2e-7;
+        assert!((java.estimated_cpu_share - want).abs() < 1e-12, "{java:?}");
+        // 4,000 rt_sigprocmask calls/s at a syscall each
+        let ruby = by_comm(&rows, "ruby");
+        assert!((ruby.estimated_cpu_share - 4000.0 * 2e-7).abs() < 1e-12);
+        // without the agent's figures, events cost nothing known
+        let mut bare = reading(NOW);
+        bare.costs = EventCosts::default();
+        let rows = rows_between(&reading(BEFORE), &bare, 2.0);
+        assert!(rows.iter().all(|r| r.estimated_cpu_share == 0.0));
     }
 
     #[test]
@@ -428,14 +555,18 @@ slowpath_finding_info{finding="sigprocmask_storm",severity="warning",known_sourc
     }
 
     #[test]
-    fn rows_sort_highest_first_by_all_events_or_by_one_column() {
+    fn rows_sort_highest_first_by_cpu_all_events_or_one_column() {
         let mut rows = rows_between(&reading(BEFORE), &reading(NOW), 1.0);
+        sort_rows(&mut rows, SortKey::Cpu);
+        let comms: Vec<&str> = rows.iter().map(|r| r.identity[0].as_str()).collect();
+        // java: 200/s at 10 us and 100/s at 0.2 us; ruby: 8,000/s at 0.2 us
+        assert_eq!(comms, ["java", "ruby", "idle"]);
         sort_rows(&mut rows, SortKey::Events);
         let comms: Vec<&str> = rows.iter().map(|r| r.identity[0].as_str()).collect();
         assert_eq!(comms, ["ruby", "java", "idle"]);
         sort_rows(&mut rows, SortKey::Column(Column::ClockFallbacks));
         assert_eq!(rows[0].identity[0], "java");
-        // ties (no clock fallbacks) by identity
-        assert_eq!(rows[1].identity[0], "idle");
+        // ties (no clock fallbacks) by all events
+        assert_eq!(rows[1].identity[0], "ruby");
     }
 }

@@ -19,7 +19,7 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use super::detail::finding_lines;
-use super::frame::{cell, timeout_cell, who};
+use super::frame::{cell, cpu_cell, timeout_cell, who};
 use super::rows::{rows_between, sort_rows, Column, Reading, Row, SortKey};
 use super::source::AgentSource;
 use super::TopOptions;
@@ -27,15 +27,21 @@ use super::TopOptions;
 /// Longest wait for a key before the loop looks at the clock again.
 const KEY_POLL: Duration = Duration::from_millis(250);
 
-/// The sort keys in the order `s`, `<` and `>` walk them: all events,
-/// then each column in display order.
-const SORTS: usize = Column::ALL.len() + 1;
+/// The sort keys in the order `s`, `<` and `>` walk them: the estimated
+/// CPU, all events, then each column in display order.
+const SORTS: usize = Column::ALL.len() + 2;
 
 fn sort_key(index: usize) -> SortKey {
-    match index.checked_sub(1) {
-        Some(i) => SortKey::Column(Column::ALL[i % Column::ALL.len()]),
-        None => SortKey::Events,
+    match index {
+        0 => SortKey::Cpu,
+        1 => SortKey::Events,
+        i => SortKey::Column(Column::ALL[(i - 2) % Column::ALL.len()]),
     }
+}
+
+/// The place of `key` in the walk of [`sort_key`].
+fn sort_index(key: SortKey) -> usize {
+    (0..SORTS).find(|&i| sort_key(i) == key).unwrap_or(0)
 }
 
 const HELP: &str = "\
@@ -153,10 +159,7 @@ struct App<'a> {
 
 impl<'a> App<'a> {
     fn new(opts: &'a TopOptions) -> Self {
-        let sort = opts
-            .sort
-            .and_then(|c| Column::ALL.iter().position(|a| *a == c).map(|i| i + 1))
-            .unwrap_or(0);
+        let sort = sort_index(opts.sort);
         Self {
             opts,
             all: Vec::new(),
@@ -297,6 +300,7 @@ impl<'a> App<'a> {
 
     fn title(&self, shown: usize) -> String {
         let sort = match sort_key(self.sort) {
+            SortKey::Cpu => "cpu",
             SortKey::Events => "events",
             SortKey::Column(c) => c.header(),
         };
@@ -336,13 +340,19 @@ impl<'a> App<'a> {
     }
 
     fn table_widget(&self, rows: &[Row], width: u16) -> Table<'static> {
-        let sorted = match sort_key(self.sort) {
+        let key = sort_key(self.sort);
+        let sorted = match key {
             SortKey::Column(c) => Some(c),
-            SortKey::Events => None,
+            SortKey::Cpu | SortKey::Events => None,
         };
         let shown = fitting_columns(width, sorted);
         let header = shown.iter().map(|c| {
-            let style = if matches!(c, ViewColumn::Rate(r) if Some(*r) == sorted) {
+            let underlined = match c {
+                ViewColumn::Rate(r) => Some(*r) == sorted,
+                ViewColumn::Cpu => key == SortKey::Cpu,
+                _ => false,
+            };
+            let style = if underlined {
                 Style::new().add_modifier(Modifier::UNDERLINED)
             } else {
                 Style::new()
@@ -368,6 +378,8 @@ enum ViewColumn {
     /// `!` when a finding holds for the process.
     Mark,
     Comm,
+    /// The estimated share of a CPU, in %.
+    Cpu,
     Rate(Column),
     Timeout,
     Place,
@@ -376,10 +388,11 @@ enum ViewColumn {
 
 impl ViewColumn {
     /// Left to right.
-    const ORDER: [ViewColumn; 13] = [
+    const ORDER: [ViewColumn; 14] = [
         ViewColumn::Pid,
         ViewColumn::Mark,
         ViewColumn::Comm,
+        ViewColumn::Cpu,
         ViewColumn::Rate(Column::ClockFallbacks),
         ViewColumn::Rate(Column::Sigprocmask),
         ViewColumn::Rate(Column::TimerWakeups),
@@ -392,12 +405,12 @@ impl ViewColumn {
         ViewColumn::Findings,
     ];
 
-    /// Which columns stay when the screen is narrow, lowest first: who,
-    /// then the sorted rate, the common rates, the timeout, the rarer
+    /// Which columns stay when the screen is narrow, lowest first: who and
+    /// the estimated CPU, then the sorted rate, the common rates, the timeout, the rarer
     /// rates, the findings, the place.
     fn keep_rank(self, sorted: Option<Column>) -> u8 {
         match self {
-            ViewColumn::Pid | ViewColumn::Mark | ViewColumn::Comm => 0,
+            ViewColumn::Pid | ViewColumn::Mark | ViewColumn::Comm | ViewColumn::Cpu => 0,
             ViewColumn::Rate(c) if Some(c) == sorted => 1,
             ViewColumn::Rate(
                 Column::ClockFallbacks | Column::Sigprocmask | Column::TimerWakeups,
@@ -414,6 +427,7 @@ impl ViewColumn {
             ViewColumn::Pid => "PID",
             ViewColumn::Mark => " ",
             ViewColumn::Comm => "COMM",
+            ViewColumn::Cpu => "CPU%",
             ViewColumn::Rate(c) => c.header(),
             ViewColumn::Timeout => "TIMEOUT",
             ViewColumn::Place => "POD/UNIT/CGROUP",
@@ -427,9 +441,11 @@ impl ViewColumn {
             ViewColumn::Pid | ViewColumn::Timeout => Constraint::Length(7),
             ViewColumn::Mark => Constraint::Length(1),
             ViewColumn::Comm => Constraint::Length(15),
-            ViewColumn::Rate(_) => Constraint::Length(8),
+            ViewColumn::Cpu => Constraint::Length(5),
+            // as wide as the title; a cell is at most 5 characters ("1000k")
+            ViewColumn::Rate(c) => Constraint::Length(c.header().len().max(6) as u16),
             ViewColumn::Place => Constraint::Min(12),
-            ViewColumn::Findings => Constraint::Min(10),
+            ViewColumn::Findings => Constraint::Min(8),
         }
     }
 
@@ -448,6 +464,7 @@ impl ViewColumn {
             ViewColumn::Mark if row.findings.is_empty() => " ".into(),
             ViewColumn::Mark => "!".into(),
             ViewColumn::Comm => comm,
+            ViewColumn::Cpu => cpu_cell(row),
             ViewColumn::Rate(c) => cell(row, c),
             ViewColumn::Timeout => timeout_cell(row.median_timeout_seconds),
             ViewColumn::Place => place,
@@ -459,7 +476,9 @@ impl ViewColumn {
 /// A cell: numbers right-aligned, names left.
 fn aligned(column: &ViewColumn, text: String) -> Cell<'static> {
     match column {
-        ViewColumn::Rate(_) | ViewColumn::Timeout => Cell::from(Line::from(text).right_aligned()),
+        ViewColumn::Rate(_) | ViewColumn::Cpu | ViewColumn::Timeout => {
+            Cell::from(Line::from(text).right_aligned())
+        }
         _ => Cell::from(text),
     }
 }
@@ -467,7 +486,8 @@ fn aligned(column: &ViewColumn, text: String) -> Cell<'static> {
 /// The columns that fit `width` (one space between), in [`ViewColumn::ORDER`]:
 /// taken in [`ViewColumn::keep_rank`] order, the sorted one early, so that a
 /// narrow screen drops whole columns instead of squeezing every one.
-/// 120 columns hold them all (7 + 1 + 15 + 7 x 8 + 7 + 12 + 10, 12 gaps).
+/// 120 columns hold them all (7 + 1 + 15 + 5 + 52 for the rates + 7 + 12 + 8,
+/// 13 gaps).
 fn fitting_columns(width: u16, sorted: Option<Column>) -> Vec<ViewColumn> {
     let mut keep = ViewColumn::ORDER.to_vec();
     keep.sort_by_key(|c| c.keep_rank(sorted)); // stable: left to right within a rank
@@ -552,10 +572,10 @@ mod tests {
         assert_eq!(fitting_columns(120, None), ViewColumn::ORDER.to_vec());
         let narrow = fitting_columns(58, Some(Column::TzfileStats));
         let titles: Vec<&str> = narrow.iter().map(|c| c.title()).collect();
-        // 7 + 1 + 15 + 8 (sorted) + 8 + 8, with the gaps: 52; no next column fits in 6
+        // 7 + 1 + 15 + 5 + 8 (sorted) + 7 + 8, with the gaps: 57; no next column fits in 1
         assert_eq!(
             titles,
-            ["PID", " ", "COMM", "CLOCK/s", "SIGMSK/s", "TZSTAT/s"]
+            ["PID", " ", "COMM", "CPU%", "CLOCK/s", "SIGMSK/s", "TZSTAT/s"]
         );
     }
 
