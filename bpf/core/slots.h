@@ -73,7 +73,11 @@ static __always_inline bool entry_fold_begin(struct sp_proc *p, struct sp_slot *
 }
 
 /* Send the counts of slot `s`, whose image has no live entry any more, as
- * a SP_EVENT_LATE record. False when the ring buffer is full. */
+ * a SP_EVENT_LATE record. False when the ring buffer is full. The timer
+ * wakeups of the window the slot held never reached the entry's window
+ * test: a slot that holds a hot window's worth counts one hot window in
+ * the record (a process that exits on another CPU than its timers fired
+ * on; a window split between the entry and this slot is still missed). */
 static __always_inline bool slot_send_late(struct sp_slot *s)
 {
 	struct sp_proc_event *e = bpf_ringbuf_reserve(&proc_events, sizeof(*e), 0);
@@ -98,6 +102,8 @@ static __always_inline bool slot_send_late(struct sp_slot *s)
 	e->proc.cgroup_id = s->cgroup_id;
 	e->proc.flags = 0;
 	e->proc.tgid = s->tgid;
+	if (s->win_wakeups >= timer_hot_wakeups)
+		e->proc.c.timer_hot_windows = 1;
 	bpf_ringbuf_submit(e, ring_wakeup(&proc_events));
 	bpf_probe_read_kernel(&s->c, SP_SLOT_WORDS * sizeof(__u64), &tmpl->c);
 	return true;

@@ -12,6 +12,7 @@ batch frames where there is no terminal or a dumb one."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -110,9 +111,17 @@ def test_text_frames_put_the_busiest_process_first(agent_bin, workload_bin, tmp_
     assert result.returncode == 0, result.stderr
     frames = result.stdout.rstrip("\n").split("\n\n")
     assert len(frames) == 2, result.stdout
+    clocksource = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().split("[")[1].split("]")[0]
     for frame in frames:
-        title, columns, first = frame.splitlines()[:3]
+        title, node, columns, first = frame.splitlines()[:4]
         assert title.startswith("slowpath top - ") and "rates over" in title, frame
+        # the node line: the clocksource and the THP setting as sysfs has them, the
+        # agent's own CPU from two reads, its hooks; nothing missing
+        assert node.startswith(f"node: clocksource {clocksource} (vDSO ok) | THP enabled={thp} "), node
+        # (the programs' own time once the agent's first statistics window measured it)
+        assert re.search(r" \| agent \d+\.\d+% CPU(, BPF \d+\.\d+%)? \| hooks \d+ (fentry|tp_btf|raw_tp)", node), node
+        assert "NOT ATTACHED" not in node, node
         assert columns.split()[:4] == ["PID", "COMM", "CPU%", "CLOCK/s"], frame
         assert first.split()[1] == "sp-workload", frame
 
@@ -258,6 +267,7 @@ def test_the_full_screen_view_sorts_filters_shows_a_finding_and_quits_clean(agen
         # sorted by the estimated CPU first; then by all events, the next
         # column, and back
         assert "sort cpu" in screen, screen
+        assert "\nnode: clocksource " in screen and " | hooks " in screen, screen
         view.keys("s")
         view.wait_for(lambda s: "sort events" in s, what="sorted by events")
         view.keys("s")

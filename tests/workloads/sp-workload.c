@@ -80,6 +80,9 @@
  *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
  *                         thread in 50 ms futex timeouts, one in 100 ms
  *                         epoll_wait timeouts (~30 timer wakeups/s in all)
+ *
+ * With SP_EXIT_CPU=N in the environment, the process moves to CPU N once its
+ * mode is done and exits there (its timers fired where it ran before).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -103,6 +106,7 @@
 #include <sys/time.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
+#include <sched.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -702,6 +706,22 @@ static int run_idle_runtime(long seconds)
 	return 0;
 }
 
+/* atexit: move to CPU $SP_EXIT_CPU and give up this one, so that the exit
+ * runs there. */
+static void exit_on_cpu(void)
+{
+	const char *cpu = getenv("SP_EXIT_CPU");
+	cpu_set_t set;
+
+	if (!cpu)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(atoi(cpu), &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		perror("sched_setaffinity");
+	sched_yield();
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
@@ -714,6 +734,7 @@ int main(int argc, char **argv)
 
 	printf("pid=%d\n", getpid());
 	fflush(stdout);
+	atexit(exit_on_cpu);
 
 	if (!strcmp(mode, "clock-vdso")) {
 		for (long i = 0; i < n; i++)

@@ -17,6 +17,8 @@ pub struct Header<'a> {
     pub interval_seconds: f64,
     /// Rows with a slow path in the interval, before any cut.
     pub processes: usize,
+    /// The node line ([`super::node::node_line`]).
+    pub node: &'a str,
 }
 
 /// A rate for a column of the text table: 0 as `-`, otherwise at most
@@ -75,8 +77,8 @@ pub(super) fn who(row: &Row) -> (String, String, String) {
     (pid.clone(), comm.clone(), place)
 }
 
-/// One text frame: a header line, the column titles and `rows` (already
-/// sorted and cut to length).
+/// One text frame: a header line, the node line, the column titles and
+/// `rows` (already sorted and cut to length).
 pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -84,6 +86,7 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
         "slowpath top - {} - {} - rates over {:.1}s - {} processes",
         header.time, header.source, header.interval_seconds, header.processes
     );
+    let _ = writeln!(out, "{}", header.node);
     let _ = write!(out, "{:>7} {:<16} {:>5}", "PID", "COMM", "CPU%");
     for column in Column::ALL {
         let _ = write!(out, " {:>8}", column.header());

@@ -13,6 +13,7 @@
 
 mod detail;
 mod frame;
+mod node;
 mod rows;
 mod source;
 mod tui;
@@ -93,9 +94,11 @@ fn render(opts: &TopOptions, before: &Reading, now: &Reading, seconds: f64) -> S
     let mut rows = rows_between(before, now, seconds);
     sort_rows(&mut rows, opts.sort);
     let time = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    let node = node::node_line(&before.node, &now.node, seconds);
     let header = frame::Header {
         time: &time,
         source: &opts.endpoint.url,
+        node: &node,
         interval_seconds: seconds,
         processes: rows.len(),
     };

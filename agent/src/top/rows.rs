@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use prometheus_parse::{Sample, Scrape, Value};
+
+use super::node::NodeState;
 use serde::Serialize;
 
 /// The labels that say whose a per-process series is, in display order
@@ -187,6 +189,8 @@ pub struct Reading {
     pub findings: HashMap<Identity, Vec<String>>,
     /// The node's cost of each kind of event, as of this read.
     pub costs: EventCosts,
+    /// What the read says of the node and of the agent itself.
+    pub node: NodeState,
 }
 
 /// The identity of a sample's series.
@@ -250,10 +254,12 @@ impl Reading {
                 Value::Counter(v) | Value::Untyped(v) => v,
                 Value::Gauge(v) => {
                     reading.costs.take(sample, v, &mut clock_reads);
+                    reading.node.take(sample, v);
                     continue;
                 }
                 _ => continue,
             };
+            reading.node.take(sample, value);
             for column in Column::ALL {
                 let (family, only) = column.source();
                 if sample.metric != family
@@ -277,6 +283,7 @@ impl Reading {
             }
         }
         fallback.retain(|_, cost| !cost.is_nan());
+        reading.node.finish();
         for list in reading.findings.values_mut() {
             list.sort();
             list.dedup();

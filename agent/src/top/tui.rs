@@ -20,6 +20,7 @@ use signal_hook::iterator::Signals;
 
 use super::detail::finding_lines;
 use super::frame::{cell, cpu_cell, timeout_cell, who};
+use super::node::node_line;
 use super::rows::{rows_between, sort_rows, Column, Reading, Row, SortKey};
 use super::source::AgentSource;
 use super::TopOptions;
@@ -116,6 +117,7 @@ fn view_loop(
                     let now = Reading::from_scrape(&scrape);
                     if !app.paused {
                         app.all = rows_between(&before, &now, seconds);
+                        app.node = node_line(&before.node, &now.node, seconds);
                         app.interval = seconds;
                         app.refreshed = true;
                     }
@@ -139,6 +141,8 @@ struct App<'a> {
     opts: &'a TopOptions,
     /// Every row of the last interval, unfiltered.
     all: Vec<Row>,
+    /// The node line of the last interval.
+    node: String,
     interval: f64,
     /// A first interval has been read (before it: "reading").
     refreshed: bool,
@@ -163,6 +167,7 @@ impl<'a> App<'a> {
         Self {
             opts,
             all: Vec::new(),
+            node: "node: reading".into(),
             interval: 0.0,
             refreshed: false,
             sort,
@@ -271,7 +276,8 @@ impl<'a> App<'a> {
     }
 
     fn draw(&mut self, frame: &mut Frame<'_>) {
-        let [head, body, foot] = Layout::vertical([
+        let [head, node, body, foot] = Layout::vertical([
+            Constraint::Length(1),
             Constraint::Length(1),
             Constraint::Min(1),
             Constraint::Length(1),
@@ -279,6 +285,7 @@ impl<'a> App<'a> {
         .areas(frame.area());
         let rows = self.shown();
         frame.render_widget(Paragraph::new(self.title(rows.len())), head);
+        frame.render_widget(Paragraph::new(self.node.as_str()), node);
         self.page = body.height.saturating_sub(1).max(1) as usize;
         if !rows.is_empty() {
             let last = rows.len() - 1;
