@@ -134,9 +134,12 @@ def test_short_lived_cgroups_keep_their_names(start, workload_bin):
         run_workload(workload_bin, "cgroup-churn", parent, 2000, 3)
     finally:
         parent.rmdir()
-    series = agent.scrape().select(CLOCK, comm="sp-cgchurn")
+    series = settled_scrape(agent, CLOCK, 6000, comm="sp-cgchurn").select(CLOCK, comm="sp-cgchurn")
     named = {s.labels["cgroup"]: s.value for s in series}
-    assert named == {f"/{parent.name}/sp-cg-{i}": 3 for i in range(2000)}
+    want = {f"/{parent.name}/sp-cg-{i}": 3 for i in range(2000)}
+    wrong = {k: v for k, v in named.items() if want.get(k) != v}
+    missing = sorted(set(want) - set(named))
+    assert not wrong and not missing, (len(wrong), list(wrong.items())[:10], len(missing), missing[:10])
     assert agent.scrape().value(LOST, reason="cgroup_name") == 0
 
 

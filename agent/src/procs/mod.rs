@@ -292,18 +292,28 @@ impl Aggregator {
         self.read_table(procs).map(drop)
     }
 
-    /// Read the whole table, drain the ring buffer, drop series that are
-    /// gone for good, and return totals. Entries the kernel flagged as
-    /// exited are folded and deleted here.
+    /// Drain the ring buffers, read the whole table, drain again, drop
+    /// series that are gone for good, and return totals. Entries the kernel
+    /// flagged as exited are folded and deleted here.
+    ///
+    /// The first drain learns the path of every cgroup made before the
+    /// table is read: an entry read here or an exit record folded after may
+    /// be of a cgroup that is already removed, which no walk finds, and an
+    /// image keeps the series it is first given.
     pub fn refresh(
         &mut self,
         procs: &dyn MapCore,
-        drain: impl FnOnce() -> Result<()>,
-        pending: &PendingRecords,
+        mut drain: impl FnMut() -> Result<()>,
+        rings: (&PendingRecords, &PendingCgroups),
     ) -> Result<Refreshed> {
+        let (pending, new_cgroups) = rings;
         self.cgroups.new_round();
+        drain().context("draining the ring buffers")?;
+        self.learn_cgroups(new_cgroups);
+        self.fold_pending(pending);
         let live = self.read_table(procs)?;
-        drain().context("draining the proc_events ring buffer")?;
+        drain().context("draining the ring buffers")?;
+        self.learn_cgroups(new_cgroups);
         self.fold_pending(pending);
 
         let mut live_totals: HashMap<SeriesKey, sp_counters> = HashMap::new();

@@ -209,7 +209,7 @@ impl Loop {
         let refreshed = self.agg.refresh(
             &loaded.skel.maps.procs,
             || rings.ring.consume().map_err(Into::into),
-            &rings.pending,
+            (&rings.pending, &rings.new_cgroups),
         );
         let result = refreshed.map(|r| {
             Arc::new(Snapshot {
