@@ -34,8 +34,8 @@ cargo build --release --locked -p slowpath --target aarch64-unknown-linux-gnu
 mkdir -p tests/workloads/bin
 gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
 # forbid_skips (tests/e2e/forbid_skips.py): on the machine set up above a
-# skipped test is a failure.
+# skipped test is a failure. The 30 slowest tests are listed: CI has 90 minutes.
 SLOWPATH_BIN="$PWD/target/release/slowpath" SLOWPATH_FAULTS_BIN="$PWD/target/fault-injection/slowpath" \
 SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
 PYTHONPATH="$PWD/tests/e2e" \
-  /usr/bin/python3 -m pytest -p no:cacheprovider -p forbid_skips -ra tests/e2e "$@"
+  /usr/bin/python3 -m pytest -p no:cacheprovider -p forbid_skips -ra --durations=30 tests/e2e "$@"
