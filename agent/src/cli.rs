@@ -203,7 +203,8 @@ pub struct Cli {
     /// Length of the sliding window the agent's findings are judged on (the
     /// doctor's rules and thresholds; re-judged every quarter of it); 0
     /// turns findings off (no slowpath_finding_info, /debug/findings 404).
-    #[arg(long = "findings.window", env = "SLOWPATH_FINDINGS_WINDOW", default_value = "1m",
+    /// `slowpath top` running standalone judges on at most 20 s of it.
+    #[arg(long = "findings.window", global = true, env = "SLOWPATH_FINDINGS_WINDOW", default_value = "1m",
           value_name = "DURATION", value_parser = parse_findings_window)]
     pub findings_window: Duration,
 
@@ -274,6 +275,14 @@ pub struct TopArgs {
     /// Rows per table in batch mode; 0 for all.
     #[arg(long, default_value_t = 30)]
     pub rows: usize,
+    /// Where the numbers come from: `auto` reads this host's agent and,
+    /// when nothing listens there (connection refused), loads the BPF
+    /// programs in this process as `slowpath doctor` does (as root: the
+    /// agent's privileges, a series per pid, cgroup paths and, with
+    /// --kubernetes.enabled, pods); with --agent.url, or `agent`, it never
+    /// loads them; `standalone` always does.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub source: TopSource,
     /// The agent's metrics URL. Default: this host's --web.listen-address
     /// (loopback when it listens on every address) and --web.telemetry-path,
     /// over https when a certificate flag is given.
@@ -294,6 +303,14 @@ pub struct TopArgs {
     /// File holding the basic auth password (a trailing newline is dropped).
     #[arg(long = "agent.password-file", value_name = "FILE")]
     pub password_file: Option<PathBuf>,
+}
+
+/// Sources of `slowpath top --source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TopSource {
+    Auto,
+    Agent,
+    Standalone,
 }
 
 /// Sort keys of `slowpath top --sort`.

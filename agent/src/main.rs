@@ -23,6 +23,7 @@ mod memlock;
 mod metrics;
 mod node;
 mod own_process;
+mod pipeline;
 mod preflight;
 mod procs;
 mod signals;
@@ -38,11 +39,9 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use libbpf_rs::PrintLevel;
-use prometheus::Registry;
 use tracing::{debug, info, trace, warn};
 
-use crate::callsites::harvest;
-use crate::cli::{Cli, Command, DoctorArgs, TopArgs, TopSort};
+use crate::cli::{Cli, Command, DoctorArgs, TopArgs, TopSort, TopSource};
 use crate::worker::{Worker, WorkerOptions};
 
 fn main() -> ExitCode {
@@ -58,10 +57,12 @@ fn main() -> ExitCode {
     } else {
         &cli.log_level
     };
-    init_logging(level);
+    // A full-screen view owns the terminal: a log line would tear it.
+    let full_screen = matches!(&cli.command, Some(Command::Top(args)) if top::full_screen(&top_options(&cli, args)));
+    init_logging(level, full_screen);
     let result = match &cli.command {
         Some(Command::Doctor(args)) => run_doctor(&cli, args),
-        Some(Command::Top(args)) => top::run(&top_options(&cli, args)),
+        Some(Command::Top(args)) => run_top(&cli, args),
         None => run(cli),
     };
     match result {
@@ -71,6 +72,33 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `slowpath top`: the agent's page when one answers (`--source auto` or
+/// `agent`), else the programs loaded in this process. Errors: the agent
+/// answers but cannot be read, or nothing answers and the programs cannot
+/// be loaded (both causes said).
+fn run_top(cli: &Cli, args: &TopArgs) -> Result<()> {
+    let opts = top_options(cli, args);
+    let agent = top::AgentSource::new(&opts.endpoint)?;
+    // An agent named by --agent.url may be another node's: never stand in for it.
+    let source = match args.source {
+        TopSource::Auto if args.agent_url.is_some() => TopSource::Agent,
+        source => source,
+    };
+    let why = match source {
+        TopSource::Agent => return top::run(&opts, &agent),
+        TopSource::Standalone => "--source standalone".to_string(),
+        TopSource::Auto => match agent.presence()? {
+            top::Presence::Answers => return top::run(&opts, &agent),
+            top::Presence::Absent(why) => why,
+        },
+    };
+    let standalone = pipeline::start_standalone_top(cli, &why)
+        .with_context(|| {
+            format!("{why} (start it, or give --agent.url), and this view cannot load the BPF programs itself")
+        })?;
+    top::run(&opts, &standalone)
 }
 
 /// `slowpath top`'s options from its flags; the agent's URL from this
@@ -116,9 +144,15 @@ fn top_options(cli: &Cli, args: &TopArgs) -> top::TopOptions {
     }
 }
 
-fn init_logging(level: &str) {
+/// Log to stderr at `level`, or nowhere with `discard`.
+fn init_logging(level: &str, discard: bool) {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    let writer = match discard {
+        true => BoxMakeWriter::new(std::io::sink),
+        false => BoxMakeWriter::new(std::io::stderr),
+    };
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         // colour only on a terminal, never in journald or container logs
         .with_ansi(std::io::stderr().is_terminal())
         .with_env_filter(tracing_subscriber::EnvFilter::new(format!(
@@ -158,14 +192,15 @@ fn run(cli: Cli) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let kube = kubernetes_watch(&cli, &runtime)?;
-    let mut worker = start_worker(&cli, memlock, kube.as_ref().map(|(_, _, k)| k))?;
+    let kube = pipeline::kubernetes_watch(&cli, &runtime)?;
+    let kube_state = kube.as_ref().map(|(_, _, k)| k);
+    let mut worker = pipeline::start_worker(&cli, memlock, kube_state, cli.pid_label)?;
     let stack_tables = worker.take_stack_tables();
     let worker = Arc::new(worker);
     let probes = worker.probes().to_vec();
-    log_attached(&probes, &cli.signals);
+    pipeline::log_attached(&probes, &cli.signals);
     let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
-    let registry = registry(worker.clone(), &cli, kubernetes_up)?;
+    let registry = pipeline::registry(worker.clone(), &cli, kubernetes_up)?;
     // The stack tables go to the --debug.callsites harvester when it runs
     // (every process sampled), else to the findings' on-demand sampling.
     let (harvested, on_demand) = match cli.debug_callsites {
@@ -173,9 +208,10 @@ fn run(cli: Cli) -> Result<()> {
         false => (None, stack_tables),
     };
     let callsites = harvested
-        .map(|tables| start_call_sites(tables, &registry))
+        .map(|tables| pipeline::start_call_sites(tables, &registry))
         .transpose()?;
-    let findings = start_findings(&cli, &worker, on_demand, &registry)?;
+    let findings =
+        pipeline::start_findings(&cli, cli.findings_window, &worker, on_demand, &registry)?;
 
     runtime.block_on(async {
         if let Some((client, opts, state)) = kube {
@@ -205,162 +241,6 @@ fn run(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// Load and attach the programs every signal asks for, with the flags'
-/// settings; with Kubernetes on, series get their pod's labels from `kube`.
-fn start_worker(
-    cli: &Cli,
-    memlock: memlock::Memlock,
-    kube: Option<&labels::kubernetes::KubeState>,
-) -> Result<Worker> {
-    let btf = bpf::KernelBtf::open(&cli.btf_path)?;
-    let kernel = signals::kernel_setup(&cli.signals, &btf);
-    let options = WorkerOptions {
-        load: load_options(cli, cli.debug_callsites, memlock),
-        pid_label: cli.pid_label,
-        limits: series_limits(cli),
-        signals: cli.signals.clone(),
-        check_every: None,
-        pods: kube.map(|k| worker::PodLabelling {
-            index: k.index.clone(),
-            deleted_pod_grace: cli.deleted_pod_grace,
-        }),
-        cost: cli.cost_options(),
-    };
-    Worker::start(options, kernel, btf)
-}
-
-/// The pod watch's client, options and state with `--kubernetes.enabled`.
-type KubeWatch = (
-    kube::Client,
-    labels::kubernetes::WatchOptions,
-    labels::kubernetes::KubeState,
-);
-
-/// Connect to the Kubernetes API when enabled. A bad Kubernetes
-/// configuration fails here, before anything is attached; an unreachable API
-/// server does not (the watch retries).
-fn kubernetes_watch(cli: &Cli, runtime: &tokio::runtime::Runtime) -> Result<Option<KubeWatch>> {
-    if !cli.kubernetes {
-        return Ok(None);
-    }
-    let opts = labels::kubernetes::WatchOptions {
-        node_name: cli.node_name.clone().unwrap_or_else(host_name),
-        kubeconfig: cli.kubeconfig.clone(),
-    };
-    let client = runtime.block_on(labels::kubernetes::client(&opts))?;
-    Ok(Some((
-        client,
-        opts,
-        labels::kubernetes::KubeState::default(),
-    )))
-}
-
-/// The registry the metrics page serves: every slowpath family (read from
-/// `worker` at scrape time) and the agent's own process metrics
-/// ([`own_process`]).
-fn registry(
-    worker: Arc<Worker>,
-    cli: &Cli,
-    kubernetes_up: Option<Arc<std::sync::atomic::AtomicBool>>,
-) -> Result<Registry> {
-    let registry = Registry::new();
-    let collector = metrics::SlowpathCollector::new(
-        worker,
-        cli.sysfs.clone(),
-        cli.signals.collectors,
-        kubernetes_up,
-    )?;
-    registry.register(Box::new(collector))?;
-    registry.register(Box::new(own_process::OwnProcessCollector::new()?))?;
-    Ok(registry)
-}
-
-/// `--debug.callsites`: the harvester thread and the folded stacks it
-/// publishes for `/debug/callsites`, named by the signals' call kinds.
-fn start_call_sites(
-    tables: callsites::tables::StackTables,
-    registry: &Registry,
-) -> Result<(harvest::SharedFolded, harvest::HarvesterThread)> {
-    preflight::warn_if_cannot_symbolize("--debug.callsites");
-    let folded = harvest::SharedFolded::new(std::sync::Mutex::new(harvest::FoldedStacks::new(
-        signals::callsite_kinds(),
-    )));
-    let metrics = harvest::CallSiteMetrics::register(registry)?;
-    let thread = harvest::HarvesterThread::spawn(tables, folded.clone(), metrics)?;
-    info!("call sites: sampling user stacks, folded at /debug/callsites");
-    Ok((folded, thread))
-}
-
-/// The findings engine (`--findings.*`) and its metrics, unless the
-/// window is 0; with `tables`, it samples call sites on demand.
-fn start_findings(
-    cli: &Cli,
-    worker: &Arc<Worker>,
-    tables: Option<callsites::tables::StackTables>,
-    registry: &Registry,
-) -> Result<Option<(findings::SharedFindings, findings::FindingsThread)>> {
-    if cli.findings_window.is_zero() {
-        return Ok(None);
-    }
-    let opts = findings::FindingsOptions {
-        window: cli.findings_window,
-        max: usize::try_from(cli.findings_max).unwrap_or(usize::MAX),
-        grace: cli.findings_grace,
-        args: cli.signals.clone(),
-        sysfs: cli.sysfs.clone(),
-    };
-    if tables.is_some() {
-        preflight::warn_if_cannot_symbolize("findings");
-    }
-    findings::log_start(&opts, tables.is_some());
-    let shared = findings::shared();
-    registry.register(Box::new(findings::metrics::FindingsCollector::new(
-        shared.clone(),
-    )?))?;
-    let thread = findings::FindingsThread::spawn(worker.clone(), tables, opts, shared.clone())?;
-    Ok(Some((shared, thread)))
-}
-
-/// One info line naming every attached probe and its attach type and the
-/// signals that run, then one line per collector switched off, saying
-/// which hooks and syscalls it leaves out.
-fn log_attached(probes: &[bpf::ProbeStatus], args: &signals::SignalArgs) {
-    let attached: Vec<String> = probes
-        .iter()
-        .filter(|p| p.attached())
-        .map(|p| format!("{}={}", p.probe, p.attach_type))
-        .collect();
-    let signals: Vec<&str> = args.enabled().map(|s| s.name).collect();
-    info!(attached = %attached.join(" "), signals = %signals.join(" "), "BPF programs attached");
-    signals::log_left_out(&args.collectors);
-}
-
-/// The series bounds from the flags.
-fn series_limits(cli: &Cli) -> procs::SeriesLimits {
-    procs::SeriesLimits {
-        max_series: usize::try_from(cli.max_series).unwrap_or(usize::MAX),
-        max_comms_per_cgroup: usize::try_from(cli.max_comms_per_cgroup).unwrap_or(usize::MAX),
-        retired_grace: cli.retired_series_grace,
-    }
-}
-
-/// BPF settings from the flags; `capture_stacks` for the doctor; `memlock`
-/// from `memlock::settle`.
-fn load_options(cli: &Cli, capture_stacks: bool, memlock: memlock::Memlock) -> bpf::LoadOptions {
-    bpf::LoadOptions {
-        max_processes: cli.max_processes,
-        memlock,
-        ringbuf_bytes: cli.ringbuf_bytes,
-        force_attach: cli.attach_type,
-        capture_stacks,
-        stacks_on_demand: !capture_stacks && !cli.findings_window.is_zero(),
-        #[cfg(feature = "fault-injection")]
-        break_probe: cli.break_probe.clone(),
-        #[cfg(feature = "fault-injection")]
-        refuse_page_alloc: cli.refuse_probe.is_some(),
-    }
-}
-
 /// `slowpath doctor`: the same programs, observed for a while, then a report.
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     preflight::warn_if_kernel_too_old();
@@ -370,7 +250,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     let btf = bpf::KernelBtf::open(&cli.btf_path)?;
     let kernel = signals::kernel_setup(&cli.signals, &btf);
     let options = WorkerOptions {
-        load: load_options(cli, true, memlock),
+        load: pipeline::load_options(cli, true, memlock),
         pid_label: true,
         // every process of the observation, none dropped or folded
         limits: procs::SeriesLimits {
@@ -385,7 +265,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
         cost: doctor_cost_options(args.duration),
     };
     let mut worker = Worker::start(options, kernel, btf)?;
-    log_attached(worker.probes(), &cli.signals);
+    pipeline::log_attached(worker.probes(), &cli.signals);
     preflight::warn_if_cannot_symbolize("doctor");
     let stacks = worker.take_stack_tables();
     let opts = doctor::DoctorOptions {
@@ -412,13 +292,6 @@ fn doctor_cost_options(observe: std::time::Duration) -> bpf::CostOptions {
         window,
         first_after: observe.saturating_sub(window + Duration::from_millis(300)),
     }
-}
-
-/// The kernel's host name, the default Kubernetes node name.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 /// Resolves on SIGINT or SIGTERM.

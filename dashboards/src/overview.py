@@ -253,6 +253,29 @@ a 1 ms ticker (the sentinel-golang case: 0.7-1.2 % CPU per idle pod); the Slowpa
         [target(top("slowpath_timer_wakeups_total"), LEGEND_PROC)],
         w=12, h=9, threshold_steps=[(None, "green"), (500, "red")], links=[DRILLDOWN],
     ))
+    wakeup_cost = f"max by (instance) (slowpath_timer_wakeup_cost_seconds{{{NODE}}})"
+    d = d.with_panel(timeseries_panel(
+        ids(), "Estimated CPU of timer wakeups (% of a core)", """
+What the timer wakeups of the top 10 processes cost, as a fraction of one core: their rate times the measured
+cost of one wakeup on their node (`slowpath_timer_wakeup_cost_seconds`, the same figure `slowpath top` and the
+recording rule instance_cgroup_comm:slowpath_timer_wakeup_cpu_seconds:rate5m use). The dashed series per node is
+what a process at the SlowpathTimerLoop threshold of 500 wakeups/s would cost there. Normal: well under 1 %;
+a 1 ms ticker is about 1000 wakeups/s, 1-3 % of a core on most nodes.""",
+        RATIO,
+        [target(f"topk(10, {rate('slowpath_timer_wakeups_total')} * on (instance) group_left {wakeup_cost})",
+                LEGEND_PROC, "A"),
+         target(f"500 * {wakeup_cost}", "{{instance}} at 500 wakeups/s", "B")],
+        w=12, h=9, links=[DRILLDOWN],
+    ).override_by_query("B", [DASHED]))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Cost of one timer wakeup per node", """
+Measured CPU seconds of one timer wakeup on each node (`slowpath_timer_wakeup_cost_seconds`: the agent's thread
+CPU time over 200 sleeps of 200 us, every 5 min): the expiry, the switch in and out, the return to user space.
+Normal: about 5-30 us; more with CPU mitigations, on virtual machines and with deep idle states.""",
+        SECONDS,
+        [target(wakeup_cost, "{{instance}}")],
+        w=12, h=9,
+    ))
     d = d.with_panel(timeseries_panel(
         ids(), "Timer wakeups by what the processes wait in", """
 Timer wakeups per second of the selected processes, by `wait`: the syscall whose timeout expired (Go and the JVM

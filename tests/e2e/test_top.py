@@ -1,4 +1,5 @@
-"""`slowpath top` against a running agent. Batch mode: its frames' rates,
+"""`slowpath top` against a running agent, and standalone (no agent: the
+view loads the programs itself). Batch mode: its frames' rates,
 times the interval they are over and summed over the frames, give every
 call a workload made between the first read and the last, as strace counts
 them; text frames as `top -b` prints them; over TLS with basic auth as the
@@ -8,7 +9,10 @@ pane driven by send-keys, read by capture-pane) against a Python loop of
 1 ms sleeps and a loop of raw clock_gettime syscalls: both in the first
 rows within two refreshes, sorting, filtering, the finding's popup with
 its fix, a resize, `q` and SIGTERM leaving the terminal as it was, and
-batch frames where there is no terminal or a dumb one."""
+batch frames where there is no terminal or a dumb one. Real runtimes under
+the view (a raw clock loop, a GNU Pth storm, Python and JDK 1 ms loops): the
+first rows, at bpftrace's rates over the same window. Standalone: the same
+rates as strace's, the finding's popup, and every program gone on `q`."""
 
 import json
 import os
@@ -20,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Agent, run_workload
+from conftest import Agent, bpf_fd_ids, our_program_ids, run_workload, vmstat, wait_ready
+from test_doctor_sources import pretouch_class, pth_bin, thp_always  # noqa: F401
+from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA
 from test_web_config import PASSWORD, Pki, bcrypt_hash, write_config
 
 
@@ -34,19 +40,40 @@ def increases(frames, pid, column):
     return sum(r["rates"].get(column, 0) * r["interval_seconds"] for r in frames if r.get("pid") == str(pid))
 
 
-def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, workload_bin, tmp_path):
-    agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
+def start_standalone_view(agent_bin, *args):
+    """`slowpath top --source standalone` with `args`, once it holds its BPF
+    programs (then it attaches them and reads a first time within ms)."""
+    view = subprocess.Popen([str(agent_bin), "top", "--source", "standalone", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 15
+    while not bpf_fd_ids(view.pid, "prog"):
+        assert view.poll() is None and time.monotonic() < deadline, view.communicate()
+        time.sleep(0.1)
+    return view
+
+
+@pytest.mark.parametrize("source", ["agent", "standalone"])
+def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, workload_bin, tmp_path, source):
+    """From the agent (with --metrics.pid-label) or standalone (the view's
+    own programs: a series per pid)."""
+    agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log") if source == "agent" else None
+    frames_args = ["--batch", "--json", "-n", "4", "-d", "2"]
     try:
-        view = subprocess.Popen([str(agent_bin), "top", "--batch", "--json", "-n", "4", "-d", "2",
-                                 f"--agent.url={agent.url}/metrics"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)  # after the first read; strace's stops make each call ~20 us: done well before 8 s
+        if agent:
+            view = subprocess.Popen([str(agent_bin), "top", *frames_args, f"--agent.url={agent.url}/metrics"],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        else:
+            view = start_standalone_view(agent_bin, *frames_args)
+        time.sleep(1.5)  # after the first read; strace's stops make each call ~20 us: done well before 8 s
         clock_pid, clock = run_workload(workload_bin, "clock-raw", 20000, strace=tmp_path / "clock.strace")
         ctx_pid, ctx = run_workload(workload_bin, "context", 2000, strace=tmp_path / "ctx.strace")
         out, err = view.communicate(timeout=60)
     finally:
-        assert agent.stop() == 0, agent.log_text()
+        if agent:
+            assert agent.stop() == 0, agent.log_text()
     assert view.returncode == 0, err
+    header = "standalone (--source standalone)" if source == "standalone" else f"{agent.url}/metrics"
+    assert all(r["source"] == header for r in [json.loads(line) for line in out.splitlines()][:1]), out[:500]
     frames = [json.loads(line) for line in out.splitlines()]
     assert {r["comm"] for r in frames if r.get("pid") in (str(clock_pid), str(ctx_pid))} == {"sp-workload"}
     assert round(increases(frames, clock_pid, "clock_fallbacks")) == clock["clock_gettime"] == 20000
@@ -156,6 +183,8 @@ def test_over_tls_with_basic_auth_and_one_line_without_the_password(agent_bin, t
 
 
 def test_no_agent_is_one_line_and_exit_1(agent_bin):
+    """An --agent.url that does not answer is an error, not a reason to go
+    standalone (the view would show another node)."""
     result = subprocess.run([str(agent_bin), "top", "-b", "-n", "1", "--agent.url=http://127.0.0.1:9/metrics"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
@@ -234,19 +263,26 @@ def row_of(screen, comm):
 
 
 @pytest.fixture
-def busy_node(agent_bin, workload_bin, tmp_path):
-    """An agent judging findings every second over 4 s, a loop of raw
-    clock_gettime syscalls (a vdso_bypass finding) and a Python loop of
-    time.sleep(0.001) (a timer loop); all ended by pid."""
-    agent = Agent(agent_bin, ["--findings.window=4s"], tmp_path / "agent.log")
+def loops(workload_bin):
+    """A loop of raw clock_gettime syscalls (a vdso_bypass finding) and a
+    Python loop of time.sleep(0.001) (a timer loop), ended by pid."""
     loads = [subprocess.Popen([str(workload_bin), "clock-raw", "10000000000"], stdout=subprocess.DEVNULL),
              subprocess.Popen(["/usr/bin/python3", "-c", "import time\nwhile True: time.sleep(0.001)"])]
     try:
-        yield agent
+        yield loads
     finally:
         for load in loads:
             load.kill()
             load.wait()
+
+
+@pytest.fixture
+def busy_node(agent_bin, loops, tmp_path):
+    """An agent judging findings every second over 4 s, and the `loops`."""
+    agent = Agent(agent_bin, ["--findings.window=4s"], tmp_path / "agent.log")
+    try:
+        yield agent
+    finally:
         assert agent.stop() == 0, agent.log_text()
 
 
@@ -310,6 +346,174 @@ def test_the_full_screen_view_sorts_filters_shows_a_finding_and_quits_clean(agen
         assert "slowpath top -" not in screen and "PID" not in screen, "the terminal was not restored:\n" + screen
     finally:
         view.close()
+
+
+def test_standalone_the_view_loads_the_programs_shows_a_finding_and_detaches(agent_bin, loops):
+    """No agent: the view loads the programs itself, says so, shows both
+    loops within two refreshes (a series per pid), marks and opens the
+    clock loop's finding with its fix, and detaches everything on `q`."""
+    view = Tmux(f"sh -c 'TERM=xterm-256color SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:9 {agent_bin} top -d 1 "
+                f"--findings.window=4s; echo EXIT=$?; sleep 60'")
+    try:
+        screen = view.wait_for(lambda s: "rates over" in s, timeout=15, what="the standalone view's first rates")
+        (top_pid,) = view.children()
+        programs = bpf_fd_ids(top_pid, "prog")
+        assert programs, "the view holds no BPF program"
+        pids = {str(load.pid) for load in loops}
+        shown = lambda s: {l.split()[0] for l in table_rows(s)}
+        screen = view.wait_for(lambda s: pids <= shown(s), timeout=2.5, what="the loops within two refreshes")
+        assert "standalone (no agent at http://127.0.0.1:9)" in screen, screen
+        assert re.search(r"\| view [0-9.]+% CPU, BPF [0-9.]+%", screen), screen
+        clock = str(loops[0].pid)
+        view.keys("/", "sp-workload", "Enter")
+        marked = lambda s: any(l.split()[:2] == [clock, "!"] for l in table_rows(s))
+        view.wait_for(marked, timeout=15, what="the vdso_bypass finding marked")
+        view.keys("Home", "Enter")  # the busiest sp-workload: the loop
+        screen = view.wait_for(lambda s: "vdso_bypass" in s and "fix:" in s, what="the finding's popup")
+        fix = re.search(r"fix: (\S.*)", screen)
+        assert fix and len(fix.group(1).strip(" \u2502")) > 10, screen
+        view.keys("Escape", "q")
+        screen = view.wait_for(lambda s: "EXIT=0" in s, what="exit 0")
+        assert "slowpath top -" not in screen, "the terminal was not restored:\n" + screen
+        deadline = time.monotonic() + 5  # the kernel frees a closed program after a grace period
+        while programs & our_program_ids():
+            assert time.monotonic() < deadline, "programs left attached"
+            time.sleep(0.2)
+    finally:
+        view.close()
+
+
+# The oracle over one window: raw clock_gettime syscalls of the clock loop,
+# rt_sigprocmask calls of the Pth storm (syscall tracepoints), and the
+# timer wakeups (an expiring hrtimer_sleeper's task) of the Python and JDK
+# 1 ms loops: how test_timer_runtimes counts them.
+REAL_ORACLE = """
+tracepoint:raw_syscalls:sys_enter /pid == CLOCK_PID && args->id == SYSCALL_NR/ { @clock = count(); }
+tracepoint:syscalls:sys_enter_rt_sigprocmask /pid == PTH_PID/ { @sigmask = count(); }
+tracepoint:timer:hrtimer_expire_entry /args->function == kaddr("hrtimer_wakeup")/ {
+  $t = ((struct hrtimer_sleeper *)args->hrtimer)->task;
+  if ($t->tgid == PY_PID) { @python = count(); }
+  if ($t->tgid == JVM_PID) { @java = count(); }
+}
+BEGIN { printf("ready\\n"); }
+interval:s:WINDOW_SECONDS { exit(); }
+"""
+NR_CLOCK_GETTIME = {"x86_64": 228, "aarch64": 113}
+
+
+def rate_value(cell):
+    """A rate cell of the view back to a number: `-`, `939`, `25k`, `1.8M`."""
+    scale = {"k": 1e3, "M": 1e6}.get(cell[-1], 1)
+    return 0.0 if cell == "-" else float(cell.rstrip("kM")) * scale
+
+
+def view_rates(line):
+    """{column: rate} of one row of the full-screen table (the finding mark,
+    when there is one, is a field of its own after the pid)."""
+    fields = line.split()
+    if fields[1] == "!":
+        del fields[1]
+    return {"clock": rate_value(fields[3]), "sigmask": rate_value(fields[4]), "wakeups": rate_value(fields[5])}
+
+
+def test_real_runtimes_are_the_first_rows_at_the_rates_bpftrace_counts(agent_bin, workload_bin, pth_bin, tracefs,
+                                                                      tmp_path):
+    """A loop of raw clock_gettime syscalls, a GNU Pth yield storm, a
+    Python loop of time.sleep(0.001) and a JDK loop of Thread.sleep(1), each
+    its own comm, under a 120x32 view of an agent with --metrics.pid-label:
+    the four are the first rows within two refreshes of the view's start,
+    and a frame read inside a bpftrace window shows each one's rate within
+    10 % of bpftrace's (the view's rates have two or three significant
+    figures: 1.8M, 939)."""
+    (tmp_path / "TimerLoop.java").write_text(TIMER_LOOP_JAVA)
+    # The two loops that burn a CPU share the last one: the 1 ms loops, the
+    # agent and the view keep the others, so the loops' rates are as steady
+    # over the view's 1 s as over bpftrace's 5 s.
+    burner = ["taskset", "-c", str(os.cpu_count() - 1)] if os.cpu_count() > 1 else []
+    agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
+    loads, view = [], None
+    try:
+        pids = {}
+        for name, cmd, cwd in [
+            ("clock", [*burner, str(workload_bin), "clock-raw", "10000000000"], None),
+            ("pth", [*burner, str(pth_bin), str(10**12)], None),
+            ("python", ["/usr/bin/python3", "-c",
+                        "import os, time\nprint(f'pid={os.getpid()}', flush=True)\nwhile True: time.sleep(0.001)"],
+             None),
+            ("java", ["java", "-Xshare:auto", "-XX:+UseSerialGC", "TimerLoop.java"], tmp_path),
+        ]:
+            loads.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=cwd))
+            pids[name] = loads[-1].pid
+        for load in loads[1:]:  # the clock loop prints nothing; the others their pid first
+            assert f"pid={load.pid}" in load.stdout.readline()
+        time.sleep(1)  # past the JVM's start-up
+        view = Tmux(f"sh -c 'TERM=xterm-256color {agent_bin} top -d 1 --agent.url={agent.url}/metrics; "
+                    f"echo EXIT=$?; sleep 60'")
+        want = {str(pid) for pid in pids.values()}
+        first_rows = lambda s: {l.split()[0] for l in table_rows(s)[:4]}
+        view.wait_for(lambda s: "rates over" in s and first_rows(s) == want, timeout=2.5,
+                      what=f"{pids} the first rows within two refreshes")
+
+        script = REAL_ORACLE
+        for key, value in {"CLOCK_PID": pids["clock"], "PTH_PID": pids["pth"], "PY_PID": pids["python"],
+                           "JVM_PID": pids["java"], "SYSCALL_NR": NR_CLOCK_GETTIME[os.uname().machine],
+                           "WINDOW_SECONDS": 5}.items():
+            script = script.replace(key, str(value))
+        bt = subprocess.Popen(["bpftrace", "-B", "line", "-e", script], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        wait_ready(bt)
+        # the frame on screen 3.5 s in is over an interval that began at
+        # least 1.5 s after bpftrace attached and ended before it stops
+        time.sleep(3.5)
+        screen = view.screen()
+        out, err = bt.communicate(timeout=60)
+        counted = {k: int(v) / 5 for k, v in re.findall(r"@(\w+): (\d+)", out)}
+        rows = {l.split()[0]: view_rates(l) for l in table_rows(screen) if l.split()[0] in want}
+        shown = {"clock": rows[str(pids["clock"])]["clock"], "sigmask": rows[str(pids["pth"])]["sigmask"],
+                 "python": rows[str(pids["python"])]["wakeups"], "java": rows[str(pids["java"])]["wakeups"]}
+        assert set(counted) == set(shown), (out, err)
+        assert 700 < counted["python"] < 1200 and 700 < counted["java"] < 1200, counted  # 1 ms loops
+        for key in shown:
+            assert shown[key] == pytest.approx(counted[key], rel=0.10), (key, shown, counted, screen)
+        view.keys("q")
+        view.wait_for(lambda s: "EXIT=0" in s, what="exit 0")
+    finally:
+        if view:
+            view.close()
+        for load in loads:
+            load.kill()
+            load.wait()
+        assert agent.stop() == 0, agent.log_text()
+
+
+def test_a_jvm_pretouching_a_thp_heap_is_what_vmstat_counts(agent_bin, thp_always, pretouch_class, tmp_path):
+    """A JVM pre-touching a 512 MiB heap into huge pages (enabled=always,
+    -XX:+UseTransparentHugePages -XX:+AlwaysPreTouch) while batch JSON
+    frames read an agent: every row's THP faults (rate x interval, summed
+    over the frames) are the kernel's thp_fault_alloc over the same reads
+    (/proc/vmstat) within 10 %, and the JVM's row holds most of them (its
+    heap is 256 huge pages)."""
+    agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
+    try:
+        before = vmstat()["thp_fault_alloc"]
+        view = subprocess.Popen([str(agent_bin), "top", "--batch", "--json", "-n", "3", "-d", "2", "--rows", "0",
+                                 f"--agent.url={agent.url}/metrics"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)  # after the first read
+        java = subprocess.run(["java", "-XX:+UseTransparentHugePages", "-XX:+AlwaysPreTouch", "-Xms512m", "-Xmx512m",
+                               "-cp", str(pretouch_class), "PreTouchHeap", "0"],
+                              capture_output=True, text=True, timeout=60, check=True)  # done well before 6 s
+        out, err = view.communicate(timeout=60)
+        grown = vmstat()["thp_fault_alloc"] - before
+    finally:
+        assert agent.stop() == 0, agent.log_text()
+    assert view.returncode == 0, err
+    pid = re.search(r"pid=(\d+)", java.stdout).group(1)
+    frames = [json.loads(line) for line in out.splitlines()]
+    counted = sum(r["rates"].get("thp_faults", 0) * r["interval_seconds"] for r in frames)
+    jvm = sum(r["rates"].get("thp_faults", 0) * r["interval_seconds"] for r in frames if r.get("pid") == pid)
+    assert counted == pytest.approx(grown, rel=0.10), (counted, grown)
+    assert jvm >= 512 / 2 / 2, (jvm, counted, grown)
 
 
 def test_a_closed_terminal_ends_the_view(agent_bin, busy_node):

@@ -124,12 +124,14 @@ fn truncate(s: &str, width: usize) -> String {
     t
 }
 
-/// A row as one JSON object: the frame's time, the identity labels, the
-/// rates per second by column name (compaction in seconds per second),
-/// the median requested timeout in seconds and the findings.
+/// A row as one JSON object: the frame's time and source (the header's:
+/// the agent's URL or `standalone (...)`), the identity labels, the rates
+/// per second by column name (compaction in seconds per second), the
+/// median requested timeout in seconds and the findings.
 #[derive(Serialize)]
 struct JsonRow<'a> {
     time: &'a str,
+    source: &'a str,
     interval_seconds: f64,
     #[serde(flatten)]
     labels: std::collections::BTreeMap<&'static str, &'a str>,
@@ -149,6 +151,7 @@ pub fn json_lines(header: &Header<'_>, rows: &[Row]) -> String {
             .collect();
         let line = JsonRow {
             time: header.time,
+            source: header.source,
             interval_seconds: header.interval_seconds,
             labels,
             row,

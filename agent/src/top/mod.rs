@@ -8,14 +8,16 @@
 //!
 //! On a terminal it is a full-screen view (`tui.rs`); with `--batch`, a
 //! standard output that is not a terminal, or `TERM=dumb`, plain-text
-//! frames (as `top -b`) or JSON lines. The standalone mode (loading the
-//! BPF programs in process when no agent answers) is not built yet.
+//! frames (as `top -b`) or JSON lines. With no agent answering on this
+//! node (or `--source standalone`), the view loads the BPF programs itself
+//! and reads them in process (`standalone.rs`); the header says which.
 
 mod detail;
 mod frame;
 mod node;
 mod rows;
 mod source;
+mod standalone;
 mod tui;
 
 use std::io::Write;
@@ -24,10 +26,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 pub use rows::{Column, SortKey};
-pub use source::AgentEndpoint;
+pub use source::{AgentEndpoint, AgentSource, Presence, Source};
+pub use standalone::StandaloneSource;
 
 use rows::{rows_between, sort_rows, Reading};
-use source::AgentSource;
 
 /// What `slowpath top` was asked for.
 #[derive(Clone, Debug)]
@@ -49,7 +51,7 @@ pub struct TopOptions {
 
 /// Whether the full-screen view can run: asked for, standard output a
 /// terminal, and one that can place a cursor.
-fn full_screen(opts: &TopOptions) -> bool {
+pub fn full_screen(opts: &TopOptions) -> bool {
     use std::io::IsTerminal;
     !opts.batch
         && !opts.json
@@ -57,18 +59,18 @@ fn full_screen(opts: &TopOptions) -> bool {
         && std::env::var("TERM").is_ok_and(|t| !t.is_empty() && t != "dumb")
 }
 
-/// Print frames until `iterations` are done. Errors: the agent cannot be
-/// reached or read (the message names the URL and what to give).
-pub fn run(opts: &TopOptions) -> Result<()> {
-    let source = AgentSource::new(&opts.endpoint)?;
+/// Show `source` until a quit key, or print frames until `iterations` are
+/// done. Errors: the source cannot be read (the message names it and what
+/// to give).
+pub fn run(opts: &TopOptions, source: &dyn Source) -> Result<()> {
     if full_screen(opts) {
-        return tui::run(opts, &source);
+        return tui::run(opts, source);
     }
-    batch(opts, &source)
+    batch(opts, source)
 }
 
 /// Print plain frames until `iterations` are done.
-fn batch(opts: &TopOptions, source: &AgentSource) -> Result<()> {
+fn batch(opts: &TopOptions, source: &dyn Source) -> Result<()> {
     let mut before = Reading::from_scrape(&source.read()?);
     let mut read_at = Instant::now();
     let mut printed = 0;
@@ -78,7 +80,7 @@ fn batch(opts: &TopOptions, source: &AgentSource) -> Result<()> {
         let now = Reading::from_scrape(&source.read()?);
         let seconds = read_at.elapsed().as_secs_f64();
         read_at = Instant::now();
-        let frame = render(opts, &before, &now, seconds);
+        let frame = render(opts, source, &before, &now, seconds);
         let mut out = stdout.lock();
         out.write_all(frame.as_bytes())
             .and_then(|()| out.flush())
@@ -89,15 +91,21 @@ fn batch(opts: &TopOptions, source: &AgentSource) -> Result<()> {
     Ok(())
 }
 
-/// One frame between two readings `seconds` apart.
-fn render(opts: &TopOptions, before: &Reading, now: &Reading, seconds: f64) -> String {
+/// One frame of `source` between two readings `seconds` apart.
+fn render(
+    opts: &TopOptions,
+    source: &dyn Source,
+    before: &Reading,
+    now: &Reading,
+    seconds: f64,
+) -> String {
     let mut rows = rows_between(before, now, seconds);
     sort_rows(&mut rows, opts.sort);
     let time = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-    let node = node::node_line(&before.node, &now.node, seconds);
+    let node = node::node_line(&before.node, &now.node, seconds, source.reader());
     let header = frame::Header {
         time: &time,
-        source: &opts.endpoint.url,
+        source: source.describe(),
         node: &node,
         interval_seconds: seconds,
         processes: rows.len(),

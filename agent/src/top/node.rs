@@ -68,8 +68,10 @@ impl NodeState {
 
 /// The node line between two reads `seconds` apart, e.g.
 /// `node: clocksource tsc (vDSO ok) | THP enabled=always
-/// defrag=madvise | agent 0.3% CPU, BPF 0.2% | hooks 10 tp_btf`.
-pub fn node_line(before: &NodeState, now: &NodeState, seconds: f64) -> String {
+/// defrag=madvise | agent 0.3% CPU, BPF 0.2% | hooks 10 tp_btf`; `reader`
+/// names the process that loaded the programs (`agent`, or `view` when the
+/// view runs standalone).
+pub fn node_line(before: &NodeState, now: &NodeState, seconds: f64, reader: &str) -> String {
     let mut out = String::from("node:");
     match &now.clocksource {
         Some(cs) => {
@@ -85,7 +87,7 @@ pub fn node_line(before: &NodeState, now: &NodeState, seconds: f64) -> String {
         _ => None,
     };
     if let Some(cpu) = share(before.agent_cpu_seconds, now.agent_cpu_seconds) {
-        let _ = write!(out, " | agent {} CPU", percent(cpu));
+        let _ = write!(out, " | {reader} {} CPU", percent(cpu));
         if let Some(bpf) = share(before.bpf_seconds, now.bpf_seconds) {
             let _ = write!(out, ", BPF {}", percent(bpf));
         }
@@ -176,7 +178,7 @@ slowpath_probe_expected{probe="hrtimer_expire_entry"} 0
 
     #[test]
     fn the_node_line_names_the_clocksource_thp_the_agents_cost_and_its_hooks() {
-        let line = node_line(&state(BEFORE), &state(NOW), 2.0);
+        let line = node_line(&state(BEFORE), &state(NOW), 2.0, "agent");
         assert_eq!(
             line,
             "node: clocksource acpi_pm (vDSO falls back: monotonic, realtime) | THP \
@@ -184,7 +186,7 @@ slowpath_probe_expected{probe="hrtimer_expire_entry"} 0
              2 tp_btf | NOT ATTACHED: mm_compaction_end"
         );
         // a first read: no rates yet, nothing unknown claimed
-        let first = node_line(&NodeState::default(), &state(BEFORE), 2.0);
+        let first = node_line(&NodeState::default(), &state(BEFORE), 2.0, "agent");
         assert_eq!(first, "node: clocksource unknown");
     }
 }

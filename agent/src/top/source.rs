@@ -1,6 +1,7 @@
 //! Where `slowpath top` reads its numbers: a running agent's metrics
 //! endpoint, over http or https (a CA to verify it, a client certificate,
-//! basic auth: what the agent's `--web.config.file` may ask for).
+//! basic auth: what the agent's `--web.config.file` may ask for), or the
+//! programs the view loaded itself ([`super::standalone`]).
 
 use std::fs;
 use std::path::PathBuf;
@@ -25,6 +26,36 @@ pub struct AgentEndpoint {
     /// Basic auth user, and the file holding the password.
     pub username: Option<String>,
     pub password_file: Option<PathBuf>,
+}
+
+/// Where a view's numbers come from: each read is the agent's metrics page
+/// (the same families and labels whichever source serves them).
+pub trait Source {
+    /// One read of the metrics, parsed. Errors: the source cannot be read
+    /// (the message names it and what to give).
+    fn read(&self) -> Result<Scrape>;
+    /// The findings in the doctor's JSON shape (what `/debug/findings`
+    /// serves). Errors when findings are off.
+    fn read_findings(&self) -> Result<serde_json::Value>;
+    /// What the header says the numbers come from: the agent's URL, or
+    /// `standalone (...)`.
+    fn describe(&self) -> &str;
+    /// Whose own CPU and BPF time the page reports: `agent`, or `view`
+    /// when the view loaded the programs.
+    fn reader(&self) -> &'static str;
+}
+
+/// Whether an agent answered the first read.
+pub enum Presence {
+    Answers,
+    /// Nothing listens at the URL (connection refused): why, for the header.
+    Absent(String),
+}
+
+/// Parse a metrics page read from `whence`.
+pub fn parse_page(text: &str, whence: &str) -> Result<Scrape> {
+    Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
+        .with_context(|| format!("parsing the metrics of {whence}"))
 }
 
 /// A connection to the agent, kept between reads (keep-alive).
@@ -108,19 +139,18 @@ impl AgentSource {
         })
     }
 
-    /// One read of the agent's metrics, parsed.
-    pub fn read(&self) -> Result<Scrape> {
-        let text = self.get(&self.url)?;
-        Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
-            .with_context(|| format!("parsing the metrics of {}", self.url))
-    }
-
-    /// The agent's findings (`/debug/findings` beside the metrics path: the
-    /// doctor's JSON shape). Errors when findings are off (404) too.
-    pub fn read_findings(&self) -> Result<serde_json::Value> {
-        let url = format!("{}/debug/findings", origin(&self.url));
-        let text = self.get(&url)?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {url}"))
+    /// Whether an agent answers at the URL. Errors: one answers but cannot
+    /// be read (TLS, auth, a wrong path), or the address does not connect
+    /// for another reason than a refusal (then standalone would hide it).
+    pub fn presence(&self) -> Result<Presence> {
+        match self.read() {
+            Ok(_) => Ok(Presence::Answers),
+            Err(err) if refused(&err) => Ok(Presence::Absent(format!(
+                "no agent at {}",
+                origin(&self.url)
+            ))),
+            Err(err) => Err(err),
+        }
     }
 
     /// The body of `url`, with the agent's credentials.
@@ -146,6 +176,36 @@ impl AgentSource {
             .read_to_string()
             .with_context(|| format!("reading {url}"))
     }
+}
+
+impl Source for AgentSource {
+    fn read(&self) -> Result<Scrape> {
+        parse_page(&self.get(&self.url)?, &self.url)
+    }
+
+    /// `/debug/findings` beside the metrics path. Errors when findings
+    /// are off (404) too.
+    fn read_findings(&self) -> Result<serde_json::Value> {
+        let url = format!("{}/debug/findings", origin(&self.url));
+        let text = self.get(&url)?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {url}"))
+    }
+
+    fn describe(&self) -> &str {
+        &self.url
+    }
+
+    fn reader(&self) -> &'static str {
+        "agent"
+    }
+}
+
+/// Whether a read failed because nothing listens at the address.
+fn refused(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        matches!(e.downcast_ref::<ureq::Error>(),
+            Some(ureq::Error::Io(io)) if io.kind() == std::io::ErrorKind::ConnectionRefused)
+    })
 }
 
 /// `scheme://host:port` of a URL (all of it when it has no path).

@@ -22,7 +22,7 @@ use super::detail::finding_lines;
 use super::frame::{cell, cpu_cell, timeout_cell, who};
 use super::node::node_line;
 use super::rows::{rows_between, sort_rows, Column, Reading, Row, SortKey};
-use super::source::AgentSource;
+use super::source::Source;
 use super::TopOptions;
 
 /// Longest wait for a key before the loop looks at the clock again.
@@ -57,7 +57,7 @@ q, Ctrl-C                      quit";
 
 /// Run the view until a quit key or a signal; the terminal is restored
 /// whatever ends it.
-pub fn run(opts: &TopOptions, source: &AgentSource) -> Result<()> {
+pub fn run(opts: &TopOptions, source: &dyn Source) -> Result<()> {
     // a first read before the screen changes: no agent is one plain line
     let first = Reading::from_scrape(&source.read()?);
     exit_on_signals()?;
@@ -90,10 +90,10 @@ fn exit_on_signals() -> Result<()> {
 fn view_loop(
     terminal: &mut DefaultTerminal,
     opts: &TopOptions,
-    source: &AgentSource,
+    source: &dyn Source,
     mut before: Reading,
 ) -> Result<()> {
-    let mut app = App::new(opts);
+    let mut app = App::new(opts, source.describe());
     let mut read_at = Instant::now();
     loop {
         terminal.draw(|frame| app.draw(frame))?;
@@ -117,7 +117,7 @@ fn view_loop(
                     let now = Reading::from_scrape(&scrape);
                     if !app.paused {
                         app.all = rows_between(&before, &now, seconds);
-                        app.node = node_line(&before.node, &now.node, seconds);
+                        app.node = node_line(&before.node, &now.node, seconds, source.reader());
                         app.interval = seconds;
                         app.refreshed = true;
                     }
@@ -139,6 +139,8 @@ enum Flow {
 /// What the view shows and where the user is in it.
 struct App<'a> {
     opts: &'a TopOptions,
+    /// Where the numbers come from ([`Source::describe`]).
+    source: &'a str,
     /// Every row of the last interval, unfiltered.
     all: Vec<Row>,
     /// The node line of the last interval.
@@ -162,10 +164,11 @@ struct App<'a> {
 }
 
 impl<'a> App<'a> {
-    fn new(opts: &'a TopOptions) -> Self {
+    fn new(opts: &'a TopOptions, source: &'a str) -> Self {
         let sort = sort_index(opts.sort);
         Self {
             opts,
+            source,
             all: Vec::new(),
             node: "node: reading".into(),
             interval: 0.0,
@@ -202,7 +205,7 @@ impl<'a> App<'a> {
         rows
     }
 
-    fn key(&mut self, key: KeyEvent, source: &AgentSource) -> Flow {
+    fn key(&mut self, key: KeyEvent, source: &dyn Source) -> Flow {
         let ctrl_c =
             key.code == KeyCode::Char('c') && key.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl_c {
@@ -255,7 +258,7 @@ impl<'a> App<'a> {
     }
 
     /// The findings of the selected row, from the agent.
-    fn selected_detail(&self, source: &AgentSource) -> Vec<String> {
+    fn selected_detail(&self, source: &dyn Source) -> Vec<String> {
         let rows = self.shown();
         let Some(row) = self.table.selected().and_then(|i| rows.get(i)) else {
             return vec!["no process selected".into()];
@@ -321,7 +324,7 @@ impl<'a> App<'a> {
         };
         format!(
             "slowpath top - {} - {state} - {shown} processes - sort {sort}{}",
-            self.opts.endpoint.url,
+            self.source,
             if self.paused { " - PAUSED" } else { "" }
         )
     }
