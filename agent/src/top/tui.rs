@@ -6,7 +6,7 @@
 //! SIGHUP or SIGINT (`exit_on_signals`), an error, or a panic (ratatui's
 //! hook).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
@@ -24,9 +24,6 @@ use super::node::node_line;
 use super::rows::{rows_between, sort_rows, Column, Reading, Row, SortKey};
 use super::source::Source;
 use super::TopOptions;
-
-/// Longest wait for a key before the loop looks at the clock again.
-const KEY_POLL: Duration = Duration::from_millis(250);
 
 /// The sort keys in the order `s`, `<` and `>` walk them: the estimated
 /// CPU, all events, then each column in display order.
@@ -95,21 +92,29 @@ fn view_loop(
 ) -> Result<()> {
     let mut app = App::new(opts, source.describe());
     let mut read_at = Instant::now();
+    // Drawn when something changed (a key, a resize, a read), not on every
+    // wakeup: a frame of a thousand rows costs milliseconds.
+    let mut changed = true;
     loop {
-        terminal.draw(|frame| app.draw(frame))?;
+        if changed {
+            terminal.draw(|frame| app.draw(frame))?;
+            changed = false;
+        }
         let due = read_at + opts.delay;
-        if event::poll(due.saturating_duration_since(Instant::now()).min(KEY_POLL))? {
-            let quit = match event::read()? {
+        if event::poll(due.saturating_duration_since(Instant::now()))? {
+            match event::read()? {
                 Event::Key(key) if key.kind == KeyEventKind::Press => {
-                    app.key(key, source) == Flow::Quit
+                    if app.key(key, source) == Flow::Quit {
+                        return Ok(());
+                    }
+                    changed = true;
                 }
-                _ => false, // a resize redraws at the top of the loop
-            };
-            if quit {
-                return Ok(());
+                Event::Resize(..) => changed = true,
+                _ => {}
             }
         }
         if Instant::now() >= due {
+            changed = true;
             let seconds = read_at.elapsed().as_secs_f64();
             read_at = Instant::now();
             match source.read() {
