@@ -47,7 +47,7 @@ pub struct ProcessRate {
 }
 
 /// A runtime recognised in a live process, with the fix for that runtime.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct RuntimeNote {
     /// `go`, `jvm`, `node`, `python`, or a library (`sentinel-golang`).
     pub name: &'static str,

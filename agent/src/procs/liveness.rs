@@ -15,7 +15,7 @@ pub(super) fn process_alive(tgid: u32, start_boottime_ns: u64, clk_tck: u64) -> 
 
 /// Field 22 (starttime) of a /proc/<pid>/stat line; comm may hold spaces and
 /// parentheses, so fields are counted after the last ')'.
-pub(super) fn stat_start_ticks(stat: &str) -> Option<u64> {
+pub fn stat_start_ticks(stat: &str) -> Option<u64> {
     let rest = &stat[stat.rfind(')')? + 1..];
     rest.split_whitespace().nth(19)?.parse().ok()
 }

@@ -39,8 +39,7 @@ use counters::words;
 pub use counters::{add_counters, add_sparse_counters, sparse_counters, sub_counters};
 pub use limits::{Limit, SeriesLimits, LIMIT_NAMES, OVER_LIMIT_CGROUP, OVER_LIMIT_COMM};
 use liveness::process_alive;
-#[cfg(test)]
-use liveness::stat_start_ticks;
+pub use liveness::stat_start_ticks;
 
 /// Keys of the `procs` map at or above this hold parked entries of exited
 /// processes (`proc_park()` in bpf/core/lifecycle.h), never a tgid.

@@ -10,16 +10,25 @@
 //! the executable's symbol names. The executable is read through
 //! `/proc/<pid>/exe`, so a process in a container is read from its own image.
 
+use std::collections::HashMap;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+use memchr::memmem;
 
 use crate::finding::{Finding, RuntimeNote};
+use crate::procs::stat_start_ticks;
 
 /// The processes of a finding that are looked at (reading an executable
 /// costs a few ms).
 const MAX_PROCESSES: usize = 5;
 /// Executables larger than this are not scanned for Go strings.
 const MAX_EXE_BYTES: u64 = 512 << 20;
+/// Process images whose runtime is remembered; past it the memory starts
+/// over (a node rarely has this many timer loops at once).
+const MAX_REMEMBERED: usize = 4096;
 
 const GO_BUILDINFO: &[u8] = b"\xff Go buildinf:";
 const SENTINEL_GOLANG: &[u8] = b"github.com/alibaba/sentinel-golang/";
@@ -28,9 +37,42 @@ const SENTINEL_GOLANG: &[u8] = b"github.com/alibaba/sentinel-golang/";
 pub fn enrich(finding: &mut Finding) {
     for p in finding.processes.iter_mut().take(MAX_PROCESSES) {
         if p.pid != 0 {
-            p.runtime = recognise(p.pid);
+            p.runtime = remembered(p.pid);
         }
     }
+}
+
+/// A process image: its pid, start time (clock ticks after boot, field 22
+/// of /proc/<pid>/stat) and executable (device, inode); an exec changes
+/// the executable, a pid reused changes the start time.
+type Image = (u32, u64, u64, u64);
+
+/// Each image's runtime, told once: the findings engine asks again every
+/// hop for the same processes, and telling reads /proc/<pid>/maps and, for
+/// Go, the whole executable (it was most of a standalone `slowpath top`'s
+/// CPU at 1,000 processes).
+fn remembered(pid: u32) -> Option<RuntimeNote> {
+    static KNOWN: OnceLock<Mutex<HashMap<Image, Option<RuntimeNote>>>> = OnceLock::new();
+    let Some(image) = image_of(pid) else {
+        return recognise(pid);
+    };
+    let known = KNOWN.get_or_init(Default::default);
+    if let Some(note) = known.lock().unwrap_or_else(|e| e.into_inner()).get(&image) {
+        return note.clone();
+    }
+    let note = recognise(pid);
+    let mut known = known.lock().unwrap_or_else(|e| e.into_inner());
+    if known.len() >= MAX_REMEMBERED {
+        known.clear();
+    }
+    known.insert(image, note.clone());
+    note
+}
+
+fn image_of(pid: u32) -> Option<Image> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let exe = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((pid, stat_start_ticks(&stat)?, exe.dev(), exe.ino()))
 }
 
 fn recognise(pid: u32) -> Option<RuntimeNote> {
@@ -85,7 +127,7 @@ fn go_note(pid: u32) -> Option<RuntimeNote> {
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
+    memmem::find(haystack, needle).is_some()
 }
 
 pub(super) const SENTINEL_FIX: &str =
@@ -129,8 +171,31 @@ mod tests {
             .spawn()
             .unwrap();
         let note = recognise(child.id());
+        let again = remembered(child.id());
         child.kill().unwrap();
         child.wait().unwrap();
         assert!(note.is_none(), "{note:?}");
+        assert!(again.is_none(), "{again:?}");
+    }
+
+    #[test]
+    fn an_image_is_its_pid_start_time_and_executable() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let image = image_of(child.id());
+        let mine = image_of(std::process::id());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let (pid, _, dev, ino) = image.expect("a live child has an image");
+        assert_eq!(pid, child.id());
+        let sleep = fs::metadata("/proc/self/exe").unwrap();
+        assert_ne!(
+            (dev, ino),
+            (sleep.dev(), sleep.ino()),
+            "sleep is not this test"
+        );
+        assert_eq!(mine.map(|m| (m.2, m.3)), Some((sleep.dev(), sleep.ino())));
     }
 }
