@@ -87,10 +87,10 @@ fn run_top(cli: &Cli, args: &TopArgs) -> Result<()> {
         source => source,
     };
     let why = match source {
-        TopSource::Agent => return top::run(&opts, &agent),
+        TopSource::Agent => return top::run(&opts, &agent, None),
         TopSource::Standalone => "--source standalone".to_string(),
         TopSource::Auto => match agent.presence()? {
-            top::Presence::Answers => return top::run(&opts, &agent),
+            top::Presence::Answers(first) => return top::run(&opts, &agent, Some(*first)),
             top::Presence::Absent(why) => why,
         },
     };
@@ -98,7 +98,7 @@ fn run_top(cli: &Cli, args: &TopArgs) -> Result<()> {
         .with_context(|| {
             format!("{why} (start it, or give --agent.url), and this view cannot load the BPF programs itself")
         })?;
-    top::run(&opts, &standalone)
+    top::run(&opts, &standalone, None)
 }
 
 /// `slowpath top`'s options from its flags; the agent's URL from this
@@ -182,25 +182,14 @@ fn run(cli: Cli) -> Result<()> {
         Some(path) => Some(Arc::new(http::WebConfig::load(path)?)),
         None => None,
     };
-    preflight::warn_if_kernel_too_old();
-    preflight::check_capabilities()?;
-    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
-    bpf::check_btf(&cli.btf_path)?;
-    preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
-
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let kube = pipeline::kubernetes_watch(&cli, &runtime)?;
-    let kube_state = kube.as_ref().map(|(_, _, k)| k);
-    let mut worker = pipeline::start_worker(&cli, memlock, kube_state, cli.pid_label)?;
-    let stack_tables = worker.take_stack_tables();
-    let worker = Arc::new(worker);
+    let pipeline::Parts {
+        runtime,
+        kube,
+        worker,
+        stack_tables,
+        registry,
+    } = pipeline::start(&cli, cli.pid_label)?;
     let probes = worker.probes().to_vec();
-    pipeline::log_attached(&probes, &cli.signals);
-    let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
-    let registry = pipeline::registry(worker.clone(), &cli, kubernetes_up)?;
     // The stack tables go to the --debug.callsites harvester when it runs
     // (every process sampled), else to the findings' on-demand sampling.
     let (harvested, on_demand) = match cli.debug_callsites {

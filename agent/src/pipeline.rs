@@ -1,9 +1,9 @@
 //! The agent's parts, built from the flags: the worker (the BPF programs
 //! loaded and attached, and the thread that reads them), the metrics
 //! registry, the findings engine, the call-site harvester and the pod
-//! watch. The agent serves them over HTTP; `slowpath top` without an agent
-//! runs the same parts in its own process ([`start_standalone_top`]), so
-//! that its numbers are the agent's.
+//! watch, all started in one order ([`start`]). The agent serves them over
+//! HTTP; `slowpath top` without an agent runs the same parts in its own
+//! process ([`start_standalone_top`]), so that its numbers are the agent's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +16,53 @@ use crate::callsites::{self, harvest};
 use crate::cli::Cli;
 use crate::worker::{self, Worker, WorkerOptions};
 use crate::{bpf, findings, labels, memlock, metrics, own_process, preflight, procs, signals, top};
+
+/// The agent's parts up to its registry, loaded and attached; the findings
+/// engine, the harvester and the pod watch start from them.
+pub struct Parts {
+    /// The async runtime the Kubernetes client was made on (the pod watch
+    /// runs on it).
+    pub runtime: tokio::runtime::Runtime,
+    pub kube: Option<KubeWatch>,
+    pub worker: Arc<Worker>,
+    /// The user-stack tables, for the call-site harvester or the findings'
+    /// on-demand sampling (`None` unless either can run).
+    pub stack_tables: Option<callsites::tables::StackTables>,
+    pub registry: Registry,
+}
+
+/// Start what the agent and a standalone `slowpath top` both run, in this
+/// order: the checks (the kernel's age and sysfs warn; missing privileges
+/// and BTF are errors, before anything is loaded), the Kubernetes client
+/// (a bad configuration fails before anything is attached), the worker
+/// (with `pid_label`, a series per process), the attach log line, and the
+/// registry. Errors: each step's, with its cause and fix; nothing stays
+/// attached after an error (dropping the worker detaches).
+pub fn start(cli: &Cli, pid_label: bool) -> Result<Parts> {
+    preflight::warn_if_kernel_too_old();
+    preflight::check_capabilities()?;
+    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
+    bpf::check_btf(&cli.btf_path)?;
+    preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let kube = kubernetes_watch(cli, &runtime)?;
+    let mut worker = start_worker(cli, memlock, kube.as_ref().map(|(_, _, k)| k), pid_label)?;
+    let stack_tables = worker.take_stack_tables();
+    let worker = Arc::new(worker);
+    log_attached(worker.probes(), &cli.signals);
+    let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
+    let registry = registry(worker.clone(), cli, kubernetes_up)?;
+    Ok(Parts {
+        runtime,
+        kube,
+        worker,
+        stack_tables,
+        registry,
+    })
+}
 
 /// Load and attach the programs every signal asks for, with the flags'
 /// settings; with Kubernetes on, series get their pod's labels from `kube`;
@@ -193,34 +240,28 @@ pub fn host_name() -> String {
 /// hours.
 const STANDALONE_FINDINGS_WINDOW: Duration = Duration::from_secs(20);
 
-/// `slowpath top` with no agent to read: the agent's checks (privileges,
-/// BTF), then its worker with a series per process (the pid label), its
-/// registry and its findings engine (the window at most 20 s), and, with
-/// `--kubernetes.enabled`, its pod watch on a thread of its own. `why` says
-/// in the header why the view runs standalone. Errors: what the agent's
-/// start would say (missing privileges, no BTF, a bad Kubernetes config).
+/// `slowpath top` with no agent to read: the agent's parts ([`start`]) with
+/// a series per process (the pid label), its findings engine (the window
+/// at most 20 s) and, with `--kubernetes.enabled`, its pod watch on a
+/// thread of its own. `why` says in the header why the view runs
+/// standalone. Errors: what the agent's start would say (missing
+/// privileges, no BTF, a bad Kubernetes config).
 pub fn start_standalone_top(cli: &Cli, why: &str) -> Result<top::StandaloneSource> {
-    preflight::check_capabilities()?;
-    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
-    bpf::check_btf(&cli.btf_path)?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let kube = kubernetes_watch(cli, &runtime)?;
-    let mut worker = start_worker(cli, memlock, kube.as_ref().map(|(_, _, k)| k), true)?;
-    log_attached(worker.probes(), &cli.signals);
-    let stacks = worker.take_stack_tables();
-    let worker = Arc::new(worker);
-    let kubernetes_up = kube.as_ref().map(|(_, _, k)| k.up.clone());
-    let registry = registry(worker.clone(), cli, kubernetes_up)?;
+    let parts = start(cli, true)?;
     let window = cli.findings_window.min(STANDALONE_FINDINGS_WINDOW);
-    let findings = start_findings(cli, window, &worker, stacks, &registry)?;
-    if let Some((client, opts, state)) = kube {
+    let findings = start_findings(
+        cli,
+        window,
+        &parts.worker,
+        parts.stack_tables,
+        &parts.registry,
+    )?;
+    if let Some((client, opts, state)) = parts.kube {
+        let runtime = parts.runtime;
         std::thread::Builder::new()
             .name("pod-watch".into())
             .spawn(move || runtime.block_on(labels::kubernetes::watch_pods(client, opts, state)))
             .context("starting the pod watch")?;
     }
-    Ok(top::StandaloneSource::new(registry, findings, why))
+    Ok(top::StandaloneSource::new(parts.registry, findings, why))
 }

@@ -11,7 +11,8 @@ rows within two refreshes, sorting, filtering, the finding's popup with
 its fix, a resize, `q` and SIGTERM leaving the terminal as it was, and
 batch frames where there is no terminal or a dumb one. Real runtimes under
 the view (a raw clock loop, a GNU Pth storm, Python and JDK 1 ms loops): the
-first rows, at bpftrace's rates over the same window. Standalone: the same
+first rows, at bpftrace's rates over the same window; JVMs pre-touching THP
+heaps: the first row by THP/s, at /proc/vmstat's rate. Standalone: the same
 rates as strace's, the finding's popup, and every program gone on `q`."""
 
 import json
@@ -75,6 +76,9 @@ def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, work
     header = "standalone (--source standalone)" if source == "standalone" else f"{agent.url}/metrics"
     assert all(r["source"] == header for r in [json.loads(line) for line in out.splitlines()][:1]), out[:500]
     frames = [json.loads(line) for line in out.splitlines()]
+    reader = "view" if source == "standalone" else "agent"
+    assert all(re.match(rf"node: clocksource \S+ \(vDSO .*\| {reader} \d+\.\d+% CPU", r["node"]) for r in frames), \
+        frames[0]
     assert {r["comm"] for r in frames if r.get("pid") in (str(clock_pid), str(ctx_pid))} == {"sp-workload"}
     assert round(increases(frames, clock_pid, "clock_fallbacks")) == clock["clock_gettime"] == 20000
     assert round(increases(frames, ctx_pid, "sigprocmask")) == ctx["rt_sigprocmask"] >= 4000
@@ -514,6 +518,74 @@ def test_a_jvm_pretouching_a_thp_heap_is_what_vmstat_counts(agent_bin, thp_alway
     jvm = sum(r["rates"].get("thp_faults", 0) * r["interval_seconds"] for r in frames if r.get("pid") == pid)
     assert counted == pytest.approx(grown, rel=0.10), (counted, grown)
     assert jvm >= 512 / 2 / 2, (jvm, counted, grown)
+
+
+def column_cells(screen, title):
+    """Each table row's cell under the column `title`: rates are right-aligned,
+    from the end of the title before to the end of theirs."""
+    titles = next(l for l in screen.splitlines() if l.startswith("PID"))
+    spans = [m.span() for m in re.finditer(r"\S+", titles)]
+    i = next(i for i, (a, b) in enumerate(spans) if titles[a:b] == title)
+    start, end = spans[i - 1][1], spans[i][1]
+    return [l[start:end].strip() for l in table_rows(screen)]
+
+
+def title_of(screen):
+    return screen.splitlines()[0]
+
+
+def test_jvms_pretouching_thp_heaps_are_the_first_row_by_thp_at_vmstats_rate(agent_bin, thp_always, pretouch_class,
+                                                                           tmp_path):
+    """JVMs pre-touching 128 MiB heaps into huge pages one after another
+    (enabled=always, -XX:+UseTransparentHugePages -XX:+AlwaysPreTouch: 64
+    huge-page faults each as it starts), under a 120x32 view of an agent
+    (rows per comm and cgroup: the JVMs are one row): after `s` walks the
+    sort to THP/s, java is the first row within two refreshes; over six
+    refreshes the THP/s column (every row), times each frame's interval,
+    adds up to the kernel's thp_fault_alloc (/proc/vmstat) read as the first
+    and the last of those frames appeared, within 10 %. A frame is told by
+    the time in its title; the screen is read every 50 ms."""
+    agent = Agent(agent_bin, [], tmp_path / "agent.log")
+    jvms, view = None, None
+    try:
+        jvm = (f"java -XX:+UseTransparentHugePages -XX:+AlwaysPreTouch -Xms128m -Xmx128m -XX:+UseSerialGC "
+               f"-cp {pretouch_class} PreTouchHeap 0 >/dev/null")
+        jvms = subprocess.Popen(["sh", "-c", f"while {jvm}; do :; done"], start_new_session=True)
+        view = Tmux(f"sh -c 'TERM=xterm-256color {agent_bin} top -d 2 --agent.url={agent.url}/metrics; "
+                    f"echo EXIT=$?; sleep 60'")
+        view.wait_for(lambda s: "rates over" in s, what="a first frame")
+        view.keys(*["s"] * 5)  # cpu, events, CLOCK/s, SIGMSK/s, WAKEUP/s, THP/s
+        first_row = lambda s: (table_rows(s) or ["- -"])[0].replace("!", " ").split()[1]
+        view.wait_for(lambda s: "sort THP/s" in s and first_row(s) == "java", timeout=4.5,
+                      what="java the first row by THP/s within two refreshes")
+
+        frames, last_title = [], title_of(view.screen())
+        deadline = time.monotonic() + 30
+        while len(frames) < 7:
+            assert time.monotonic() < deadline, frames
+            screen = view.screen()
+            if title_of(screen) != last_title:
+                frames.append((vmstat()["thp_fault_alloc"], screen))
+                last_title = title_of(screen)
+            time.sleep(0.05)
+        assert jvms.poll() is None, "a JVM failed"
+        shown = 0.0
+        for _, screen in frames[1:]:
+            interval = float(re.search(r"rates over ([\d.]+)s", title_of(screen)).group(1))
+            shown += sum(rate_value(c) for c in column_cells(screen, "THP/s") if c) * interval
+            assert first_row(screen) == "java", screen
+        grown = frames[-1][0] - frames[0][0]
+        assert grown > 6 * 2 * 64, (grown, frames[-1][1])  # more than one JVM a second
+        assert shown == pytest.approx(grown, rel=0.10), (shown, grown, frames[-1][1])
+        view.keys("q")
+        view.wait_for(lambda s: "EXIT=0" in s, what="exit 0")
+    finally:
+        if view:
+            view.close()
+        if jvms:
+            os.killpg(jvms.pid, signal.SIGKILL)
+            jvms.wait()
+        assert agent.stop() == 0, agent.log_text()
 
 
 def test_a_closed_terminal_ends_the_view(agent_bin, busy_node):

@@ -124,14 +124,17 @@ fn truncate(s: &str, width: usize) -> String {
     t
 }
 
-/// A row as one JSON object: the frame's time and source (the header's:
-/// the agent's URL or `standalone (...)`), the identity labels, the rates
+/// A row as one JSON object: the frame's time, source (the header's: the
+/// agent's URL or `standalone (...)`) and node line, the identity labels, the rates
 /// per second by column name (compaction in seconds per second), the
 /// median requested timeout in seconds and the findings.
 #[derive(Serialize)]
 struct JsonRow<'a> {
     time: &'a str,
     source: &'a str,
+    /// The text frame's node line (clocksource, THP settings, the reader's
+    /// CPU, the hooks): the same in every row of a frame.
+    node: &'a str,
     interval_seconds: f64,
     #[serde(flatten)]
     labels: std::collections::BTreeMap<&'static str, &'a str>,
@@ -152,6 +155,7 @@ pub fn json_lines(header: &Header<'_>, rows: &[Row]) -> String {
         let line = JsonRow {
             time: header.time,
             source: header.source,
+            node: header.node,
             interval_seconds: header.interval_seconds,
             labels,
             row,

@@ -16,6 +16,7 @@ mod detail;
 mod frame;
 mod node;
 mod rows;
+mod sample;
 mod source;
 mod standalone;
 mod tui;
@@ -25,11 +26,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-pub use rows::{Column, SortKey};
+pub use rows::{Column, Reading, SortKey};
 pub use source::{AgentEndpoint, AgentSource, Presence, Source};
 pub use standalone::StandaloneSource;
 
-use rows::{rows_between, sort_rows, Reading};
+use rows::{rows_between, sort_rows};
 
 /// What `slowpath top` was asked for.
 #[derive(Clone, Debug)]
@@ -60,24 +61,28 @@ pub fn full_screen(opts: &TopOptions) -> bool {
 }
 
 /// Show `source` until a quit key, or print frames until `iterations` are
-/// done. Errors: the source cannot be read (the message names it and what
-/// to give).
-pub fn run(opts: &TopOptions, source: &dyn Source) -> Result<()> {
+/// done; `first` is a read already made (an agent's presence check), the
+/// base of the first frame. Errors: the source cannot be read (the message
+/// names it and what to give).
+pub fn run(opts: &TopOptions, source: &dyn Source, first: Option<Reading>) -> Result<()> {
     if full_screen(opts) {
-        return tui::run(opts, source);
+        return tui::run(opts, source, first);
     }
-    batch(opts, source)
+    batch(opts, source, first)
 }
 
 /// Print plain frames until `iterations` are done.
-fn batch(opts: &TopOptions, source: &dyn Source) -> Result<()> {
-    let mut before = Reading::from_scrape(&source.read()?);
+fn batch(opts: &TopOptions, source: &dyn Source, first: Option<Reading>) -> Result<()> {
+    let mut before = match first {
+        Some(first) => first,
+        None => source.read()?,
+    };
     let mut read_at = Instant::now();
     let mut printed = 0;
     let stdout = std::io::stdout();
     while opts.iterations.is_none_or(|n| printed < n) {
         std::thread::sleep(opts.delay.saturating_sub(read_at.elapsed()));
-        let now = Reading::from_scrape(&source.read()?);
+        let now = source.read()?;
         let seconds = read_at.elapsed().as_secs_f64();
         read_at = Instant::now();
         let frame = render(opts, source, &before, &now, seconds);

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use prometheus_parse::Sample;
+use super::sample::Sample;
 
 /// What one read of the agent says about the node and about itself.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -35,8 +35,8 @@ impl NodeState {
     /// Take one sample of a read into the state, if it is one of the
     /// agent's node or self series.
     pub fn take(&mut self, sample: &Sample, value: f64) {
-        let label = |name: &str| sample.labels.get(name).unwrap_or_default().to_string();
-        match sample.metric.as_str() {
+        let label = |name: &str| sample.label_or_empty(name).into_owned();
+        match sample.metric {
             "slowpath_clocksource_current_info" => self.clocksource = Some(label("clocksource")),
             "slowpath_vdso_fallback" => {
                 self.fallback.insert(label("clock"), value == 1.0);
@@ -128,18 +128,16 @@ fn vdso_verdict(fallback: &BTreeMap<String, bool>) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sample::{parsed, Value};
     use super::*;
-    use prometheus_parse::Scrape;
 
     fn state(text: &str) -> NodeState {
-        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
         let mut s = NodeState::default();
-        for sample in &scrape.samples {
-            if let prometheus_parse::Value::Counter(v)
-            | prometheus_parse::Value::Gauge(v)
-            | prometheus_parse::Value::Untyped(v) = sample.value
-            {
-                s.take(sample, v);
+        for sample in parsed(&scrape) {
+            if let Value::Counter(v) | Value::Gauge(v) = sample.value {
+                s.take(&sample, v);
             }
         }
         s.finish();

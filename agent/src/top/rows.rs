@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use prometheus_parse::{Sample, Scrape, Value};
+use super::sample::{Sample, Value};
 
 use super::node::NodeState;
 use serde::Serialize;
@@ -140,8 +140,8 @@ impl EventCosts {
     /// Take a gauge of one read into the costs; `fallen_back` gathers the
     /// clocks the canary saw fall back, `reads` every clock's read cost.
     fn take(&mut self, sample: &Sample, value: f64, reads: &mut Vec<(String, f64)>) {
-        let clock = || sample.labels.get("clock").unwrap_or_default().to_string();
-        match sample.metric.as_str() {
+        let clock = || sample.label_or_empty("clock").into_owned();
+        match sample.metric {
             "slowpath_syscall_seconds" => self.syscall = Some(value),
             "slowpath_timer_wakeup_cost_seconds" => self.wakeup = Some(value),
             "slowpath_tzfile_check_seconds" => self.tzfile_check = Some(value),
@@ -195,7 +195,7 @@ pub struct Reading {
 
 /// The identity of a sample's series.
 fn identity(sample: &Sample) -> Identity {
-    IDENTITY.map(|name| sample.labels.get(name).unwrap_or_default().to_string())
+    IDENTITY.map(|name| sample.label_or_empty(name).into_owned())
 }
 
 /// The identity without its pid, which findings do not carry.
@@ -205,11 +205,11 @@ fn without_pid(mut id: Identity) -> Identity {
 }
 
 /// Add a cumulative histogram to one already held, bucket by bucket.
-fn add_buckets(into: &mut Vec<(f64, f64)>, buckets: &[prometheus_parse::HistogramCount]) {
-    for b in buckets {
-        match into.iter_mut().find(|(le, _)| *le == b.less_than) {
-            Some((_, n)) => *n += b.count,
-            None => into.push((b.less_than, b.count)),
+fn add_buckets(into: &mut Vec<(f64, f64)>, buckets: &[(f64, f64)]) {
+    for &(bound, count) in buckets {
+        match into.iter_mut().find(|(le, _)| *le == bound) {
+            Some((_, n)) => *n += count,
+            None => into.push((bound, count)),
         }
     }
     into.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -229,49 +229,54 @@ impl Reading {
         self
     }
 
-    /// The rows of one scrape of the agent.
-    pub fn from_scrape(scrape: &Scrape) -> Self {
+    /// The rows of one read of the agent's metrics (a scrape of its page,
+    /// or its families gathered in process: [`super::sample`]).
+    pub fn from_samples<'a>(samples: impl Iterator<Item = Sample<'a>>) -> Self {
         let mut reading = Reading::default();
         let mut clock_reads = Vec::new();
-        for sample in &scrape.samples {
+        for sample in samples {
             if sample.metric == "slowpath_finding_info" {
-                let finding = sample.labels.get("finding").unwrap_or_default().to_string();
+                let finding = sample.label_or_empty("finding").into_owned();
                 reading
                     .findings
-                    .entry(without_pid(identity(sample)))
+                    .entry(without_pid(identity(&sample)))
                     .or_default()
                     .push(finding);
                 continue;
             }
             if let Value::Histogram(buckets) = &sample.value {
-                if TIMEOUT_HISTOGRAMS.contains(&sample.metric.as_str()) {
-                    let totals = reading.rows.entry(identity(sample)).or_default();
+                if TIMEOUT_HISTOGRAMS.contains(&sample.metric) {
+                    let totals = reading.rows.entry(identity(&sample)).or_default();
                     add_buckets(&mut totals.timeouts, buckets);
                 }
                 continue;
             }
             let value = match sample.value {
-                Value::Counter(v) | Value::Untyped(v) => v,
+                Value::Counter(v) => v,
                 Value::Gauge(v) => {
-                    reading.costs.take(sample, v, &mut clock_reads);
-                    reading.node.take(sample, v);
+                    reading.costs.take(&sample, v, &mut clock_reads);
+                    reading.node.take(&sample, v);
                     continue;
                 }
                 _ => continue,
             };
-            reading.node.take(sample, value);
+            reading.node.take(&sample, value);
             for column in Column::ALL {
                 let (family, only) = column.source();
                 if sample.metric != family
-                    || only.is_some_and(|(label, want)| sample.labels.get(label) != Some(want))
+                    || only
+                        .is_some_and(|(label, want)| sample.label(label).as_deref() != Some(want))
                 {
                     continue;
                 }
-                let totals = reading.rows.entry(identity(sample)).or_default();
+                let totals = reading.rows.entry(identity(&sample)).or_default();
                 *totals.counters.entry(column).or_default() += value;
                 if column == Column::ClockFallbacks {
-                    let clock = sample.labels.get("clock").unwrap_or_default();
-                    *totals.clock_fallbacks.entry(clock.into()).or_default() += value;
+                    let clock = sample.label_or_empty("clock");
+                    *totals
+                        .clock_fallbacks
+                        .entry(clock.into_owned())
+                        .or_default() += value;
                 }
             }
         }
@@ -424,8 +429,9 @@ mod tests {
     use super::*;
 
     fn reading(text: &str) -> Reading {
-        let scrape = Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
-        Reading::from_scrape(&scrape)
+        let scrape =
+            prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string()))).unwrap();
+        Reading::from_samples(super::super::sample::parsed(&scrape))
     }
 
     const BEFORE: &str = r#"# TYPE slowpath_clock_syscalls_total counter

@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
-use prometheus_parse::Scrape;
+
+use super::rows::Reading;
+use super::sample;
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig};
 
 /// How to reach the agent (the `--agent.*` flags of `slowpath top`).
@@ -28,12 +30,12 @@ pub struct AgentEndpoint {
     pub password_file: Option<PathBuf>,
 }
 
-/// Where a view's numbers come from: each read is the agent's metrics page
+/// Where a view's numbers come from: each read is the agent's metrics
 /// (the same families and labels whichever source serves them).
 pub trait Source {
-    /// One read of the metrics, parsed. Errors: the source cannot be read
+    /// One read of the metrics, by row. Errors: the source cannot be read
     /// (the message names it and what to give).
-    fn read(&self) -> Result<Scrape>;
+    fn read(&self) -> Result<Reading>;
     /// The findings in the doctor's JSON shape (what `/debug/findings`
     /// serves). Errors when findings are off.
     fn read_findings(&self) -> Result<serde_json::Value>;
@@ -47,15 +49,18 @@ pub trait Source {
 
 /// Whether an agent answered the first read.
 pub enum Presence {
-    Answers,
+    /// One did: its first read, the base of the first frame.
+    Answers(Box<Reading>),
     /// Nothing listens at the URL (connection refused): why, for the header.
     Absent(String),
 }
 
-/// Parse a metrics page read from `whence`.
-pub fn parse_page(text: &str, whence: &str) -> Result<Scrape> {
-    Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
-        .with_context(|| format!("parsing the metrics of {whence}"))
+/// The rows of a metrics page read from `whence`. Errors: the page does
+/// not parse.
+fn parse_page(text: &str, whence: &str) -> Result<Reading> {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|line| Ok(line.to_string())))
+        .with_context(|| format!("parsing the metrics of {whence}"))?;
+    Ok(Reading::from_samples(sample::parsed(&scrape)))
 }
 
 /// A connection to the agent, kept between reads (keep-alive).
@@ -144,7 +149,7 @@ impl AgentSource {
     /// for another reason than a refusal (then standalone would hide it).
     pub fn presence(&self) -> Result<Presence> {
         match self.read() {
-            Ok(_) => Ok(Presence::Answers),
+            Ok(first) => Ok(Presence::Answers(Box::new(first))),
             Err(err) if refused(&err) => Ok(Presence::Absent(format!(
                 "no agent at {}",
                 origin(&self.url)
@@ -179,7 +184,7 @@ impl AgentSource {
 }
 
 impl Source for AgentSource {
-    fn read(&self) -> Result<Scrape> {
+    fn read(&self) -> Result<Reading> {
         parse_page(&self.get(&self.url)?, &self.url)
     }
 

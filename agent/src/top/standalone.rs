@@ -1,14 +1,16 @@
 //! `slowpath top` without an agent: the agent's worker, registry and
 //! findings engine run in the view's own process (`pipeline::
-//! start_standalone_top` builds them), and each read is the page the agent
-//! would serve, encoded and parsed as a scrape of it would be. The rows
-//! are then the same code's, whichever source fed them.
+//! start_standalone_top` builds them), and each read is the families the
+//! agent would serve, gathered in process (the samples a scrape of its page
+//! would parse to: [`super::sample`]). The rows are then the same code's,
+//! whichever source fed them.
 
 use anyhow::{bail, Context, Result};
-use prometheus::{Encoder, Registry, TextEncoder};
-use prometheus_parse::Scrape;
+use prometheus::Registry;
 
-use super::source::{parse_page, Source};
+use super::rows::Reading;
+use super::sample;
+use super::source::Source;
 use crate::findings::{FindingsThread, SharedFindings};
 
 /// The programs this view loaded, read in process. Dropping it stops the
@@ -39,14 +41,11 @@ impl StandaloneSource {
 }
 
 impl Source for StandaloneSource {
-    /// Gather every family (reads the kernel tables), encode and parse.
-    fn read(&self) -> Result<Scrape> {
-        let mut page = Vec::with_capacity(64 * 1024);
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut page)
-            .context("encoding the metrics")?;
-        let text = String::from_utf8(page).context("the metrics page is not UTF-8")?;
-        parse_page(&text, "this view's programs")
+    /// Gather every family (reads the kernel tables) and take its rows.
+    fn read(&self) -> Result<Reading> {
+        Ok(Reading::from_samples(sample::gathered(
+            &self.registry.gather(),
+        )))
     }
 
     fn read_findings(&self) -> Result<serde_json::Value> {

@@ -37,6 +37,12 @@ fn sort_key(index: usize) -> SortKey {
     }
 }
 
+/// `HH:MM:SSZ` of `time`, in UTC (RFC 3339's time of day).
+fn utc_clock(time: std::time::SystemTime) -> String {
+    let rfc3339 = humantime::format_rfc3339_seconds(time).to_string(); // 2026-11-28T05:40:12Z
+    rfc3339.get(11..).unwrap_or_default().to_string()
+}
+
 /// The place of `key` in the walk of [`sort_key`].
 fn sort_index(key: SortKey) -> usize {
     (0..SORTS).find(|&i| sort_key(i) == key).unwrap_or(0)
@@ -54,9 +60,12 @@ q, Ctrl-C                      quit";
 
 /// Run the view until a quit key or a signal; the terminal is restored
 /// whatever ends it.
-pub fn run(opts: &TopOptions, source: &dyn Source) -> Result<()> {
+pub fn run(opts: &TopOptions, source: &dyn Source, first: Option<Reading>) -> Result<()> {
     // a first read before the screen changes: no agent is one plain line
-    let first = Reading::from_scrape(&source.read()?);
+    let first = match first {
+        Some(first) => first,
+        None => source.read()?,
+    };
     exit_on_signals()?;
     let mut terminal = ratatui::try_init().context("starting the full-screen view")?;
     let result = view_loop(&mut terminal, opts, source, first);
@@ -118,12 +127,12 @@ fn view_loop(
             let seconds = read_at.elapsed().as_secs_f64();
             read_at = Instant::now();
             match source.read() {
-                Ok(scrape) => {
-                    let now = Reading::from_scrape(&scrape);
+                Ok(now) => {
                     if !app.paused {
                         app.all = rows_between(&before, &now, seconds);
                         app.node = node_line(&before.node, &now.node, seconds, source.reader());
                         app.interval = seconds;
+                        app.read_time = utc_clock(std::time::SystemTime::now());
                         app.refreshed = true;
                     }
                     app.error = None;
@@ -151,6 +160,9 @@ struct App<'a> {
     /// The node line of the last interval.
     node: String,
     interval: f64,
+    /// When the last interval ended, `HH:MM:SSZ` (UTC), as top's header
+    /// has the time: a new frame is told by it.
+    read_time: String,
     /// A first interval has been read (before it: "reading").
     refreshed: bool,
     sort: usize,
@@ -177,6 +189,7 @@ impl<'a> App<'a> {
             all: Vec::new(),
             node: "node: reading".into(),
             interval: 0.0,
+            read_time: String::new(),
             refreshed: false,
             sort,
             table: TableState::default().with_selected(Some(0)),
@@ -327,8 +340,13 @@ impl<'a> App<'a> {
         } else {
             format!("rates over {:.1}s", self.interval)
         };
+        // the time the shown rates end at, as batch frames have it
+        let time = match self.refreshed {
+            true => format!("{} - ", self.read_time),
+            false => String::new(),
+        };
         format!(
-            "slowpath top - {} - {state} - {shown} processes - sort {sort}{}",
+            "slowpath top - {time}{} - {state} - {shown} processes - sort {sort}{}",
             self.source,
             if self.paused { " - PAUSED" } else { "" }
         )
@@ -580,7 +598,13 @@ fn popup(frame: &mut Frame<'_>, title: &str, lines: Vec<Line<'_>>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{fitting_columns, wrapped_lines, Column, ViewColumn};
+    use super::{fitting_columns, utc_clock, wrapped_lines, Column, ViewColumn};
+
+    #[test]
+    fn the_title_time_is_utc_hours_minutes_seconds() {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(86_400 + 3_600 * 5 + 61);
+        assert_eq!(utc_clock(t), "05:01:01Z");
+    }
 
     #[test]
     fn a_narrow_screen_drops_whole_columns_keeping_the_sorted_one() {
