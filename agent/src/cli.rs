@@ -175,21 +175,35 @@ pub struct Cli {
 
     /// Add `namespace`, `pod` and `container` labels from the Kubernetes API
     /// (a watch of this node's pods; needs get/list/watch on pods).
-    #[arg(long = "kubernetes.enabled", env = "SLOWPATH_KUBERNETES_ENABLED")]
+    #[arg(
+        global = true,
+        long = "kubernetes.enabled",
+        env = "SLOWPATH_KUBERNETES_ENABLED"
+    )]
     pub kubernetes: bool,
 
     /// Kubeconfig for the Kubernetes API (default: the in-cluster service
     /// account, else $KUBECONFIG or ~/.kube/config).
-    #[arg(long = "kubeconfig", env = "KUBECONFIG", value_name = "FILE")]
+    #[arg(
+        global = true,
+        long = "kubeconfig",
+        env = "KUBECONFIG",
+        value_name = "FILE"
+    )]
     pub kubeconfig: Option<PathBuf>,
 
     /// This node's name in Kubernetes; in a DaemonSet, NODE_NAME from the
     /// downward API (spec.nodeName). Default: the host name.
-    #[arg(long = "kubernetes.node-name", env = "NODE_NAME", value_name = "NAME")]
+    #[arg(
+        global = true,
+        long = "kubernetes.node-name",
+        env = "NODE_NAME",
+        value_name = "NAME"
+    )]
     pub node_name: Option<String>,
 
     /// How long series of a deleted pod are kept before they are dropped.
-    #[arg(long = "kubernetes.deleted-pod-grace", env = "SLOWPATH_KUBERNETES_DELETED_POD_GRACE",
+    #[arg(global = true, long = "kubernetes.deleted-pod-grace", env = "SLOWPATH_KUBERNETES_DELETED_POD_GRACE",
           default_value = "5m", value_name = "DURATION", value_parser = parse_duration)]
     pub deleted_pod_grace: Duration,
 

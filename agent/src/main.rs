@@ -232,6 +232,11 @@ fn run(cli: Cli) -> Result<()> {
 
 /// `slowpath doctor`: the same programs, observed for a while, then a report.
 fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
+    if cli.kubernetes {
+        // a warning, not an error: a DaemonSet's environment turns it on for
+        // every command run in the agent's container
+        warn!("--kubernetes.enabled: the doctor's report names comm and cgroup, not pods (the agent and slowpath top label pods)");
+    }
     preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
     let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());

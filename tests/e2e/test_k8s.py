@@ -18,6 +18,7 @@ toolchain or no module proxy; set SLOWPATH_REQUIRE_K8S=1 (or CI=1) to make that
 a failure instead.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -182,63 +183,41 @@ def test_serviceaccount_rbac(objects, cluster, applied):
 CONTAINER_ID = "5f" * 32  # what a container runtime would report
 
 
-def test_agent_labels_a_pods_processes_and_drops_them_after_deletion(
-    cluster, applied, tmp_path, agent_bin, workload_bin
-):
-    """A Pod object bound to this host (no kubelet here: its status is set as a
-    kubelet would), a kubelet-style cgroup for its container on this host, a
-    workload inside it, and the real agent watching the API server as the
-    chart's ServiceAccount."""
-    root = cgroup2_root()
-    if root is None:
-        pytest.skip("no cgroup2 mount")
-    node = "slowpath-e2e-host"
-    cluster.apply_objects({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}})
+NODE = "slowpath-e2e-host"  # the node name the agent and the view are told
+
+
+def bind_pod(cluster, namespace, name):
+    """A Pod object bound to this host (no kubelet here: its status is set as
+    a kubelet would), with one container `cart`; its uid."""
+    cluster.apply_objects({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     cluster.apply_objects({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "cart-0", "namespace": "shop"},
-        "spec": {"nodeName": node, "containers": [{"name": "cart", "image": "cart:1"}]},
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"nodeName": NODE, "containers": [{"name": "cart", "image": "cart:1"}]},
     })
-    uid = cluster.kubectl_json("get", "pod", "-n", "shop", "cart-0")["metadata"]["uid"]
+    uid = cluster.kubectl_json("get", "pod", "-n", namespace, name)["metadata"]["uid"]
     status = {"status": {"phase": "Running", "containerStatuses": [{
         "name": "cart", "image": "cart:1", "imageID": "", "ready": True, "restartCount": 0,
         "containerID": f"containerd://{CONTAINER_ID}", "state": {"running": {}}}]}}
-    cluster.kubectl("patch", "pod", "-n", "shop", "cart-0", "--subresource=status", "--type=merge",
+    cluster.kubectl("patch", "pod", "-n", namespace, name, "--subresource=status", "--type=merge",
                     "-p", json.dumps(status))
+    return uid
 
+
+@contextlib.contextmanager
+def container_cgroup(uid):
+    """A kubelet-style cgroup on this host for the container of pod `uid`
+    (systemd driver, containerd), removed afterwards with its parents if
+    empty."""
+    root = cgroup2_root()
+    if root is None:
+        pytest.skip("no cgroup2 mount")
     pod_slice = root / "kubepods.slice" / "kubepods-besteffort.slice" / \
         f"kubepods-besteffort-pod{uid.replace('-', '_')}.slice"
     scope = pod_slice / f"cri-containerd-{CONTAINER_ID}.scope"
     scope.mkdir(parents=True)
-    agent = Agent(agent_bin, ["--metrics.pid-label", "--kubernetes.enabled",
-                              f"--kubeconfig={cluster.serviceaccount_kubeconfig('slowpath', 'slowpath')}",
-                              f"--kubernetes.node-name={node}", "--kubernetes.deleted-pod-grace=2s"],
-                  tmp_path / "agent.log")
     try:
-        out = subprocess.run(["sh", "-c", f'echo $$ > {scope}/cgroup.procs && exec "$0" clock-raw 4242',
-                              str(workload_bin)], check=True, capture_output=True, text=True).stdout
-        pid = int(out.split("pid=")[1].split()[0])
-        deadline = time.monotonic() + 30
-        while True:
-            scrape = agent.scrape()
-            assert scrape.value("slowpath_kubernetes_up") in (0, 1)
-            series = scrape.select("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload")
-            if series and series[0].labels["pod"]:
-                break
-            assert time.monotonic() < deadline, (series, agent.log_text())
-            time.sleep(0.2)
-        assert scrape.value("slowpath_kubernetes_up") == 1
-        labels = series[0].labels
-        assert (labels["namespace"], labels["pod"], labels["container"]) == ("shop", "cart-0", "cart")
-        assert series[0].value == 4242
-
-        cluster.kubectl("delete", "pod", "-n", "shop", "cart-0", "--grace-period=0", "--force")
-        time.sleep(3)  # past the 2 s grace
-        deadline = time.monotonic() + 20
-        while agent.scrape().select("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload"):
-            assert time.monotonic() < deadline, "series of the deleted pod were not dropped"
-            time.sleep(0.5)
+        yield scope
     finally:
-        assert agent.stop() == 0
         scope.rmdir()
         pod_slice.rmdir()
         for parent in [pod_slice.parent, pod_slice.parent.parent]:
@@ -246,3 +225,87 @@ def test_agent_labels_a_pods_processes_and_drops_them_after_deletion(
                 parent.rmdir()
             except OSError:
                 pass
+
+
+def run_in(scope, workload_bin, *args, wait=True):
+    """sp-workload with `args` inside the cgroup `scope`: its pid (it prints
+    it first)."""
+    proc = subprocess.Popen(["sh", "-c", f'echo $$ > {scope}/cgroup.procs && exec "$0" "$@"', str(workload_bin),
+                             *args], stdout=subprocess.PIPE, text=True)
+    pid = int(proc.stdout.readline().split("pid=")[1].split()[0])
+    if wait:
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+    return pid, proc
+
+
+def test_agent_labels_a_pods_processes_and_drops_them_after_deletion(
+    cluster, applied, tmp_path, agent_bin, workload_bin
+):
+    """A Pod object bound to this host, a kubelet-style cgroup for its
+    container on this host, a workload inside it, and the real agent
+    watching the API server as the chart's ServiceAccount."""
+    uid = bind_pod(cluster, "shop", "cart-0")
+    with container_cgroup(uid) as scope:
+        agent = Agent(agent_bin, ["--metrics.pid-label", "--kubernetes.enabled",
+                                  f"--kubeconfig={cluster.serviceaccount_kubeconfig('slowpath', 'slowpath')}",
+                                  f"--kubernetes.node-name={NODE}", "--kubernetes.deleted-pod-grace=2s"],
+                      tmp_path / "agent.log")
+        try:
+            pid, _ = run_in(scope, workload_bin, "clock-raw", "4242")
+            deadline = time.monotonic() + 30
+            while True:
+                scrape = agent.scrape()
+                assert scrape.value("slowpath_kubernetes_up") in (0, 1)
+                series = scrape.select("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload")
+                if series and series[0].labels["pod"]:
+                    break
+                assert time.monotonic() < deadline, (series, agent.log_text())
+                time.sleep(0.2)
+            assert scrape.value("slowpath_kubernetes_up") == 1
+            labels = series[0].labels
+            assert (labels["namespace"], labels["pod"], labels["container"]) == ("shop", "cart-0", "cart")
+            assert series[0].value == 4242
+
+            cluster.kubectl("delete", "pod", "-n", "shop", "cart-0", "--grace-period=0", "--force")
+            time.sleep(3)  # past the 2 s grace
+            deadline = time.monotonic() + 20
+            while agent.scrape().select("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload"):
+                assert time.monotonic() < deadline, "series of the deleted pod were not dropped"
+                time.sleep(0.5)
+        finally:
+            assert agent.stop() == 0
+
+
+def test_standalone_top_names_a_pods_processes(cluster, applied, agent_bin, workload_bin):
+    """`slowpath top --source standalone --kubernetes.enabled` (no agent: the
+    view loads the programs and watches the API server itself, as the
+    chart's ServiceAccount) names a workload in a pod's container cgroup by
+    its namespace, pod and container, in its JSON rows and in a text frame's
+    place column, at the rate of its clock syscalls."""
+    uid = bind_pod(cluster, "shop", "cart-1")
+    view = None
+    try:
+        with container_cgroup(uid) as scope:
+            pid, load = run_in(scope, workload_bin, "clock-raw", str(10**12), wait=False)
+            try:
+                kube = ["--kubernetes.enabled", f"--kubernetes.node-name={NODE}",
+                        f"--kubeconfig={cluster.serviceaccount_kubeconfig('slowpath', 'slowpath')}"]
+                view = subprocess.run([str(agent_bin), "top", "--source", "standalone", "--batch", "--json",
+                                       "-n", "3", "-d", "2", "--rows", "0", *kube],
+                                      capture_output=True, text=True, timeout=60)
+                text = subprocess.run([str(agent_bin), "top", "--source", "standalone", "--batch", "-n", "1",
+                                       "-d", "2", *kube], capture_output=True, text=True, timeout=60)
+            finally:
+                load.kill()
+                load.wait()
+    finally:
+        cluster.kubectl("delete", "pod", "-n", "shop", "cart-1", "--grace-period=0", "--force")
+    assert view.returncode == 0 and text.returncode == 0, (view.stderr, text.stderr)
+    rows = [r for r in map(json.loads, view.stdout.splitlines()) if r.get("pid") == str(pid)]
+    assert rows, view.stdout[-2000:]
+    last = rows[-1]
+    assert (last.get("namespace"), last.get("pod"), last.get("container")) == ("shop", "cart-1", "cart"), last
+    assert last["rates"].get("clock_fallbacks", 0) > 1000, last
+    row = next((l for l in text.stdout.splitlines() if l.split()[:1] == [str(pid)]), None)
+    assert row and "shop/cart-1" in row, text.stdout
