@@ -21,7 +21,7 @@ use crate::signals::SignalArgs;
 /// calls fall into (vDSO clock fallbacks, rt_sigprocmask storms, sleep
 /// loops, THP faults, memory compaction) and serves them as Prometheus metrics.
 #[derive(Parser, Debug)]
-#[command(name = "slowpath", version, about, long_about = None)]
+#[command(name = "slowpath", version = crate::version::LONG, about, long_about = None)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

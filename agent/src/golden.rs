@@ -378,7 +378,15 @@ fn exposition(families: Vec<MetricFamily>) -> String {
     TextEncoder::new()
         .encode(&registry.gather(), &mut out)
         .unwrap();
-    String::from_utf8(out).unwrap()
+    // the build's commit and date change with every commit
+    String::from_utf8(out).unwrap().replace(
+        &format!(
+            "revision=\"{}\",build_date=\"{}\"",
+            crate::version::REVISION,
+            crate::version::BUILD_DATE
+        ),
+        "revision=\"REVISION\",build_date=\"DATE\"",
+    )
 }
 
 /// Every signal's node settings under `sysfs`, all collectors on.

@@ -30,6 +30,7 @@ mod signals;
 mod snapshot;
 mod sources;
 mod top;
+mod version;
 mod wakeup;
 mod worker;
 

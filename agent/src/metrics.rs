@@ -250,7 +250,9 @@ pub fn families(
 fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
     let build = gauge(
         &[
-            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            ("version", crate::version::VERSION.to_string()),
+            ("revision", crate::version::REVISION.to_string()),
+            ("build_date", crate::version::BUILD_DATE.to_string()),
             ("arch", std::env::consts::ARCH.to_string()),
         ],
         1.0,
