@@ -261,6 +261,30 @@ pub enum Command {
     /// findings, highest first. Full screen on a terminal; plain-text
     /// frames (as `top -b`) or JSON lines with --batch.
     Top(TopArgs),
+    /// Print the completion script for SHELL on standard output (the .deb
+    /// installs bash's, zsh's and fish's): `source <(slowpath completions
+    /// bash)`.
+    Completions(CompletionsArgs),
+    /// Write the man pages (slowpath.1 and one per subcommand,
+    /// slowpath-top.1, ...) into DIR: how the package gets them.
+    #[command(hide = true)]
+    Man(ManArgs),
+}
+
+/// Arguments of `slowpath completions`.
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    /// bash, zsh, fish, elvish or powershell.
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}
+
+/// Arguments of `slowpath man`.
+#[derive(Args, Debug, Clone)]
+pub struct ManArgs {
+    /// Where the pages go (made if missing).
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
 }
 
 /// Flags of `slowpath top`.

@@ -19,6 +19,7 @@ mod flag_values;
 mod golden;
 mod http;
 mod labels;
+mod manuals;
 mod memlock;
 mod metrics;
 mod node;
@@ -64,6 +65,8 @@ fn main() -> ExitCode {
     let result = match &cli.command {
         Some(Command::Doctor(args)) => run_doctor(&cli, args),
         Some(Command::Top(args)) => run_top(&cli, args),
+        Some(Command::Completions(args)) => manuals::print_completions(args.shell),
+        Some(Command::Man(args)) => manuals::write_man_pages(&args.dir),
         None => run(cli),
     };
     match result {

@@ -56,6 +56,18 @@ if ((build)); then
 fi
 [[ -x $bin ]] || { echo "build-deb.sh: $bin missing" >&2; exit 1; }
 
+# The man pages and shell completions, from the flags' definitions: the
+# host's build writes them (they are the same for every architecture).
+host=target/release/slowpath
+[[ -x $host ]] || { echo "build-deb.sh: $host missing (it writes the man pages): cargo build --release" >&2; exit 1; }
+gen=target/generated
+rm -rf "$gen/man" "$gen/completions"
+mkdir -p "$gen/completions"
+"$host" man "$gen/man" >&2
+"$host" completions bash >"$gen/completions/slowpath"
+"$host" completions zsh >"$gen/completions/_slowpath"
+"$host" completions fish >"$gen/completions/slowpath.fish"
+
 # The binary is built above (--locked, as scripts/test.sh builds it), so
 # cargo-deb only strips and packages it (for arm64 with the cross strip, and
 # the dependencies from the cross libraries' shlibs).

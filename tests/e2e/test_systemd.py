@@ -45,7 +45,7 @@ BASE_IMAGE = "localhost/slowpath-base:bookworm"
 # Packages on top of the debootstrap minbase: systemd as init, the .deb's
 # dependency that minbase lacks (libelf1; libc6 and zlib1g are there), curl
 # to scrape from inside.
-IMAGE_PACKAGES = ["systemd", "systemd-sysv", "libelf1", "curl"]
+IMAGE_PACKAGES = ["systemd", "systemd-sysv", "libelf1", "curl", "man-db"]
 SYSTEMD_IMAGE = "localhost/slowpath-systemd:bookworm-" + hashlib.sha256(
     " ".join(IMAGE_PACKAGES).encode()
 ).hexdigest()[:12]
@@ -270,6 +270,15 @@ def test_package_in_systemd_container(container, deb, tmp_path):
     # The README's relative links open in the installed copy too.
     c.sh("test -f /usr/share/doc/slowpath/README.md && test -f /usr/share/doc/slowpath/docs/runbook.md "
          "&& test -f /usr/share/doc/slowpath/docs/troubleshooting.md")
+    # The man pages (generated from the flags) and the shell completions.
+    for page in ["slowpath", "slowpath-top", "slowpath-doctor"]:
+        manual = c.sh(f"MANPAGER=cat MANWIDTH=100 man {page}").stdout
+        assert manual.startswith(f"{page}(1)") and "SYNOPSIS" in manual, manual[:500]
+    assert "--web.listen-address" in c.sh("MANPAGER=cat MANWIDTH=200 man slowpath").stdout
+    complete = c.sh("bash -c 'source /usr/share/bash-completion/completions/slowpath && complete -p slowpath'")
+    assert "-F _slowpath slowpath" in complete.stdout, complete.stdout
+    c.sh("test -s /usr/share/zsh/vendor-completions/_slowpath "
+         "&& test -s /usr/share/fish/vendor_completions.d/slowpath.fish")
     conffiles = c.sh("cat /var/lib/dpkg/info/slowpath.conffiles").stdout
     assert "/etc/default/slowpath" in conffiles and "/etc/slowpath/web-config.yml" in conffiles
     verify = c.sh("systemd-analyze verify slowpath.service 2>&1", check=False)
@@ -459,6 +468,7 @@ def test_arm64_deb_has_the_arm64_agent_and_the_same_dependencies(deb, agent_bin_
     assert field(arm64, "Depends") == field(deb, "Depends"), "update [package.metadata.deb.variants.arm64]"
     listing = run(["dpkg-deb", "-c", str(arm64)]).stdout
     assert "./usr/lib/systemd/system/slowpath.service" in listing
+    assert "./usr/share/man/man1/slowpath.1.gz" in listing and "completions/slowpath\n" in listing, listing
     with tempfile.TemporaryDirectory() as tmp:
         run(["dpkg-deb", "-x", str(arm64), tmp])
         header = (Path(tmp) / "usr/bin/slowpath").read_bytes()[:20]
