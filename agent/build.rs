@@ -5,7 +5,7 @@
 //! (`agent/src/version.rs`): the git commit and the build date.
 
 use std::env;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -58,10 +58,14 @@ fn main() {
 fn name_the_build() {
     println!("cargo:rerun-if-env-changed=SOURCE_DATE_EPOCH");
     if let Some(git_dir) = git(&["rev-parse", "--absolute-git-dir"]) {
-        println!("cargo:rerun-if-changed={git_dir}/HEAD");
-        println!("cargo:rerun-if-changed={git_dir}/packed-refs");
-        if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
-            println!("cargo:rerun-if-changed={git_dir}/{branch}");
+        let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+        let refs = ["HEAD", "packed-refs", branch.as_deref().unwrap_or("HEAD")];
+        // Only files that exist: cargo takes a missing one as changed at
+        // every build (a fresh clone has no packed-refs, or no loose ref).
+        for path in refs.map(|r| format!("{git_dir}/{r}")) {
+            if Path::new(&path).exists() {
+                println!("cargo:rerun-if-changed={path}");
+            }
         }
     }
     let commit = git(&["rev-parse", "--short=7", "HEAD"]);

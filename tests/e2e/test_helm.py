@@ -209,10 +209,11 @@ def kubeconform(tools, path, version):
     return res, json.loads(res.stdout)["resources"]
 
 
-def kubernetes_validate(tools, docs, path, version):
+def kubernetes_validate(tools, tmp_path, docs, path, version):
     """kubernetes-validate over the non-custom objects only (it merely warns
-    about kinds it has no schema for)."""
-    core = path.with_suffix(".core.yaml")
+    about kinds it has no schema for), written beside the test's other files
+    (never beside the repository's manifest)."""
+    core = tmp_path / f"{path.stem}-{version}.core.yaml"
     core.write_text(yaml.safe_dump_all([d for d in docs if d["kind"] not in CRD_KINDS]))
     return run([tools.kubernetes_validate, "--strict", "-k", version, core])
 
@@ -236,7 +237,7 @@ def test_objects_valid_kubeconform(tools, tmp_path, name, version):
 @pytest.mark.parametrize("name", ["plain", *VALUE_SETS])
 def test_objects_valid_kubernetes_validate(tools, tmp_path, name, version):
     path, docs = manifests(tools, tmp_path, name, version)
-    res = kubernetes_validate(tools, docs, path, version)
+    res = kubernetes_validate(tools, tmp_path, docs, path, version)
     assert res.returncode == 0, res.stdout + res.stderr
     passed = [l for l in res.stdout.splitlines() if " passed for resource " in l]
     assert len(passed) == sum(d["kind"] not in CRD_KINDS for d in docs), res.stdout
@@ -274,7 +275,7 @@ def test_validators_reject_bad_objects(tools, tmp_path):
         for version in (K8S_VERSIONS[0], K8S_VERSIONS[-1]):
             res, results = kubeconform(tools, path, version)
             assert res.returncode != 0 and results[0]["status"] == "statusInvalid", (what, results)
-            res = kubernetes_validate(tools, [obj], path, version)
+            res = kubernetes_validate(tools, tmp_path, [obj], path, version)
             assert res.returncode != 0 and "did not validate" in res.stdout, (what, res.stdout)
     for kind, spoil in {
         "ServiceMonitor": lambda d: d["spec"]["endpoints"][0].__setitem__("scrapeInterval", "30s"),
