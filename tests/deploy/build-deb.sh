@@ -33,7 +33,8 @@ if [[ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]];
   exec 9>&-
 fi
 
-build=1 target=() variant=() bin=target/release/slowpath
+out=${CARGO_TARGET_DIR:-target}  # where cargo builds (cargo-deb follows it too)
+build=1 target=() variant=() bin=$out/release/slowpath
 while (($#)); do
   case $1 in
   --no-build) build=0 ;;
@@ -42,7 +43,7 @@ while (($#)); do
     if [[ $2 == arm64 ]]; then
       target=(--target aarch64-unknown-linux-gnu)
       variant=(--variant arm64)  # agent/Cargo.toml: its dependencies
-      bin=target/aarch64-unknown-linux-gnu/release/slowpath
+      bin=$out/aarch64-unknown-linux-gnu/release/slowpath
     fi
     shift
     ;;
@@ -58,7 +59,7 @@ fi
 
 # The man pages and shell completions, from the flags' definitions: the
 # host's build writes them (they are the same for every architecture).
-host=target/release/slowpath
+host=$out/release/slowpath
 [[ -x $host ]] || { echo "build-deb.sh: $host missing (it writes the man pages): cargo build --release" >&2; exit 1; }
 gen=target/generated
 rm -rf "$gen/man" "$gen/completions"
@@ -67,12 +68,15 @@ mkdir -p "$gen/completions"
 "$host" completions bash >"$gen/completions/slowpath"
 "$host" completions zsh >"$gen/completions/_slowpath"
 "$host" completions fish >"$gen/completions/slowpath.fish"
+# The Debian changelog, from CHANGELOG.md, signed by the package's maintainer.
+maintainer=$(sed -n 's/^maintainer = "\(.*\)"$/\1/p' agent/Cargo.toml)
+scripts/changelog.py debian "$maintainer" >"$gen/changelog"
 
 # The binary is built above (--locked, as scripts/test.sh builds it), so
 # cargo-deb only strips and packages it (for arm64 with the cross strip, and
 # the dependencies from the cross libraries' shlibs).
-out=$(cargo deb -p slowpath --no-build "${target[@]}" "${variant[@]}")
-deb=$(printf '%s\n' "$out" | tail -1)
-[[ "$deb" == *.deb && -f "$deb" ]] || { echo "build-deb.sh: cargo deb gave no package: $out" >&2; exit 1; }
+made=$(cargo deb -p slowpath --no-build "${target[@]}" "${variant[@]}")
+deb=$(printf '%s\n' "$made" | tail -1)
+[[ "$deb" == *.deb && -f "$deb" ]] || { echo "build-deb.sh: cargo deb gave no package: $made" >&2; exit 1; }
 echo "build-deb.sh: built $deb" >&2
 echo "$deb"
