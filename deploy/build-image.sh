@@ -6,19 +6,23 @@
 #
 #   deploy/build-image.sh [--arch amd64|arm64|all] [--no-build] [NAME]
 #
-# NAME defaults to localhost/slowpath:0.1.0. Without --no-build it runs
+# NAME defaults to localhost/slowpath:VERSION (agent/Cargo.toml's). Without --no-build it runs
 # cargo build --release (and with --target aarch64-unknown-linux-gnu for
 # arm64: scripts/setup.sh --arm64 first). Push with
 #   podman manifest push --all NAME docker://registry.example.com/slowpath:0.1.0
 # Environment: BASE_amd64, BASE_arm64 (the base image per architecture),
 # passed as the BASE build arg when set (default debian:bookworm-slim).
+# SOURCE_DATE_EPOCH, when set, is every file's and the image's creation time
+# (podman build --timestamp), so a rebuild of the same binaries is the same
+# image (scripts/release.sh sets it to the commit's time).
 # Needs setcap (libcap2-bin) and apt (for libelf1 of each architecture,
 # scripts/debian-fetch.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -f "$HOME/.cargo/env" ]] && source "$HOME/.cargo/env"
 
-arches=(amd64 arm64) build=1 name=localhost/slowpath:0.1.0
+version=$(sed -n 's/^version = "\(.*\)"$/\1/p' agent/Cargo.toml | head -1)
+arches=(amd64 arm64) build=1 name=localhost/slowpath:$version
 while (($#)); do
   case $1 in
   --arch)
@@ -37,9 +41,10 @@ while (($#)); do
 done
 
 binary() {
+  local out=${CARGO_TARGET_DIR:-target}
   case $1 in
-  amd64) echo target/release/slowpath ;;
-  arm64) echo target/aarch64-unknown-linux-gnu/release/slowpath ;;
+  amd64) echo "$out/release/slowpath" ;;
+  arm64) echo "$out/aarch64-unknown-linux-gnu/release/slowpath" ;;
   esac
 }
 
@@ -66,6 +71,13 @@ for arch in "${arches[@]}"; do
   args=(--platform "linux/$arch" -f deploy/Containerfile -t "$name-$arch")
   base_var=BASE_$arch
   [[ -n ${!base_var:-} ]] && args+=(--build-arg "BASE=${!base_var}")
+  [[ -n ${SOURCE_DATE_EPOCH:-} ]] && args+=(--timestamp "$SOURCE_DATE_EPOCH")
+  # The OCI labels a registry shows (GHCR links the image to its repository by
+  # the source label).
+  args+=(--label "org.opencontainers.image.version=$version"
+    --label "org.opencontainers.image.source=https://github.com/slowpath/slowpath"
+    --label "org.opencontainers.image.licenses=GPL-2.0-only OR MIT")
+  revision=$(git rev-parse HEAD 2>/dev/null) && args+=(--label "org.opencontainers.image.revision=$revision")
   echo "build-image.sh: podman build ${args[*]}" >&2
   podman build -q "${args[@]}" . >&2
   podman manifest add "$name" "containers-storage:$name-$arch" >/dev/null

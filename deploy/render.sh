@@ -44,8 +44,8 @@ render() {
 #
 #   kubectl apply -f deploy/kubernetes/slowpath.yaml
 #
-# Set the image first: the default, localhost/slowpath:0.1.0, is a local
-# build of deploy/build-image.sh (see the chart's values.yaml).
+# The image is the released one (ghcr.io/slowpath/slowpath, tagged with the
+# chart's appVersion); edit it to run an image of your own.
 #
 # The Namespace comes first because `kubectl apply` does not create one (helm
 # users get it from `helm install --create-namespace`). The agent's pods use

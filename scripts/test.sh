@@ -1,25 +1,43 @@
 #!/usr/bin/env bash
 # Quick start: install what is needed, build, and run the whole test suite
 # (as root: the end-to-end tests load BPF programs into the running kernel).
+#
+#   scripts/test.sh [PYTEST ARGS]          every stage; arguments go to pytest
+#   scripts/test.sh --only STAGE [ARGS]    one stage: style, unit or e2e (the
+#                                          jobs of .github/workflows/ci.yml)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage=all
+if [[ ${1:-} == --only ]]; then
+  case ${2:-} in
+  style | unit | e2e) stage=$2 ;;
+  *) echo "test.sh: --only style, unit or e2e" >&2; exit 2 ;;
+  esac
+  shift 2
+fi
+want() { [[ $stage == all || $stage == "$1" ]]; }
 source scripts/as-root.sh
-scripts/setup.sh --test
+if want e2e; then scripts/setup.sh --test; else scripts/setup.sh; fi
 source "$HOME/.cargo/env" 2>/dev/null || true
 
-echo "== style: cargo fmt, clippy"
-cargo fmt --all -- --check
-cargo clippy --locked --all-targets -- -D warnings
-cargo clippy --locked --all-targets --features fault-injection -- -D warnings
+if want style; then
+  echo "== style: cargo fmt, clippy"
+  cargo fmt --all -- --check
+  cargo clippy --locked --all-targets -- -D warnings
+  cargo clippy --locked --all-targets --features fault-injection -- -D warnings
+fi
 
-echo "== unit tests: Rust"
-cargo test --locked
-cargo test --locked --features fault-injection bpf::
+if want unit; then
+  echo "== unit tests: Rust"
+  cargo test --locked
+  cargo test --locked --features fault-injection bpf::
 
-echo "== unit tests: BPF classifiers (bpf/classify.h) on the host"
-mkdir -p target/host-tests
-gcc -O2 -Wall -Werror -I bpf tests/unit/classify_test.c -o target/host-tests/classify_test
-target/host-tests/classify_test
+  echo "== unit tests: BPF classifiers (bpf/classify.h) on the host"
+  mkdir -p target/host-tests
+  gcc -O2 -Wall -Werror -I bpf tests/unit/classify_test.c -o target/host-tests/classify_test
+  target/host-tests/classify_test
+fi
+want e2e || exit 0
 
 echo "== end-to-end tests against the real kernel"
 # The degradation tests need the test-only fault injection, which the product
@@ -33,9 +51,12 @@ echo "== the agent cross-built for arm64 (booted in an arm64 guest by test_guest
 cargo build --release --locked -p slowpath --target aarch64-unknown-linux-gnu
 mkdir -p tests/workloads/bin
 gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
+# Every e2e test, unless the arguments name test files themselves.
+where=(tests/e2e)
+for arg in "$@"; do [[ $arg == tests/* ]] && where=(); done
 # forbid_skips (tests/e2e/forbid_skips.py): on the machine set up above a
 # skipped test is a failure. The 30 slowest tests are listed: CI has 90 minutes.
 SLOWPATH_BIN="$PWD/target/release/slowpath" SLOWPATH_FAULTS_BIN="$PWD/target/fault-injection/slowpath" \
 SP_WORKLOAD="$PWD/tests/workloads/bin/sp-workload" \
 PYTHONPATH="$PWD/tests/e2e" \
-  /usr/bin/python3 -m pytest -p no:cacheprovider -p forbid_skips -ra --durations=30 tests/e2e "$@"
+  /usr/bin/python3 -m pytest -p no:cacheprovider -p forbid_skips -ra --durations=30 "${where[@]}" "$@"

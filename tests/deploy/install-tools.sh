@@ -7,6 +7,7 @@
 #   bin/helm          helm, built from its Go module (no release tarballs can be
 #                     fetched here: only package registries are reachable)
 #   bin/kubeconform   kubeconform, built from its Go module
+#   bin/actionlint    actionlint (GitHub Actions workflows), from its Go module
 #   bin/sp-crdcheck   strict decoder for ServiceMonitor/PodMonitor/PrometheusRule
 #                     (the prometheus-operator's own Go API types; see below)
 #   prometheus3/bin/  prometheus and promtool of Prometheus 3, built from the
@@ -33,6 +34,7 @@ set -euo pipefail
 # Pinned versions: bump deliberately, the tests' expectations follow them.
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.8.0
+ACTIONLINT_VERSION=v1.7.12
 KUBERNETES_VALIDATE_VERSION=1.37.0          # schemas 1.25 .. 1.37
 PROMETHEUS_OPERATOR_API_VERSION=v0.94.1     # github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring
 SIGS_YAML_VERSION=v1.6.0                    # sigs.k8s.io/yaml
@@ -85,6 +87,17 @@ if ! have bin/kubeconform kubeconform "$KUBECONFORM_VERSION"; then
   need_go kubeconform
   GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
   stamp kubeconform "$KUBECONFORM_VERSION"
+fi
+
+# actionlint checks .github/workflows (tests/e2e/test_release.py); its
+# version stamp as its release build sets it.
+if ! have bin/actionlint actionlint "$ACTIONLINT_VERSION"; then
+  log "building actionlint $ACTIONLINT_VERSION"
+  need_go actionlint
+  GOBIN="$cache/bin" go install -trimpath \
+    -ldflags="-s -w -X github.com/rhysd/actionlint.version=${ACTIONLINT_VERSION#v}" \
+    "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"
+  stamp actionlint "$ACTIONLINT_VERSION"
 fi
 
 # Prometheus 3 and its promtool, with the version they report stamped as

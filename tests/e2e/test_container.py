@@ -86,6 +86,23 @@ DAEMONSET_LIKE = [
 ]
 
 
+def container_agent(name, port, timeout=30):
+    """The conftest Agent's HTTP helpers for the agent in container NAME,
+    listening on loopback PORT, once its /readyz answers 200 (the
+    container's logs in the failure otherwise)."""
+    agent = Agent.__new__(Agent)  # not started by Agent: only its url is set
+    agent.url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if agent.get("/readyz", timeout=1)[0] == 200:
+                return agent
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
+        time.sleep(0.1)
+
+
 def test_image_runs_non_root_with_two_capabilities(image):
     out = podman("run", "--rm", "--entrypoint", "sh", image, "-c",
                  "id -u; getcap /usr/bin/slowpath 2>/dev/null || true; /usr/bin/slowpath --version").stdout
@@ -100,17 +117,7 @@ def test_container_counts_a_host_workload(image, workload_bin):
            "-e", f"SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:{port}", "-e", "SLOWPATH_METRICS_PID_LABEL=true",
            image)
     try:
-        agent = Agent.__new__(Agent)  # reuse the HTTP helpers for a process we did not start
-        agent.url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if agent.get("/readyz", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, podman("logs", name, check=False).stderr
-            time.sleep(0.1)
+        agent = container_agent(name, port)
         status = Path(f"/proc/{podman('inspect', '-f', '{{.State.Pid}}', name).stdout.strip()}/status").read_text()
         assert "CapEff:\t000000c000000000" in status  # CAP_BPF and CAP_PERFMON, nothing else
         assert "Uid:\t65534" in status
