@@ -65,18 +65,19 @@ pub fn full_screen(opts: &TopOptions) -> bool {
 /// base of the first frame. Errors: the source cannot be read (the message
 /// names it and what to give).
 pub fn run(opts: &TopOptions, source: &dyn Source, first: Option<Reading>) -> Result<()> {
+    // Read before the screen changes: no agent is one plain line.
+    let first = match first {
+        Some(first) => first,
+        None => source.read()?,
+    };
     if full_screen(opts) {
         return tui::run(opts, source, first);
     }
     batch(opts, source, first)
 }
 
-/// Print plain frames until `iterations` are done.
-fn batch(opts: &TopOptions, source: &dyn Source, first: Option<Reading>) -> Result<()> {
-    let mut before = match first {
-        Some(first) => first,
-        None => source.read()?,
-    };
+/// Print plain frames until `iterations` are done, from `before`.
+fn batch(opts: &TopOptions, source: &dyn Source, mut before: Reading) -> Result<()> {
     let mut read_at = Instant::now();
     let mut printed = 0;
     let stdout = std::io::stdout();

@@ -58,14 +58,10 @@ p                              pause (the rates keep their last values)
 ?                              this help (any key closes)
 q, Ctrl-C                      quit";
 
-/// Run the view until a quit key or a signal; the terminal is restored
-/// whatever ends it.
-pub fn run(opts: &TopOptions, source: &dyn Source, first: Option<Reading>) -> Result<()> {
-    // a first read before the screen changes: no agent is one plain line
-    let first = match first {
-        Some(first) => first,
-        None => source.read()?,
-    };
+/// Run the view until a quit key or a signal, from `first` (the source's
+/// read made before the screen changed); the terminal is restored whatever
+/// ends it.
+pub fn run(opts: &TopOptions, source: &dyn Source, first: Reading) -> Result<()> {
     exit_on_signals()?;
     let mut terminal = ratatui::try_init().context("starting the full-screen view")?;
     let result = view_loop(&mut terminal, opts, source, first);

@@ -164,38 +164,40 @@ mod tests {
         assert!(!contains(b"Go buildinf", GO_BUILDINFO));
     }
 
-    #[test]
-    fn a_c_program_is_no_known_runtime() {
+    /// `f(pid)` of a live `sleep 5` child, which is killed and reaped after.
+    fn with_sleeping_child<T>(f: impl FnOnce(u32) -> T) -> T {
         let mut child = std::process::Command::new("sleep")
             .arg("5")
             .spawn()
             .unwrap();
-        let note = recognise(child.id());
-        let again = remembered(child.id());
+        let out = f(child.id());
         child.kill().unwrap();
         child.wait().unwrap();
+        out
+    }
+
+    #[test]
+    fn a_c_program_is_no_known_runtime() {
+        let (note, again) = with_sleeping_child(|pid| (recognise(pid), remembered(pid)));
         assert!(note.is_none(), "{note:?}");
         assert!(again.is_none(), "{again:?}");
     }
 
     #[test]
     fn an_image_is_its_pid_start_time_and_executable() {
-        let mut child = std::process::Command::new("sleep")
-            .arg("5")
-            .spawn()
-            .unwrap();
-        let image = image_of(child.id());
+        let (child, image) = with_sleeping_child(|pid| (pid, image_of(pid)));
         let mine = image_of(std::process::id());
-        child.kill().unwrap();
-        child.wait().unwrap();
         let (pid, _, dev, ino) = image.expect("a live child has an image");
-        assert_eq!(pid, child.id());
-        let sleep = fs::metadata("/proc/self/exe").unwrap();
+        assert_eq!(pid, child);
+        let this_test = fs::metadata("/proc/self/exe").unwrap();
         assert_ne!(
             (dev, ino),
-            (sleep.dev(), sleep.ino()),
+            (this_test.dev(), this_test.ino()),
             "sleep is not this test"
         );
-        assert_eq!(mine.map(|m| (m.2, m.3)), Some((sleep.dev(), sleep.ino())));
+        assert_eq!(
+            mine.map(|m| (m.2, m.3)),
+            Some((this_test.dev(), this_test.ino()))
+        );
     }
 }
