@@ -147,13 +147,24 @@ def test_multiarch_archive_indexes_both_architectures(release):
             assert labels["org.opencontainers.image.version"] == VERSION
 
 
-def deb_binary_machine(deb):
-    """e_machine of usr/bin/slowpath in the .deb."""
+def deb_binary(deb):
+    """usr/bin/slowpath of the .deb, its bytes."""
     data = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        header = tar.extractfile("./usr/bin/slowpath").read(20)
-    assert header[:4] == b"\x7fELF"
-    return int.from_bytes(header[18:20], "little")
+        return tar.extractfile("./usr/bin/slowpath").read()
+
+
+def test_released_binary_names_the_commit_and_its_date(release, tmp_path):
+    """--version of the amd64 package's binary: the clone's commit, and the
+    date of SOURCE_DATE_EPOCH, which release.sh sets to the commit's time."""
+    binary = tmp_path / "slowpath"
+    binary.write_bytes(deb_binary(release["dir"] / f"slowpath_{VERSION}-1_amd64.deb"))
+    binary.chmod(0o755)
+    commit, date = subprocess.run(["git", "log", "-1", "--format=%h %cd", "--abbrev=7", "--date=format-local:%Y-%m-%d"],
+                                  cwd=REPO, env={**os.environ, "TZ": "UTC"}, capture_output=True, text=True,
+                                  check=True).stdout.split()
+    out = subprocess.run([str(binary), "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"slowpath {VERSION} ({commit} {date})"
 
 
 @pytest.mark.parametrize("arch,machine", [("amd64", EM_X86_64), ("arm64", EM_AARCH64)])
@@ -162,7 +173,9 @@ def test_deb_holds_its_architectures_binary(release, arch, machine):
     fields = subprocess.run(["dpkg-deb", "-f", str(deb), "Architecture", "Version"], capture_output=True,
                             text=True, check=True).stdout
     assert fields.split() == ["Architecture:", arch, "Version:", f"{VERSION}-1"]
-    assert deb_binary_machine(deb) == machine
+    header = deb_binary(deb)[:20]
+    assert header[:4] == b"\x7fELF"
+    assert int.from_bytes(header[18:20], "little") == machine
 
 
 @pytest.mark.parametrize("arch", ["amd64", "arm64"])
