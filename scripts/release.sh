@@ -36,14 +36,15 @@
 # CARGO_TARGET_DIR, when set, is where cargo builds (and where the scripts
 # take the binaries from).
 #
-# Reproducible where the tools allow: SOURCE_DATE_EPOCH (default: the
-# commit's time) dates the binaries' build (slowpath --version), the .debs'
-# files and the images' files and creation time, so the same commit built
-# with the same toolchain in the same directory (rustc records source paths)
-# gives the same binaries and .debs. Not reproducible: the chart package
-# (helm package stamps its files with the current time), the images' base
-# layer (whatever BASE is that day) and the SBOM's serial number and
-# timestamp (cargo-cyclonedx stamps each run).
+# Reproducible: SOURCE_DATE_EPOCH (default: the commit's time) dates the
+# binaries' build (slowpath --version), the .debs' files, the images' files
+# and creation time, the SBOM, and the entries of the OCI archives and of
+# the chart package (podman save and helm package stamp them with the
+# current time: both are repacked). The same commit built with the same
+# toolchain in the same directory (rustc records source paths) and the same
+# base images gives the same SHA256SUMS (measured: two builds, the agent
+# recompiled in between). Not reproducible: a base image named by a tag
+# (BASE), which is whatever the registry holds that day; pin it by digest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -f "$HOME/.cargo/env" ]] && source "$HOME/.cargo/env"
@@ -94,7 +95,7 @@ build_debs() {
 
 # Each architecture's image and the index over both, as OCI archives.
 build_images() {
-  local arch
+  local arch archive
   deploy/build-image.sh --no-build "$image:$version" >/dev/null
   for arch in amd64 arm64; do
     podman save -q --format oci-archive -o "$dist/slowpath_${version}_linux_$arch.oci.tar" \
@@ -102,6 +103,23 @@ build_images() {
   done
   podman manifest push -q --all "$image:$version" \
     "oci-archive:$dist/slowpath_${version}_image.oci.tar:$version" >&2
+  for archive in "$dist"/*.oci.tar; do repack "$archive"; done
+}
+
+# FILE again with the same entries, sorted, owned by root and dated
+# SOURCE_DATE_EPOCH (a .tgz gzipped without a name or time stamp).
+repack() {
+  local file=$1 dir
+  dir=$(mktemp -d)
+  tar -xf "$file" -C "$dir"
+  local entries
+  mapfile -t entries < <(cd "$dir" && LC_ALL=C ls -A)
+  local opts=(--sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -C "$dir")
+  case $file in
+  *.tgz) tar "${opts[@]}" -cf - "${entries[@]}" | gzip -9n >"$file" ;;
+  *) tar "${opts[@]}" -cf "$file" "${entries[@]}" ;;
+  esac
+  rm -rf "$dir"
 }
 
 helm_bin() {
@@ -111,6 +129,7 @@ helm_bin() {
 
 build_chart() {
   "$(helm_bin)" package "$chart" --version "$version" --app-version "$version" -d "$dist" >&2
+  repack "$dist/slowpath-$version.tgz"
 }
 
 build_sbom() {

@@ -19,6 +19,7 @@ Then:
   - the chart package, rendered by helm, applies to a real API server and its
     DaemonSet is scheduled on both of its nodes (tests/deploy/k8s_cluster.py);
   - the SBOM is CycloneDX JSON naming the dependencies Cargo.lock pins;
+  - a second run gives the same SHA256SUMS (reproducible packaging);
   - actionlint passes both workflows;
   - the version is the same in Cargo.toml, the chart, CHANGELOG.md, the
     docs' commands and `slowpath --version`.
@@ -51,8 +52,9 @@ EM_X86_64, EM_AARCH64 = 62, 183
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory, agent_bin, agent_bin_arm64):
-    """{dir, image}: dist/ of a release built from a clone of HEAD, and the
-    images' name (left in podman's storage by the script, removed after)."""
+    """{dir, image, clone, env}: dist/ of a release built from a clone of
+    HEAD, the images' name (left in podman's storage by the script, removed
+    after), the clone and the script's environment."""
     work = tmp_path_factory.mktemp("release")
     clone = work / "slowpath"
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
@@ -72,7 +74,7 @@ def release(tmp_path_factory, agent_bin, agent_bin_arm64):
     print(f"scripts/release.sh: {time.monotonic() - started:.0f} s")
     try:
         assert out.returncode == 0, out.stderr[-5000:]
-        yield {"dir": clone / "dist", "image": image}
+        yield {"dir": clone / "dist", "image": image, "clone": clone, "env": env}
     finally:
         container.podman("manifest", "rm", f"{image}:{VERSION}", check=False)
         container.podman("rmi", "-f", f"{image}:{VERSION}-amd64", f"{image}:{VERSION}-arm64", check=False)
@@ -234,6 +236,19 @@ def test_chart_package_applies_and_its_daemonset_is_scheduled_on_every_node(rele
     ds = cluster.kubectl_json("get", "daemonset", "slowpath", "-n", ns)
     assert ds["status"]["desiredNumberScheduled"] == len(nodes)
     assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == f"ghcr.io/slowpath/slowpath:{VERSION}"
+
+
+def test_a_second_run_gives_the_same_checksums(release):
+    """Packaging is reproducible: release.sh again in the same clone (its
+    binaries already built) gives the same SHA256SUMS, although podman save
+    and helm package stamp their archives with the current time (release.sh
+    repacks them with SOURCE_DATE_EPOCH). Runs after the tests that read
+    dist/, which it rewrites."""
+    first = (release["dir"] / "SHA256SUMS").read_text()
+    out = subprocess.run([str(release["clone"] / "scripts/release.sh"), "--image", release["image"]],
+                         cwd=release["clone"], env=release["env"], capture_output=True, text=True, timeout=1200)
+    assert out.returncode == 0, out.stderr[-5000:]
+    assert (release["dir"] / "SHA256SUMS").read_text() == first
 
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.yml"))
