@@ -28,7 +28,7 @@
 #
 # Runs scripts/setup.sh --arm64 (the cross build; root), needs podman,
 # setcap, helm (in PATH or the test tools' cache: tests/deploy/install-tools.sh),
-# and installs cargo-deb and cargo-cyclonedx into $SLOWPATH_TOOLS_CACHE
+# and installs cargo-deb and cargo-cyclonedx (scripts/cargo-tool.sh) into $SLOWPATH_TOOLS_CACHE
 # (default /var/cache/slowpath-tools) the first time (about 4 minutes).
 # BASE_amd64 / BASE_arm64 name the images' Debian base when no registry is
 # reachable (deploy/build-image.sh).
@@ -133,17 +133,9 @@ build_chart() {
 }
 
 build_sbom() {
-  local root=$cache/cargo-cyclonedx
-  export PATH="$root/bin:$PATH"
-  # (It names itself cargo-cyclonedx-cyclonedx when run as a cargo subcommand.)
-  if [[ "$(cargo cyclonedx --version 2>/dev/null)" != *" $CARGO_CYCLONEDX_VERSION" ]]; then
-    mkdir -p "$root"
-    exec 9>"$cache/.lock-cargo-cyclonedx"
-    flock 9
-    log "installing cargo-cyclonedx $CARGO_CYCLONEDX_VERSION into $root"
-    cargo install cargo-cyclonedx --version "=$CARGO_CYCLONEDX_VERSION" --locked --root "$root" --force >&2
-    exec 9>&-
-  fi
+  local tool_bin
+  tool_bin=$(scripts/cargo-tool.sh cargo-cyclonedx "$CARGO_CYCLONEDX_VERSION")
+  export PATH="$tool_bin:$PATH"
   # Only what the binary links: no dev- or build-dependencies.
   cargo cyclonedx --manifest-path agent/Cargo.toml --format json --spec-version 1.5 \
     --no-build-deps --override-filename slowpath.cdx >&2

@@ -6,7 +6,7 @@
 #   tests/deploy/build-deb.sh [--no-build] --arch arm64
 #                                         the same for arm64 (Architecture: arm64),
 #                                         from the cross build (scripts/setup.sh --arm64)
-# cargo-deb is installed once, outside the repository, into
+# cargo-deb is installed once, outside the repository (scripts/cargo-tool.sh), into
 # $SLOWPATH_TOOLS_CACHE/cargo-deb (default /var/cache/slowpath-tools/cargo-deb;
 # about 2 minutes on 2 cores the first time, from crates.io).
 # What goes into the package: [package.metadata.deb] in agent/Cargo.toml, the
@@ -17,21 +17,8 @@ cd "$(dirname "$0")/../.."
 [[ -f "$HOME/.cargo/env" ]] && source "$HOME/.cargo/env"
 
 CARGO_DEB_VERSION=3.8.0   # pinned: the generated maintainer scripts follow it
-cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}
-root="$cache/cargo-deb"
-mkdir -p "$root"
-export PATH="$root/bin:$PATH"
-
-if [[ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]]; then
-  # One installer at a time (parallel test sessions may race).
-  exec 9>"$cache/.lock-cargo-deb"
-  flock 9
-  if [[ "$(cargo deb --version 2>/dev/null)" != "cargo-deb $CARGO_DEB_VERSION" ]]; then
-    echo "build-deb.sh: installing cargo-deb $CARGO_DEB_VERSION into $root" >&2
-    cargo install cargo-deb --version "=$CARGO_DEB_VERSION" --locked --root "$root" --force >&2
-  fi
-  exec 9>&-
-fi
+tool_bin=$(scripts/cargo-tool.sh cargo-deb "$CARGO_DEB_VERSION")
+export PATH="$tool_bin:$PATH"
 
 out=${CARGO_TARGET_DIR:-target}  # where cargo builds (cargo-deb follows it too)
 build=1 target=() variant=() bin=$out/release/slowpath
