@@ -171,7 +171,9 @@ class Agent:
         return Scrape(text)
 
     def log_text(self):
-        self.log.flush()
+        # stop() closes the log: its failure message must still show it
+        if not self.log.closed:
+            self.log.flush()
         return Path(self.log_path).read_text(errors="replace")
 
     def stop(self, timeout=5):
