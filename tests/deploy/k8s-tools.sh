@@ -18,18 +18,35 @@
 #                                 heartbeats, pod status) for fake Node objects
 #   share/kwok-stages.yaml        the Stage objects kwok needs (kwokctl's defaults)
 #
+# and a real node's (tests/deploy/k8s_node.py, tests/e2e/test_real_node.py):
+#
+#   bin/kubelet, bin/kube-proxy   k8s.io/kubernetes/cmd/{kubelet,kube-proxy}, the
+#                                 control plane's version, from the same wrapper
+#   bin/containerd, bin/ctr,      github.com/containerd/containerd/v2 (2.x); runc
+#   bin/containerd-shim-runc-v2   is Debian's (scripts/setup.sh --test)
+#   share/containerd.service      containerd's upstream unit, whose limits the
+#                                 test gives its containerd
+#   cni/bridge, cni/host-local,   github.com/containernetworking/plugins
+#   cni/loopback, cni/portmap
+#
 # No release tarball can be fetched here (only package registries are
 # reachable), so everything is built from the Go module proxy. The wrapper
 # modules (go.mod, main.go) are generated below, inside the cache.
 #
-# Cold about 15-20 minutes on 2 cores (downloads + compiling kubernetes; 19 min
-# measured with other builds competing for the CPUs), warm well under a second. Safe to run concurrently: one builder at a time (flock).
+# Cold about 15-20 minutes on 2 cores for the control plane (downloads +
+# compiling kubernetes; 19 min measured with other builds competing for the
+# CPUs); the node's binaries add about 5 (kubelet and kube-proxy 66 s once the
+# control plane is in the build cache, containerd 235 s, the CNI plugins 23 s,
+# also measured under competition). Warm well under a second. Safe to run
+# concurrently: one builder at a time (flock).
 set -euo pipefail
 
 # Pinned versions: bump deliberately.
 KUBERNETES_VERSION=v1.36.4   # staging modules k8s.io/* at v0.36.4
 ETCD_VERSION=v3.6.8          # what kubernetes 1.36 builds and tests with (build/dependencies.yaml)
 KWOK_VERSION=v0.8.0          # built against k8s.io/* v0.36
+CONTAINERD_VERSION=v2.4.2    # github.com/containerd/containerd/v2
+CNI_PLUGINS_VERSION=v1.10.0  # github.com/containernetworking/plugins
 
 # Bump when the build recipe below changes in a way that needs a rebuild.
 RECIPE=1
@@ -75,50 +92,109 @@ build_into_bin() { # module-dir ldflags packages...
   rmdir "$out"
 }
 
+# --- the kubernetes wrapper module ---------------------------------------------
+# k8s.io/kubernetes replaces its staging modules with ./staging/src/k8s.io/X;
+# replace directives of a dependency are ignored, so the wrapper must pin each
+# of them to its published release v0.<minor>.<patch>. The list is read from
+# kubernetes' own go.mod so that a version bump picks up new staging modules.
+# Sets k8s_src (the module's directory) and k8s_ldflags.
+kubernetes_wrapper() {
+  k8s_src="$cache/src/kubernetes"
+  local src=$k8s_src
+  if [[ "$(cat "$src/.version" 2>/dev/null)" != "$KUBERNETES_VERSION" ]]; then
+    rm -rf "$src"
+    mkdir -p "$src"
+    local dl k8s_mod staging_version staging go_line m
+    dl=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION") || {
+      log "cannot download k8s.io/kubernetes@$KUBERNETES_VERSION:"; echo "$dl" >&2; exit 1; }
+    k8s_mod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$dl")
+    [[ -f "$k8s_mod" ]] || { log "no go.mod for k8s.io/kubernetes@$KUBERNETES_VERSION:"; echo "$dl" >&2; exit 1; }
+    staging_version="v0.${KUBERNETES_VERSION#v1.}"
+    staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#\1#p' "$k8s_mod")
+    [[ -n "$staging" ]] || { log "no staging replaces found in $k8s_mod"; exit 1; }
+    go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$k8s_mod")
+    {
+      echo "module slowpath.local/k8s-tools"
+      echo
+      echo "go $go_line"
+      echo
+      echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+      echo
+      echo "replace ("
+      for m in $staging; do echo "	$m => $m $staging_version"; done
+      echo ")"
+    } >"$src/go.mod"
+    echo "$KUBERNETES_VERSION" >"$src/.version"
+    log "wrapper go.mod: $(wc -w <<<"$staging") staging modules pinned to $staging_version"
+  fi
+  # Version stamps as kubernetes' own build sets them (hack/lib/version.sh);
+  # without them the binaries report v0.0.0-master and kubectl warns of skew.
+  local minor=${KUBERNETES_VERSION#v1.} pkg
+  minor=${minor%%.*}
+  k8s_ldflags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    k8s_ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    k8s_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+}
+
 # --- kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ---------
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 if ! have kubernetes "$KUBERNETES_VERSION/$RECIPE" "${k8s_bins[@]}"; then
   t0=$SECONDS
   log "building kubernetes $KUBERNETES_VERSION: ${k8s_bins[*]} (about 15 min cold)"
-  src="$cache/src/kubernetes"
-  rm -rf "$src"
-  mkdir -p "$src"
-  # k8s.io/kubernetes replaces its staging modules with ./staging/src/k8s.io/X;
-  # replace directives of a dependency are ignored, so the wrapper must pin each
-  # of them to its published release v0.<minor>.<patch>. The list is read from
-  # kubernetes' own go.mod so that a version bump picks up new staging modules.
-  dl=$(cd "$src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION") || {
-    log "cannot download k8s.io/kubernetes@$KUBERNETES_VERSION:"; echo "$dl" >&2; exit 1; }
-  k8s_mod=$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",$/\1/p' <<<"$dl")
-  [[ -f "$k8s_mod" ]] || { log "no go.mod for k8s.io/kubernetes@$KUBERNETES_VERSION:"; echo "$dl" >&2; exit 1; }
-  staging_version="v0.${KUBERNETES_VERSION#v1.}"
-  staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[A-Za-z0-9._-]*\) => \./staging/src/.*#\1#p' "$k8s_mod")
-  [[ -n "$staging" ]] || { log "no staging replaces found in $k8s_mod"; exit 1; }
-  go_line=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$k8s_mod")
-  {
-    echo "module slowpath.local/k8s-tools"
-    echo
-    echo "go $go_line"
-    echo
-    echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
-    echo
-    echo "replace ("
-    for m in $staging; do echo "	$m => $m $staging_version"; done
-    echo ")"
-  } >"$src/go.mod"
-  log "wrapper go.mod: $(wc -w <<<"$staging") staging modules pinned to $staging_version"
-  # Version stamps as kubernetes' own build sets them (hack/lib/version.sh);
-  # without them the binaries report v0.0.0-master and kubectl warns of skew.
-  minor=${KUBERNETES_VERSION#v1.}
-  minor=${minor%%.*}
-  ldflags=""
-  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-  done
-  build_into_bin "$src" "$ldflags" $(printf 'k8s.io/kubernetes/cmd/%s ' "${k8s_bins[@]}")
+  kubernetes_wrapper
+  build_into_bin "$k8s_src" "$k8s_ldflags" $(printf 'k8s.io/kubernetes/cmd/%s ' "${k8s_bins[@]}")
   stamp kubernetes "$KUBERNETES_VERSION/$RECIPE"
   log "kubernetes built in $((SECONDS - t0))s"
+fi
+
+# --- kubelet, kube-proxy: a real node -----------------------------------------
+# Same wrapper and flags; mostly the control plane's packages, so a few
+# minutes more once those are in the build cache. This host is cgroup v1
+# (hybrid): kubelet 1.35+ runs there only with failCgroupV1: false in its
+# configuration (tests/deploy/k8s_node.py sets it).
+node_bins=(kubelet kube-proxy)
+if ! have kubernetes-node "$KUBERNETES_VERSION/$RECIPE" "${node_bins[@]}"; then
+  t0=$SECONDS
+  log "building kubernetes $KUBERNETES_VERSION: ${node_bins[*]}"
+  kubernetes_wrapper
+  build_into_bin "$k8s_src" "$k8s_ldflags" $(printf 'k8s.io/kubernetes/cmd/%s ' "${node_bins[@]}")
+  stamp kubernetes-node "$KUBERNETES_VERSION/$RECIPE"
+  log "kubelet, kube-proxy built in $((SECONDS - t0))s"
+fi
+
+# --- containerd 2.x -----------------------------------------------------------
+# Its module has no replace directives: go install builds it. Static (no cgo):
+# the btrfs snapshotter, which needs cgo, is left out (overlayfs is the one
+# used). Version stamped as containerd's Makefile does. Its upstream unit file
+# (the limits containerd's containers inherit) is kept beside the binaries.
+containerd_bins=(containerd ctr containerd-shim-runc-v2)
+if ! have containerd "$CONTAINERD_VERSION/$RECIPE" "${containerd_bins[@]}" ||
+   [[ ! -s "$cache/share/containerd.service" ]]; then
+  t0=$SECONDS
+  log "building containerd $CONTAINERD_VERSION"
+  mod=github.com/containerd/containerd/v2
+  GOBIN="$cache/bin" go install -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+    -ldflags="-s -w -X $mod/version.Version=$CONTAINERD_VERSION -X $mod/version.Revision=module" \
+    $(printf "$mod/cmd/%s@$CONTAINERD_VERSION " "${containerd_bins[@]}")
+  dir=$(cd "$cache" && go mod download -json "$mod@$CONTAINERD_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  mkdir -p "$cache/share"
+  cp "$dir/containerd.service" "$cache/share/containerd.service"
+  stamp containerd "$CONTAINERD_VERSION/$RECIPE"
+  log "containerd built in $((SECONDS - t0))s"
+fi
+
+# --- CNI plugins ----------------------------------------------------------------
+cni_plugins=(main/bridge ipam/host-local main/loopback meta/portmap)
+if ! have cni "$CNI_PLUGINS_VERSION/$RECIPE" ../cni/bridge ../cni/host-local ../cni/loopback ../cni/portmap; then
+  t0=$SECONDS
+  log "building CNI plugins $CNI_PLUGINS_VERSION"
+  mkdir -p "$cache/cni"
+  GOBIN="$cache/cni" go install -trimpath -ldflags="-s -w" \
+    $(printf "github.com/containernetworking/plugins/plugins/%s@$CNI_PLUGINS_VERSION " "${cni_plugins[@]}")
+  stamp cni "$CNI_PLUGINS_VERSION/$RECIPE"
+  log "CNI plugins built in $((SECONDS - t0))s"
 fi
 
 # --- etcd ---------------------------------------------------------------------
