@@ -21,6 +21,11 @@ kubelet of every Node annotated kwok.x-k8s.io/node=fake: it keeps those nodes
 Ready (status + lease heartbeats) and marks their pods Running and Ready
 without running any container.
 
+With nodes=() and a network namespace (netns, node_ip) it is the control
+plane of a real node instead (k8s_node.Node): every component runs in that
+namespace, the API server listens on node_ip too and is the `kubernetes`
+Service's endpoint, and authorizes kubelets with Node,RBAC.
+
 Identities (all certificates from one throw-away CA, made with openssl):
   admin       client cert CN=slowpath-e2e-admin, O=system:masters  -> .kubeconfig
   controller  CN=system:kube-controller-manager (bootstrap RBAC), one
@@ -29,6 +34,8 @@ Identities (all certificates from one throw-away CA, made with openssl):
   kwok        CN=kwok-controller, O=system:masters (it writes node and pod status)
   workloads   ServiceAccount tokens (TokenRequest API): create_token(),
               serviceaccount_kubeconfig()
+  a node      write_client_kubeconfig(): its kubelet (system:node:NAME in
+              system:nodes), kube-proxy (system:kube-proxy)
 
 Only the standard library is used (JSON for the objects it creates).
 """
@@ -129,8 +136,16 @@ class Cluster:
     dir (the temp dir), logs (component -> log file Path), nodes (names).
     """
 
-    def __init__(self, bin_dir, nodes=DEFAULT_NODES, keep_dir=False, start_timeout=90):
+    def __init__(self, bin_dir, nodes=DEFAULT_NODES, keep_dir=False, start_timeout=90, netns=None, node_ip=None):
+        """nodes: the fake (kwok) nodes to make; none: no kwok. netns: a
+        k8s_node.NetNS to run every component in (its loopback; the test's
+        requests go there too), with node_ip an address of that namespace the
+        API server advertises (the `kubernetes` Service's endpoint, which
+        kube-proxy routes pods to) and the kubelets' authorization mode
+        (Node,RBAC): for a real node (k8s_node.Node)."""
         self.bin = Path(bin_dir)
+        self.netns = netns
+        self.node_ip = node_ip
         self.stages = self.bin.parent / "share" / "kwok-stages.yaml"
         self.node_names = tuple(nodes)
         self.keep_dir = keep_dir
@@ -170,8 +185,9 @@ class Cluster:
         self._start_apiserver(api_port, etcd_client)
         self._start_controller_manager(kcm_port)
         self._start_scheduler(sched_port)
-        self._start_kwok()
-        self._create_nodes()
+        if self.node_names:
+            self._start_kwok()
+            self._create_nodes()
         self._wait_controllers()
         self.start_seconds = time.monotonic() - t0
         return self
@@ -181,25 +197,32 @@ class Cluster:
         order (SIGTERM, SIGKILL after 10 s): etcd last, or the API server's
         graceful shutdown would hang on it. Then removes the temp dir."""
         for name in reversed(list(self.procs)):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            self.end(name)
         self.procs.clear()
         if self.dir is not None and not self.keep_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
+
+    def end(self, name, timeout=10):
+        """Ends one component started here, if it still runs: SIGTERM, then
+        SIGKILL after `timeout` seconds."""
+        proc = self.procs.get(name)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
     # -- clients ---------------------------------------------------------
 
     def kubectl(self, *args, kubeconfig=None, check=True, input=None, timeout=60):
         """Runs the cluster's kubectl (same version as the server) as admin, or
         with another kubeconfig. Returns the CompletedProcess (text)."""
-        cmd = [str(self.bin / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig), *map(str, args)]
+        cmd = [*self.in_netns(), str(self.bin / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig),
+               *map(str, args)]
         proc = subprocess.run(cmd, capture_output=True, text=True, input=input, timeout=timeout)
         if check and proc.returncode != 0:
             raise RuntimeError(
@@ -233,6 +256,21 @@ class Cluster:
         token = self.create_token(serviceaccount, namespace, duration)
         return self.kubeconfig_for_token(token, f"sa-{namespace}-{serviceaccount}", namespace)
 
+    def in_netns(self):
+        """The command prefix that runs a program in the cluster's network
+        namespace ([] without one)."""
+        return self.netns.command() if self.netns else []
+
+    def spawn(self, name, argv, env=None, preexec=None):
+        """Starts a long-running process of the cluster's (in its network
+        namespace, logging to NAME.log in the cluster's directory); stop()
+        ends it, in reverse order of starting. Returns the Popen."""
+        return self._spawn(name, argv, env=env, preexec=preexec)
+
+    def wait(self, what, predicate, timeout=None, interval=0.2):
+        """Polls predicate() until true; fails early when a component exits."""
+        self._wait(what, predicate, timeout=timeout, interval=interval)
+
     def diagnostics(self, tail=40):
         """Recent log lines of every component and whether it is still running."""
         out = []
@@ -249,61 +287,81 @@ class Cluster:
     # -- internals -------------------------------------------------------
 
     def _make_pki(self):
-        pki = self.dir / "pki"
+        pki = self.pki_dir = self.dir / "pki"
         pki.mkdir()
         ca_key, ca_crt = pki / "ca.key", pki / "ca.crt"
-
-        def key(path):  # ECDSA P-256: instant to generate, accepted everywhere here
-            _run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path)])
-
-        def cnf(name, dn, ext):
-            path = pki / f"{name}.cnf"
-            path.write_text(
-                "[req]\ndistinguished_name = dn\nprompt = no\n"
-                "[dn]\n" + "".join(f"{k} = {v}\n" for k, v in dn) + "[ext]\n" + ext
-            )
-            return path
-
-        key(ca_key)
-        c = cnf("ca", [("CN", "slowpath-e2e-ca")],
-                "basicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign,digitalSignature\n"
-                "subjectKeyIdentifier = hash\n")
+        self._key(ca_key)
+        c = self._cnf("ca", [("CN", "slowpath-e2e-ca")],
+                      "basicConstraints = critical,CA:TRUE\nkeyUsage = critical,keyCertSign,cRLSign,digitalSignature\n"
+                      "subjectKeyIdentifier = hash\n")
         _run(["openssl", "req", "-x509", "-new", "-key", str(ca_key), "-days", "3", "-config", str(c),
               "-extensions", "ext", "-out", str(ca_crt)])
-
-        def cert(name, dn, ext):
-            k, csr, crt = pki / f"{name}.key", pki / f"{name}.csr", pki / f"{name}.crt"
-            key(k)
-            c = cnf(name, dn, "basicConstraints = critical,CA:FALSE\n"
-                    "keyUsage = critical,digitalSignature,keyEncipherment\n"
-                    "authorityKeyIdentifier = keyid\n" + ext)
-            _run(["openssl", "req", "-new", "-key", str(k), "-config", str(c), "-out", str(csr)])
-            _run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_crt), "-CAkey", str(ca_key),
-                  "-CAcreateserial", "-days", "2", "-extfile", str(c), "-extensions", "ext", "-out", str(crt)])
-            return crt, k
-
-        client = "extendedKeyUsage = clientAuth\n"
+        self.ca_file, self.ca_key = ca_crt, ca_key
+        sans = "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc," \
+               "DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1"
+        if self.node_ip:
+            sans += f",IP:{self.node_ip}"
         self.pki = {
-            "apiserver": cert("apiserver", [("CN", "kube-apiserver")],
-                              "extendedKeyUsage = serverAuth\nsubjectAltName = IP:127.0.0.1,DNS:localhost,"
-                              "DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
-                              "DNS:kubernetes.default.svc.cluster.local,IP:10.96.0.1\n"),
-            "admin": cert("admin", [("O", "system:masters"), ("CN", "slowpath-e2e-admin")], client),
-            "controller-manager": cert("controller-manager", [("CN", "system:kube-controller-manager")], client),
-            "scheduler": cert("scheduler", [("CN", "system:kube-scheduler")], client),
-            "kwok": cert("kwok", [("O", "system:masters"), ("CN", "kwok-controller")], client),
+            "apiserver": self.issue_cert("apiserver", [("CN", "kube-apiserver")],
+                                         f"extendedKeyUsage = serverAuth\nsubjectAltName = {sans}\n"),
+            "admin": self.issue_client_cert("admin", "slowpath-e2e-admin", "system:masters"),
+            "controller-manager": self.issue_client_cert("controller-manager", "system:kube-controller-manager"),
+            "scheduler": self.issue_client_cert("scheduler", "system:kube-scheduler"),
+            # kubectl logs/exec through the kubelets (bootstrap RBAC: system:masters)
+            "apiserver-kubelet-client": self.issue_client_cert("apiserver-kubelet-client",
+                                                               "kube-apiserver-kubelet-client", "system:masters"),
         }
-        self.ca_file = ca_crt
+        if self.node_names:
+            self.pki["kwok"] = self.issue_client_cert("kwok", "kwok-controller", "system:masters")
         # ServiceAccount token signing key pair (apiserver signs, verifies; the
         # controller-manager's legacy token controller signs too).
         self.sa_key, self.sa_pub = pki / "sa.key", pki / "sa.pub"
-        key(self.sa_key)
+        self._key(self.sa_key)
         _run(["openssl", "pkey", "-in", str(self.sa_key), "-pubout", "-out", str(self.sa_pub)])
 
         self.kubeconfig = self.dir / "kubeconfig"
         self._write_kubeconfig(self.kubeconfig, "admin", self._cert_user("admin"))
         for name in ("controller-manager", "scheduler", "kwok"):
-            self._write_kubeconfig(self.dir / f"kubeconfig-{name}", name, self._cert_user(name))
+            if name in self.pki:
+                self._write_kubeconfig(self.dir / f"kubeconfig-{name}", name, self._cert_user(name))
+
+    @staticmethod
+    def _key(path):  # ECDSA P-256: instant to generate, accepted everywhere here
+        _run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", str(path)])
+
+    def _cnf(self, name, dn, ext):
+        path = self.pki_dir / f"{name}.cnf"
+        path.write_text(
+            "[req]\ndistinguished_name = dn\nprompt = no\n"
+            "[dn]\n" + "".join(f"{k} = {v}\n" for k, v in dn) + "[ext]\n" + ext
+        )
+        return path
+
+    def issue_cert(self, name, dn, ext):
+        """A key and a certificate signed by the cluster's CA: (crt, key) paths.
+        dn: [(field, value)], ext: extra openssl extension lines."""
+        pki = self.pki_dir
+        k, csr, crt = pki / f"{name}.key", pki / f"{name}.csr", pki / f"{name}.crt"
+        self._key(k)
+        c = self._cnf(name, dn, "basicConstraints = critical,CA:FALSE\n"
+                      "keyUsage = critical,digitalSignature,keyEncipherment\n"
+                      "authorityKeyIdentifier = keyid\n" + ext)
+        _run(["openssl", "req", "-new", "-key", str(k), "-config", str(c), "-out", str(csr)])
+        _run(["openssl", "x509", "-req", "-in", str(csr), "-CA", str(self.ca_file), "-CAkey", str(self.ca_key),
+              "-CAcreateserial", "-days", "2", "-extfile", str(c), "-extensions", "ext", "-out", str(crt)])
+        return crt, k
+
+    def issue_client_cert(self, name, cn, org=None):
+        """A client certificate for user `cn` in group `org`: (crt, key)."""
+        dn = ([("O", org)] if org else []) + [("CN", cn)]
+        return self.issue_cert(name, dn, "extendedKeyUsage = clientAuth\n")
+
+    def write_client_kubeconfig(self, name, cn, org=None):
+        """A kubeconfig for a new client certificate (a node's kubelet, kube-proxy): its path."""
+        path = self.dir / f"kubeconfig-{name}"
+        self.pki[name] = self.issue_client_cert(name, cn, org)
+        self._write_kubeconfig(path, name, self._cert_user(name))
+        return path
 
     def _cert_user(self, name):
         crt, key = self.pki[name]
@@ -322,16 +380,26 @@ class Cluster:
         }, indent=2))
         path.chmod(0o600)
 
-    def _spawn(self, name, argv):
+    def _spawn(self, name, argv, env=None, preexec=None):
         log = self.dir / f"{name}.log"
         self.logs[name] = log
+        netns = self.netns
+
+        def before_exec():
+            _die_with_parent()
+            if netns:
+                netns.enter()
+            if preexec:
+                preexec()
+
         with open(log, "wb") as f:
             # New session: a Ctrl-C aimed at pytest does not hit the components
             # first; stop() ends them in order.
             self.procs[name] = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
-                cwd=self.dir, start_new_session=True, preexec_fn=_die_with_parent,
+                cwd=self.dir, start_new_session=True, preexec_fn=before_exec, env=env,
             )
+        return self.procs[name]
 
     def _wait(self, what, predicate, timeout=None, interval=0.2):
         deadline = time.monotonic() + (timeout or self.start_timeout)
@@ -350,8 +418,11 @@ class Cluster:
         raise TimeoutError(f"timed out waiting for {what} (last: {last})\n" + self.diagnostics())
 
     def _get(self, url, context):
-        with urllib.request.urlopen(url, context=context, timeout=5) as r:
-            return r.status, r.read().decode()
+        def get():
+            with urllib.request.urlopen(url, context=context, timeout=5) as r:
+                return r.status, r.read().decode()
+
+        return self.netns.call(get) if self.netns else get()
 
     def _start_etcd(self, client, peer):
         url_c, url_p = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
@@ -372,18 +443,27 @@ class Cluster:
 
     def _start_apiserver(self, port, etcd_client):
         crt, key = self.pki["apiserver"]
+        if self.node_ip:  # a real node: pods reach the API server through the kubernetes Service
+            kubelet_crt, kubelet_key = self.pki["apiserver-kubelet-client"]
+            where = ["--bind-address=0.0.0.0",        # the node's namespace only (loopback, node_ip)
+                     f"--advertise-address={self.node_ip}",
+                     "--authorization-mode=Node,RBAC",  # kubelets as real clusters authorize them
+                     f"--kubelet-client-certificate={kubelet_crt}",
+                     f"--kubelet-client-key={kubelet_key}"]
+        else:
+            where = ["--bind-address=127.0.0.1",      # loopback only
+                     "--advertise-address=127.0.0.1",
+                     "--endpoint-reconciler-type=none",  # no Endpoints for the kubernetes Service (loopback IP)
+                     "--authorization-mode=RBAC"]     # RBAC only: the chart's ClusterRole is what counts
         self._spawn("kube-apiserver", [
             str(self.bin / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{etcd_client}",
-            "--bind-address=127.0.0.1",               # loopback only
             f"--secure-port={port}",
-            "--advertise-address=127.0.0.1",
-            "--endpoint-reconciler-type=none",        # no Endpoints for the kubernetes Service (loopback IP)
+            *where,
             f"--tls-cert-file={crt}",                 # serving cert: SAN 127.0.0.1, localhost
             f"--tls-private-key-file={key}",
             f"--cert-dir={self.dir / 'apiserver'}",
             f"--client-ca-file={self.ca_file}",       # client certs (admin, components)
-            "--authorization-mode=RBAC",              # RBAC only: the chart's ClusterRole is what counts
             f"--service-account-issuer={SA_ISSUER}",  # TokenRequest (kubectl create token)
             f"--service-account-key-file={self.sa_pub}",
             f"--service-account-signing-key-file={self.sa_key}",
