@@ -251,7 +251,8 @@ def test_no_hook_attached_names_each_reason_and_the_fix(agent_bin):
     assert line.startswith("slowpath: error: no BPF program could be attached (sys_enter: "
                            "failed to attach BPF program: Operation not permitted (os error 1); "), line
     assert line.endswith("): EPERM/EACCES: the kernel refuses to attach: check CAP_PERFMON (or CAP_SYS_ADMIN), "
-                         "then a seccomp profile (run the container with seccomp unconfined (Kubernetes: "
+                         "then a seccomp profile (run the container with a seccomp profile that allows bpf(2), "
+                         "or unconfined (Helm chart: --set seccompProfile.type=Unconfined; a pod: "
                          "securityContext.seccompProfile.type: Unconfined; podman/docker: "
                          "--security-opt seccomp=unconfined)) or an LSM policy (SELinux, AppArmor)"), line
 

@@ -135,8 +135,8 @@ def test_container_counts_a_host_workload(image, workload_bin):
 # The runtime's default seccomp profile, named: podman's, from Debian's
 # containers-common (golang-github-containers-common 0.50), which allows
 # bpf(2) only with CAP_SYS_ADMIN, as Docker's and containerd's before 1.7
-# did. The chart's default (seccompProfile {}) is the kubelet's default,
-# Unconfined, run by DAEMONSET_LIKE above.
+# did: the agent's error names the override. The chart's default
+# (RuntimeDefault) under containerd 2.4's profile runs in test_real_node.py.
 RUNTIME_DEFAULT_SECCOMP = Path("/usr/share/containers/seccomp.json")
 
 

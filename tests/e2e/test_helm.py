@@ -59,7 +59,7 @@ VALUE_SETS = {
     "custom": {
         "image": {"repository": "registry.example.com/slowpath", "digest": "sha256:" + "0" * 64},
         "imagePullSecrets": [{"name": "regcred"}],
-        "seccompProfile": {"type": "RuntimeDefault"},
+        "seccompProfile": {"type": "Unconfined"},
         "agent": {"logLevel": "debug", "pidLabel": True, "maxProcesses": 65536, "debugCallsites": True,
                   "collectors": {"timer": False, "memory": False}},
         "kubernetes": {"enabled": False},
@@ -417,7 +417,7 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     collectors = {name: e["value"] for name, e in env.items() if name.startswith("SLOWPATH_COLLECTOR_")}
     assert collectors == {"SLOWPATH_COLLECTOR_TIMER": "false", "SLOWPATH_COLLECTOR_MEMORY": "false"}
     assert c["ports"][0]["containerPort"] == 9100
-    assert c["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == "existing"
     assert "priorityClassName" not in pod

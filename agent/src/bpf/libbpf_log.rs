@@ -74,9 +74,12 @@ pub(super) fn log_tail(log: &str) -> String {
     format!("libbpf: {}", tail.join(" | "))
 }
 
-/// How to take a container's seccomp profile out of the way.
-pub(super) const SECCOMP_UNCONFINED: &str = "run the container with seccomp unconfined \
-     (Kubernetes: securityContext.seccompProfile.type: Unconfined; podman/docker: \
+/// How to take a container's seccomp profile out of the way: the chart's
+/// value first (its default is RuntimeDefault, which containerd 1.7+ and
+/// CRI-O make allow bpf(2) with CAP_BPF; older runtimes' profiles do not).
+pub(super) const SECCOMP_UNCONFINED: &str = "run the container with a seccomp profile that allows \
+     bpf(2), or unconfined (Helm chart: --set seccompProfile.type=Unconfined; a pod: \
+     securityContext.seccompProfile.type: Unconfined; podman/docker: \
      --security-opt seccomp=unconfined)";
 
 /// Add the likely cause and fix to a final load failure.
