@@ -2,6 +2,9 @@
 # Builds the local base images the deployment tests use, once:
 #   base-image.sh          localhost/slowpath-base:bookworm        Debian bookworm minbase (debootstrap)
 #   base-image.sh arm64    localhost/slowpath-base:bookworm-arm64  the same for arm64, unpacked only
+#   base-image.sh runtimes localhost/slowpath-runtimes:bookworm    minbase with Debian's python3 and
+#                                                                  OpenJDK 17 (the real node's workload pods,
+#                                                                  tests/e2e/test_real_node.py; about 3 min)
 # No container registry is reachable from the test machines, so the base is
 # made from Debian's own packages and imported into podman. The arm64 one is
 # debootstrap's first stage (--foreign: the packages unpacked, their scripts
@@ -11,13 +14,19 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
 arch=${1:-amd64}
+include=()
 case $arch in
 amd64) image=localhost/slowpath-base:bookworm foreign=() variant=() ;;
 arm64) image=localhost/slowpath-base:bookworm-arm64 foreign=(--arch=arm64 --foreign) variant=(--variant v8) ;;
-*) echo "base-image.sh: amd64 or arm64" >&2; exit 2 ;;
+runtimes)
+  image=localhost/slowpath-runtimes:bookworm foreign=() variant=()
+  include=(--include=python3-minimal,openjdk-17-jre-headless)
+  arch=amd64
+  ;;
+*) echo "base-image.sh: amd64, arm64 or runtimes" >&2; exit 2 ;;
 esac
 # one build at a time (tests may call this concurrently)
-exec 9>"/tmp/slowpath-base-image-$arch.lock"
+exec 9>"/tmp/slowpath-base-image-${image##*/}.lock"
 flock 9
 if podman image exists "$image"; then
   echo "base-image.sh: $image exists"
@@ -30,7 +39,7 @@ fi
 root=$(mktemp -d /tmp/slowpath-rootfs.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 echo "base-image.sh: debootstrap ${foreign[*]} bookworm from $mirror"
-debootstrap "${foreign[@]}" --variant=minbase bookworm "$root" "$mirror" >/dev/null
+debootstrap "${foreign[@]}" "${include[@]}" --variant=minbase bookworm "$root" "$mirror" >/dev/null
 rm -rf "$root/debootstrap" "$root"/var/cache/apt/archives/*.deb  # the first stage's packages and scripts
 tar -C "$root" -c . | podman import --arch "$arch" "${variant[@]}" - "$image" >/dev/null
 echo "base-image.sh: built $image"

@@ -332,12 +332,14 @@ def release(request):
 
 @contextlib.contextmanager
 def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape_configs=None,
-                      release=None):
+                      release=None, netns=None):
     """A real Prometheus (`release`, a PrometheusRelease; Prometheus 3 when
     None) on loopback scraping the agent every second (and evaluating
     `rule_files`, paths relative to `workdir`, every second); yields its
     base URL once it has scraped the agent in `job`. `scrape_configs` (a
-    list of dicts) replaces the one plain job."""
+    list of dicts) replaces the one plain job. With `netns` (a
+    k8s_node.NetNS) it runs in that network namespace, whose loopback the
+    URL is on: query it through netns.call."""
     release = release or prometheus_release("3")
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
@@ -353,7 +355,7 @@ def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape
     proc = subprocess.Popen(
         [release.server, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'data'}",
          f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log, stderr=subprocess.STDOUT, preexec_fn=netns.enter if netns else None,
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -362,9 +364,8 @@ def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape
         while True:
             assert proc.poll() is None, (workdir / "prometheus.log").read_text()
             try:
-                with urllib.request.urlopen(f"{base}/api/v1/query?{query}", timeout=5) as resp:
-                    if json.load(resp)["data"]["result"]:
-                        break
+                if prom_get(f"{base}/api/v1/query?{query}", netns)["data"]["result"]:
+                    break
             except (OSError, ValueError):
                 pass
             assert time.monotonic() < deadline, (workdir / "prometheus.log").read_text()
@@ -374,6 +375,16 @@ def prometheus_server(workdir, agent_port, job="slowpath", rule_files=(), scrape
         proc.terminate()
         proc.wait(timeout=10)
         log.close()
+
+
+def prom_get(url, netns=None):
+    """A Prometheus API answer (JSON), from this network namespace or
+    `netns`'s."""
+    def get():
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return json.load(resp)
+
+    return netns.call(get) if netns else get()
 
 
 def vmstat():
@@ -451,8 +462,8 @@ def doctor_report(agent_bin, *args, duration="2s"):
     return json.loads(out.stdout)
 
 
-def prom_query(base, expr):
-    """An instant query of the Prometheus server at `base`: its result list."""
+def prom_query(base, expr, netns=None):
+    """An instant query of the Prometheus server at `base` (in `netns`, a
+    k8s_node.NetNS, when given): its result list."""
     url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)["data"]["result"]
+    return prom_get(url, netns)["data"]["result"]
