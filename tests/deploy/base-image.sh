@@ -13,7 +13,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export CONTAINERS_CONF="$here/containers.conf"
-arch=${1:-amd64}
+kind=${1:-amd64}
+arch=$kind
 include=()
 case $arch in
 amd64) image=localhost/slowpath-base:bookworm foreign=() variant=() ;;
@@ -26,7 +27,7 @@ runtimes)
 *) echo "base-image.sh: amd64, arm64 or runtimes" >&2; exit 2 ;;
 esac
 # one build at a time (tests may call this concurrently)
-exec 9>"/tmp/slowpath-base-image-${image##*/}.lock"
+exec 9>"/tmp/slowpath-base-image-$kind.lock"
 flock 9
 if podman image exists "$image"; then
   echo "base-image.sh: $image exists"

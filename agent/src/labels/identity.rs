@@ -112,17 +112,31 @@ mod tests {
         UID.replace('-', "_")
     }
 
+    /// The systemd driver's names, as kubelet and containerd make them (the
+    /// cgroupfs driver's are read from a real node by
+    /// tests/e2e/test_real_node.py). kubelet 1.36's `CgroupName.ToSystemd`
+    /// (pkg/kubelet/cm/cgroup_manager_linux.go) turns the pod's cgroup
+    /// {"kubepods", QOS, "pod" + UID} into nested slices, each named after
+    /// its parents, with the uid's '-' escaped to '_'
+    /// (`escapeSystemdCgroupName`); guaranteed pods have no QOS level.
+    /// containerd 2.4's CRI (internal/cri/server/podsandbox/helpers_linux.go,
+    /// `getCgroupsPath`) gives runc "<pod slice>:cri-containerd:<id>", which
+    /// runc's systemd driver makes the unit `cri-containerd-<id>.scope`.
     #[test]
     fn containerd_systemd_driver() {
-        let path = format!(
-            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{ID}.scope",
-            uid_underscored()
-        );
-        let id = parse(&path);
-        assert_eq!(id.runtime, Some("containerd"));
-        assert_eq!(id.container_id.as_deref(), Some(ID));
-        assert_eq!(id.pod_uid.as_deref(), Some(UID));
-        assert_eq!(id.unit, None);
+        let uid = uid_underscored();
+        for pod_slice in [
+            format!("kubepods-burstable.slice/kubepods-burstable-pod{uid}.slice"),
+            format!("kubepods-besteffort.slice/kubepods-besteffort-pod{uid}.slice"),
+            format!("kubepods-pod{uid}.slice"),
+        ] {
+            let path = format!("/kubepods.slice/{pod_slice}/cri-containerd-{ID}.scope");
+            let id = parse(&path);
+            assert_eq!(id.runtime, Some("containerd"), "{path}");
+            assert_eq!(id.container_id.as_deref(), Some(ID), "{path}");
+            assert_eq!(id.pod_uid.as_deref(), Some(UID), "{path}");
+            assert_eq!(id.unit, None, "{path}");
+        }
     }
 
     #[test]
