@@ -494,14 +494,9 @@ state = "{d / 'state'}"
     def _kubepods_cgroups():
         """Every kubepods* cgroup directory the kubelet may make: one per
         hierarchy (v1 controllers, name=systemd, cgroup2)."""
-        found = []
-        for hierarchy in CGROUP_ROOT.iterdir():
-            for name in ("kubepods", "kubepods.slice"):
-                if (hierarchy / name).is_dir():
-                    found.append(hierarchy / name)
-        if (CGROUP_ROOT / "cgroup.controllers").exists():  # a pure cgroup2 host
-            found = [CGROUP_ROOT / n for n in ("kubepods", "kubepods.slice") if (CGROUP_ROOT / n).is_dir()]
-        return found
+        pure_v2 = (CGROUP_ROOT / "cgroup.controllers").exists()
+        hierarchies = [CGROUP_ROOT] if pure_v2 else [h for h in CGROUP_ROOT.iterdir() if h.is_dir()]
+        return [h / n for h in hierarchies for n in ("kubepods", "kubepods.slice") if (h / n).is_dir()]
 
     def _remove_cgroups(self):
         for top in self._kubepods_cgroups():

@@ -289,10 +289,16 @@ tracepoint:syscalls:sys_enter_newfstatat /str(args->filename) == "/etc/localtime
 BEGIN { printf("ready\\n"); }
 """
 
+def clock_reads_then_sleep(calls):
+    """A container command: `calls` raw clock_gettime, then asleep (the
+    container, and so its cgroup and series, stays)."""
+    return ["sh", "-c", f"/opt/slowpath-e2e/sp-workload clock-raw {calls} && exec sleep infinity"]
+
+
 PODS = {
     # name: (container, command)
     "python-timer": ("python", ["python3", "-c", "import time\nwhile True:\n    time.sleep(0.001)\n"]),
-    "clock-raw": ("clock", ["sh", "-c", f"/opt/slowpath-e2e/sp-workload clock-raw {CLOCK_CALLS} && exec sleep infinity"]),
+    "clock-raw": ("clock", clock_reads_then_sleep(CLOCK_CALLS)),
     "tz-logger": ("logger", ["perl", "-e", f"my @t; @t = localtime($_) for 1..{TZ_CALLS}; sleep"]),
     "jvm-thp": ("jvm", ["java", "-XX:+UseTransparentHugePages", "-XX:+AlwaysPreTouch", "-Xms512m", "-Xmx512m",
                         "-cp", "/opt/slowpath-e2e", "PreTouchHeap", "100000"]),
@@ -572,8 +578,7 @@ def clock_pod_counts_exactly(node, name, calls):
     """A new clock pod's raw reads, as the running agent counts them, equal
     the calls it made (the pod's own cgroup, bpftrace)."""
     counter = start_counter()
-    node.cluster.apply_objects(pod_object(name, "clock", ["sh", "-c", f"/opt/slowpath-e2e/sp-workload clock-raw "
-                                                                      f"{calls} && exec sleep infinity"]))
+    node.cluster.apply_objects(pod_object(name, "clock", clock_reads_then_sleep(calls)))
     pod = wait_running(node, [name])[name]
     cgroup = container_cgroup(node, pod, "clock")
     wait_log(node, name, "clock", r"pid=\d+")
