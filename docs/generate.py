@@ -11,6 +11,10 @@ table is written twice by hand:
   docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
   README.md        cases: each case's families (from agent/src) and the alerts
                    that read them (from the rules, through the recording rules)
+  docs/security.md privileges: the agent container's securityContext and the
+                   pod's hostPID, from the chart rendered by `helm template`
+                   with each VALUE_SETS entry; privileges-systemd: the
+                   systemd unit's user and capabilities
 
 A block is the text between `<!-- generated:NAME begin -->` and
 `<!-- generated:NAME end -->`. `--check` rewrites nothing and exits 1 with a
@@ -30,6 +34,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 AGENT_SRC = REPO / "agent" / "src"
+CHART = REPO / "deploy" / "helm" / "slowpath"
+UNIT = REPO / "deploy" / "systemd" / "slowpath.service"
+INSTALL_TOOLS = REPO / "tests" / "deploy" / "install-tools.sh"
 REGENERATE = "python3 docs/generate.py --bin target/release/slowpath"
 
 
@@ -219,9 +226,130 @@ def readme_cases_table():
     return "\n".join(rows) + "\n"
 
 
+# --- privileges, from the rendered chart and the systemd unit -------------------------
+
+# (what the column says, --set values) rendered for the privileges block.
+VALUE_SETS = [
+    ("defaults", []),
+    ("`agent.liftMemlockLimit=false`", ["agent.liftMemlockLimit=false"]),
+    ("`agent.findings.callSites=false`", ["agent.findings.callSites=false"]),
+    ("both false", ["agent.liftMemlockLimit=false", "agent.findings.callSites=false"]),
+    ("`agent.debugCallsites=true`, `callSites=false`",
+     ["agent.debugCallsites=true", "agent.findings.callSites=false"]),
+    ("`privileged=true`", ["privileged=true"]),
+]
+# Why the agent is given each capability the chart adds (from the comments of
+# templates/daemonset.yaml, where the chart adds it). A capability the render
+# shows without an entry here stops the generation.
+WHY = {
+    "CAP_BPF": "`bpf(2)` itself: create the maps and the ring buffer, load the programs (kernel 5.8+)",
+    "CAP_PERFMON": "load the tracing programs (`tp_btf`, `fentry`, `raw_tp`) and let them read kernel memory "
+                   "(BTF pointer walks)",
+    "CAP_SYS_RESOURCE": "lift `RLIMIT_MEMLOCK`, to which Linux before 5.11 charges BPF maps and programs (the pod "
+                        "inherits the container runtime's 8 MiB or 64 KiB); dropped at start, used or not "
+                        "([below](#cap_sys_resource-at-start-only))",
+    "CAP_SYS_PTRACE": "read other processes' `/proc/PID/maps` to symbolize their sampled stacks (findings' call "
+                      "sites, `/debug/callsites`)",
+    "CAP_DAC_READ_SEARCH": "open other processes' binaries through `/proc/PID/map_files`, a directory of mode 0500",
+    "CAP_CHECKPOINT_RESTORE": "follow the links of `/proc/PID/map_files` (kernel 5.9+)",
+}
+
+
+def default_helm():
+    """$HELM, else the pinned helm of tests/deploy/install-tools.sh (as
+    deploy/render.sh finds it): the render must not depend on whichever helm
+    is on PATH."""
+    if os.environ.get("HELM"):
+        return os.environ["HELM"]
+    res = subprocess.run(["bash", str(INSTALL_TOOLS)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"{INSTALL_TOOLS.relative_to(REPO)} failed (give --helm): {res.stderr[-2000:]}")
+    return str(Path(res.stdout.strip().splitlines()[-1]) / "bin" / "helm")
+
+
+def rendered_pod(helm, sets):
+    """The agent DaemonSet's pod spec and its container, as `helm template`
+    renders the chart with these --set values."""
+    cmd = [str(helm), "template", "slowpath", str(CHART), "--namespace", "slowpath",
+           "--show-only", "templates/daemonset.yaml"]
+    for value in sets:
+        cmd += ["--set", value]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise SystemExit(f"helm template {' '.join(sets)}: {res.stderr}")
+    spec = yaml.safe_load(res.stdout)["spec"]["template"]["spec"]
+    (container,) = [c for c in spec["containers"] if c["name"] == "slowpath"]
+    return spec, container
+
+
+def cap_name(name):
+    return name if name.startswith("CAP_") else f"CAP_{name}"
+
+
+def privileges_table(helm):
+    """Rows: what the chart sets (user, privileged, ...) and each capability
+    it adds; columns: the VALUE_SETS, as rendered; the why of each
+    capability from WHY."""
+    columns = []
+    for _, sets in VALUE_SETS:
+        spec, container = rendered_pod(helm, sets)
+        ctx = container.get("securityContext", {})
+        caps = ctx.get("capabilities", {})
+        columns.append((spec, ctx, [cap_name(c) for c in caps.get("add", [])], caps.get("drop", [])))
+    added = list(dict.fromkeys(c for _, _, add, _ in columns for c in add))
+    missing = [c for c in added if c not in WHY]
+    if missing:
+        raise SystemExit(f"the chart adds {', '.join(missing)}: say why in WHY of docs/generate.py")
+
+    def flag(value):
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        return "unset" if value is None else cell(value)
+
+    rows = [
+        ("runs as uid", lambda s, c, a, d: flag(c.get("runAsUser")),
+         "65534 (nobody): the agent needs no file access beyond world-readable `/proc`, sysfs and cgroupfs entries"),
+        ("`privileged`", lambda s, c, a, d: flag(c.get("privileged", False)),
+         "`privileged: true` is for kernels before 5.8, which load tracing programs only with `CAP_SYS_ADMIN`; "
+         "root also lets the agent measure its programs' in-kernel time"),
+        ("`allowPrivilegeEscalation`", lambda s, c, a, d: flag(c.get("allowPrivilegeEscalation")),
+         "false sets `no_new_privs`: the runtime starts the agent with the added capabilities "
+         "already permitted, so it gains nothing at exec"),
+        ("`readOnlyRootFilesystem`", lambda s, c, a, d: flag(c.get("readOnlyRootFilesystem")),
+         "the agent writes no file"),
+        ("`seccompProfile`", lambda s, c, a, d: cell((c.get("seccompProfile") or {}).get("type", "unset")),
+         "chart value `seccompProfile`"),
+        ("pod `hostPID`", lambda s, c, a, d: flag(s.get("hostPID", False)), "to see every process of the node"),
+        ("capabilities dropped", lambda s, c, a, d: ", ".join(d) if d else "none",
+         "every capability but those added below"),
+    ]
+    for cap in added:
+        rows.append((f"`{cap}`", lambda s, c, a, d, cap=cap: "all" if c.get("privileged") else
+                     ("added" if cap in a else "-"), WHY[cap]))
+    head = "| | " + " | ".join(label for label, _ in VALUE_SETS) + " | why |"
+    out = [head, "|" + " --- |" * (len(VALUE_SETS) + 2)]
+    for label, get, why in rows:
+        out.append(f"| {label} | " + " | ".join(get(*col) for col in columns) + f" | {why} |")
+    return "\n".join(out) + "\n"
+
+
+def systemd_privileges_table():
+    """The systemd unit's user and capability settings, as written in it."""
+    settings = {}
+    for line in UNIT.read_text().splitlines():
+        m = re.match(r"^(\w+)=(.*)$", line)
+        if m:
+            settings.setdefault(m.group(1), m.group(2))
+    rows = ["| setting | value |", "| --- | --- |"]
+    for key in ("DynamicUser", "User", "AmbientCapabilities", "CapabilityBoundingSet", "NoNewPrivileges",
+                "LimitMEMLOCK"):
+        rows.append(f"| `{key}` | {cell(settings.get(key, 'unset'))} |")
+    return "\n".join(rows) + "\n"
+
+
 # --- blocks --------------------------------------------------------------------
 
-def blocks(binary):
+def blocks(binary, helm):
     """{(page, block name): generated text}."""
     return {
         ("docs/flags.md", "flags"): lambda: flags_table(help_text(binary)),
@@ -230,6 +358,8 @@ def blocks(binary):
         ("docs/metrics.md", "families"): families_table,
         ("docs/alerts.md", "alerts"): alerts_table,
         ("README.md", "cases"): readme_cases_table,
+        ("docs/security.md", "privileges"): lambda: privileges_table(helm),
+        ("docs/security.md", "privileges-systemd"): systemd_privileges_table,
     }
 
 
@@ -247,11 +377,14 @@ def main():
     parser.add_argument("--bin", default=os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"),
                         help="the agent binary whose --help gives the flags (default: $SLOWPATH_BIN, else "
                              "target/release/slowpath)")
+    parser.add_argument("--helm", help="the helm that renders the chart for the privileges block (default: $HELM, "
+                                       "else the pinned one of tests/deploy/install-tools.sh)")
     args = parser.parse_args()
     if not Path(args.bin).exists():
         raise SystemExit(f"{args.bin} missing: build it with cargo build --release -p slowpath")
+    helm = args.helm or default_helm()
     pages, stale = {}, []
-    for (page, name), generate in blocks(args.bin).items():
+    for (page, name), generate in blocks(args.bin, helm).items():
         text = pages.setdefault(page, (REPO / page).read_text())
         pages[page] = replace_block(text, name, generate())
     for page, text in pages.items():
