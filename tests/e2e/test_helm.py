@@ -8,11 +8,11 @@ it (deploy/kubernetes/slowpath.yaml), checked without a cluster:
   kubernetes-validate); the Prometheus operator's objects against its Go API
   types; negative controls prove each validator rejects a bad object;
 - the committed plain manifests equal a fresh render;
-- what the agent needs is really there: host PID namespace, exactly CAP_BPF
-  and CAP_PERFMON (or privileged when asked), probes, mounts, RBAC;
+- what the agent needs is really there: host PID namespace, the capabilities
+  each value adds (or privileged when asked), probes, mounts, RBAC;
 - (the alert rules are tested in test_alerts.py);
-- the real agent, given the DaemonSet's environment as uid 65534 with only
-  CAP_BPF and CAP_PERFMON, attaches and serves.
+- the real agent, given the DaemonSet's environment as uid 65534 with its
+  capabilities and no_new_privs, attaches and serves.
 
 The tools come from tests/deploy/install-tools.sh (cached outside the repo,
 about 3-4 minutes the first time). Without them the tests skip, except in CI
@@ -48,8 +48,8 @@ CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 VALUE_SETS = {
     "default": {},
     "privileged": {"privileged": True},
-    # findings without call sites, the memlock limit not lifted: only CAP_BPF
-    # and CAP_PERFMON
+    # findings without call sites, the memlock limit not lifted: the least
+    # privileges the chart grants
     "no-call-sites": {"agent": {"findings": {"callSites": False}, "liftMemlockLimit": False}},
     "monitors": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
@@ -566,9 +566,9 @@ def test_service_and_monitors_select_the_agent(tools, tmp_path):
 
 def test_agent_accepts_the_daemonset_environment(tools, tmp_path, agent_bin, monkeypatch):
     """The real agent with the DaemonSet's environment, the container's paths
-    mapped back to the host paths its volumes mount, as uid 65534 with only
-    CAP_BPF and CAP_PERFMON and no_new_privs (what the securityContext
-    grants), attaches, serves and reads the node's settings there."""
+    mapped back to the host paths its volumes mount, as uid 65534 with the
+    default securityContext's capabilities (those this host can give) and
+    no_new_privs, attaches, serves and reads the node's settings there."""
     docs = render(tools, tmp_path)
     pod = only(docs, "DaemonSet")["spec"]["template"]["spec"]
     c = container_of(docs)
