@@ -552,6 +552,9 @@ def test_service_and_monitors_select_the_agent(tools, tmp_path):
     assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= port_names
     for endpoint in sm["spec"]["endpoints"] + pm["spec"]["podMetricsEndpoints"]:
         assert endpoint["path"] == "/metrics" and endpoint["interval"] == "30s"
+        # The workload's namespace, pod and container the agent exports win
+        # over the target's (the agent pod's): not exported_namespace, ...
+        assert endpoint["honorLabels"] is True
         assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance",
                 "action": "replace"} in endpoint["relabelings"]
 
