@@ -114,8 +114,8 @@ def test_readme_is_short_and_its_first_screen_links_every_first_need():
     lines = (REPO / "README.md").read_text().splitlines()
     assert len(lines) < 250, f"README.md has {len(lines)} lines"
     first = "\n".join(lines[:40])
-    for target in ["#quick-start", "docs/install.md", "docs/cost.md", "docs/metrics.md", "docs/alerts.md",
-                   "docs/troubleshooting.md"]:
+    for target in ["#quick-start", "docs/install.md", "docs/first-hour.md", "docs/cost.md", "docs/metrics.md",
+                   "docs/alerts.md", "docs/troubleshooting.md"]:
         assert f"]({target}" in first, f"README's first 40 lines do not link to {target}"
 
 
