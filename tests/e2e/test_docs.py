@@ -370,7 +370,7 @@ JARGON = {
 # is generated from the CLI help).
 JARGON_PAGES = ["README.md", "docs/metrics.md", "docs/cost.md", "docs/doctor.md",
                 "docs/troubleshooting.md", "docs/top.md", "docs/fleet.md", "docs/guest.md",
-                "docs/security.md"]
+                "docs/security.md", "docs/first-hour.md"]
 
 
 def prose_outside_generated(text):
