@@ -10,6 +10,11 @@
 #   bin/actionlint    actionlint (GitHub Actions workflows), from its Go module
 #   bin/sp-crdcheck   strict decoder for ServiceMonitor/PodMonitor/PrometheusRule
 #                     (the prometheus-operator's own Go API types; see below)
+#   bin/sp-opconfig   the Prometheus configuration the Prometheus Operator
+#                     generates for the chart's ServiceMonitor and PodMonitor, by
+#                     the operator's own code (tests/deploy/opconfig, its module
+#                     pinned there: the only version of the operator's main
+#                     module the Go module proxy serves here is v0.85.0)
 #   prometheus3/bin/  prometheus and promtool of Prometheus 3, built from the
 #                     Go module github.com/prometheus/prometheus (its v0.3xx.y
 #                     is Prometheus 3.xx.y; no replace directives, so `go
@@ -27,7 +32,9 @@
 # Cold about 15 minutes on an idle 2-core machine (Prometheus 3: 5 min, helm:
 # 2.5 min, Thanos: 3 min measured with its modules already downloaded, so
 # about 5 min cold; 7.5 minutes for helm alone while other builds shared the
-# CPUs), warm 0.05 s.
+# CPUs; sp-opconfig: 6 min alone, 50 s of it downloading, on 2 busy cores,
+# 2.2 min after the others), warm
+# 0.05 s.
 # Only the Go module proxy and PyPI are used.
 set -euo pipefail
 
@@ -306,6 +313,17 @@ if ! have bin/sp-crdcheck crdcheck "$crd_pin"; then
   crdcheck_main_go >"$src/main.go"
   (cd "$src" && go mod tidy >&2 && go build -trimpath -ldflags=-s -o "$cache/bin/sp-crdcheck" .)
   stamp crdcheck "$crd_pin"
+fi
+
+# sp-opconfig: tests/deploy/opconfig's go.mod and go.sum pin the operator
+# and everything it builds with; rebuilt when they or its source change.
+opconfig_src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/opconfig"
+opconfig_pin="$(cat "$opconfig_src"/go.mod "$opconfig_src"/go.sum "$opconfig_src"/*.go | sha256sum | cut -c1-16)"
+if ! have bin/sp-opconfig opconfig "$opconfig_pin"; then
+  log "building sp-opconfig ($(sed -n 's|^\tgithub.com/prometheus-operator/prometheus-operator \(v.*\)$|prometheus-operator \1|p' "$opconfig_src/go.mod"))"
+  need_go sp-opconfig
+  (cd "$opconfig_src" && go build -mod=readonly -trimpath -ldflags=-s -o "$cache/bin/sp-opconfig" .)
+  stamp opconfig "$opconfig_pin"
 fi
 
 echo "$cache"

@@ -24,11 +24,14 @@ In order (one node, one release, as an operator would go):
      the syscall tracepoints, by the container's cgroup), a Python
      time.sleep(0.001) loop at bpftrace's wakeup rate, a JVM pre-touching a
      THP heap against /proc/vmstat; the findings name the pods.
-  3. A real Prometheus discovering the agent through the API server
-     (kubernetes_sd_configs, a ServiceAccount token; the PodMonitor's
-     relabelling as plain configuration), evaluating the chart's rules (only
-     its copy's `for:` cut): the timer-loop alert fires for the Python pod
-     with its namespace, pod, cause and fix.
+  3. A real Prometheus discovering the agent through the API server with
+     the scrape configuration the Prometheus Operator generates for the
+     chart's ServiceMonitor (tests/deploy/opconfig: the operator's own code;
+     a ServiceAccount token), evaluating the chart's rules (only its copy's
+     `for:` cut): the timer-loop alert fires for the Python pod with its
+     namespace, pod, cause and fix; the workload's namespace, pod and
+     container survive the operator's target labels (honorLabels), through
+     the PodMonitor's configuration too.
   4. `helm upgrade` with a changed value rolls the pod: the old pod's BPF
      programs and links gone, the new one counting exactly.
   5. A deleted workload pod's series retired as docs/metrics.md says.
@@ -69,8 +72,8 @@ sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
 from as_shipped import CAPABILITY_BITS, host_capabilities  # noqa: E402
 from conftest import (  # noqa: E402
-    Scrape, TimerOracle, bpf_fd_ids, cgroup2_root, prom_get, prom_query, prometheus_server, tools_cache, vmstat,
-    wait_ready,
+    Scrape, TimerOracle, bpf_fd_ids, cgroup2_root, prom_get, prom_query, prometheus_release, prometheus_server,
+    tools_cache, vmstat, wait_ready,
 )
 from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 from k8s_node import NODE_IP, NetNS, Node, build_pause_image, save_image  # noqa: E402
@@ -466,13 +469,16 @@ def test_the_findings_name_the_pods(node, workloads):
 
 
 def prometheus_identity(node, work):
-    """A ServiceAccount for Prometheus with the rights its pod discovery
-    needs (get/list/watch pods): its token file."""
+    """A ServiceAccount for Prometheus with the rights the operator's
+    Prometheus has for its discovery (get/list/watch services, endpoints,
+    endpointslices, pods): its token file."""
     c = node.cluster
+    verbs = ["get", "list", "watch"]
     c.apply_objects(
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "prometheus", "namespace": NAMESPACE}},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "e2e-prometheus"},
-         "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+         "rules": [{"apiGroups": [""], "resources": ["services", "endpoints", "pods"], "verbs": verbs},
+                   {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": verbs}]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
          "metadata": {"name": "e2e-prometheus"},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "e2e-prometheus"},
@@ -483,29 +489,41 @@ def prometheus_identity(node, work):
     return token
 
 
-def pod_monitor_scrape_config(node, token):
-    """The chart's PodMonitor as plain configuration: its selector, port and
-    relabelling (instance = the node's name), discovered through the API
-    server as that ServiceAccount."""
-    c = node.cluster
-    return {
-        "job_name": "podMonitor/slowpath/slowpath/0",
-        "scrape_interval": "2s",
-        "kubernetes_sd_configs": [{"role": "pod", "api_server": c.server, "namespaces": {"names": [NAMESPACE]},
-                                   "tls_config": {"ca_file": str(c.ca_file)},
-                                   "authorization": {"credentials_file": str(token)}}],
-        "relabel_configs": [
-            {"source_labels": ["__meta_kubernetes_pod_label_app_kubernetes_io_name",
-                               "__meta_kubernetes_pod_label_app_kubernetes_io_instance"],
-             "regex": f"slowpath;{RELEASE}", "action": "keep"},
-            {"source_labels": ["__meta_kubernetes_pod_container_port_name"], "regex": "metrics", "action": "keep"},
-            {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "instance", "action": "replace"},
-        ],
-    }
+# The monitors as the release would have them, scraped every 2 s.
+MONITOR_VALUES = [arg for kind in ("serviceMonitor", "podMonitor") for value in
+                  ("enabled=true", "interval=2s", "scrapeTimeout=2s") for arg in ("--set", f"{kind}.{value}")]
+# The operator's job names, and the job label each gives the agent's series
+# (the Service's name; the PodMonitor's namespace/name).
+SERVICE_MONITOR_JOB, SERVICE_MONITOR_JOB_LABEL = f"serviceMonitor/{NAMESPACE}/{RELEASE}/0", RELEASE
+POD_MONITOR_JOB, POD_MONITOR_JOB_LABEL = f"podMonitor/{NAMESPACE}/{RELEASE}/0", f"{NAMESPACE}/{RELEASE}"
 
 
 @pytest.fixture(scope="module")
-def prometheus(node, installed, tmp_path_factory):
+def operator_scrape_configs(node, helm, installed, tmp_path_factory):
+    """The scrape configuration the Prometheus Operator generates for the
+    chart's ServiceMonitor and PodMonitor (rendered with the release's values
+    and MONITOR_VALUES), by its own code (tests/deploy/opconfig, built into
+    the tools cache): {job_name: scrape config}. The operator's Prometheus
+    runs in the cluster and reaches the API server in-cluster; this one runs
+    outside it, so the Prometheus object sets spec.apiserverConfig (the API
+    server, its CA, a ServiceAccount's token), the operator's setting for
+    that. Its config reloader replaces $(SHARD) by the shard's number: 0,
+    the only one."""
+    c = node.cluster
+    token = prometheus_identity(node, tmp_path_factory.mktemp("prometheus-identity"))
+    rendered = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, *INSTALL_VALUES, *MONITOR_VALUES).stdout
+    proc = subprocess.run(
+        [str(tools_cache() / "bin" / "sp-opconfig"), "-namespace", NAMESPACE,
+         "-prometheus-version", prometheus_release("3").version(),
+         "-api-server", c.server, "-ca-file", str(c.ca_file), "-token-file", str(token)],
+        input=rendered, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    configs = yaml.safe_load(proc.stdout.replace("$(SHARD)", "0"))["scrape_configs"]
+    return {config["job_name"]: config for config in configs}
+
+
+@pytest.fixture(scope="module")
+def prometheus(node, installed, operator_scrape_configs, tmp_path_factory):
     """Prometheus 3 in the node's namespace, discovering the agent through the
     API server, evaluating the shipped rules with every `for:` cut to 2 s
     (the rest as shipped); started before the workloads, since the alerts'
@@ -518,9 +536,8 @@ def prometheus(node, installed, tmp_path_factory):
             if "for" in rule:
                 rule["for"] = "2s"
     (work / "rules.yaml").write_text(yaml.safe_dump(spec))
-    config = pod_monitor_scrape_config(node, prometheus_identity(node, work))
-    with prometheus_server(work, None, job=config["job_name"], rule_files=["rules.yaml"], scrape_configs=[config],
-                           netns=node.netns) as base:
+    with prometheus_server(work, None, job=SERVICE_MONITOR_JOB_LABEL, rule_files=["rules.yaml"],
+                           scrape_configs=[operator_scrape_configs[SERVICE_MONITOR_JOB]], netns=node.netns) as base:
         yield base
 
 
@@ -545,6 +562,52 @@ def test_prometheus_discovers_the_agent_and_the_timer_loop_alert_names_the_pod(n
     assert (labels["namespace"], labels["container"], labels["instance"]) == (WORKLOADS, "python", node.name)
     assert annotations["cause"] and annotations["fix"], annotations
     assert "pod workloads/python-timer" in annotations["description"], annotations
+
+
+def assert_workload_labels_kept(base, node, job_label, workloads):
+    """The stored slowpath_timer_wakeups_total series of the Python pod's
+    container (found by its cgroup, whatever their labels) have the workload's
+    namespace, pod and container, no exported_* label, and the target's job,
+    instance and endpoint; those of processes outside pods have none of the
+    three; the agent's node-wide series have the agent pod's."""
+    pod = workloads["pods"]["python-timer"]
+    cgroup = f'.*/pod{pod["metadata"]["uid"]}/{container_id(pod, "python")}'
+    series = prom_query(base, f'slowpath_timer_wakeups_total{{cgroup=~"{cgroup}"}}', node.netns)
+    assert series, "no series of the Python pod"
+    for s in series:
+        labels = s["metric"]
+        assert (labels.get("namespace"), labels.get("pod"), labels.get("container")) == \
+            (WORKLOADS, "python-timer", "python"), labels
+        assert not [k for k in labels if k.startswith("exported_")], labels
+        assert (labels["job"], labels["instance"], labels["endpoint"]) == (job_label, node.name, "metrics"), labels
+    # Processes outside pods export the three labels empty: the agent pod's stay off them.
+    outside = prom_query(base, 'slowpath_timer_wakeups_total{cgroup!~".*kubepods.*"}', node.netns)
+    assert outside, "no series of a process outside pods"
+    assert not [s["metric"] for s in outside if {"namespace", "pod", "container"} & set(s["metric"])], outside
+    agent = wait_agent_ready(node, 5)["metadata"]["name"]
+    build = prom_query(base, "slowpath_build_info", node.netns)
+    assert [(s["metric"]["namespace"], s["metric"]["pod"], s["metric"]["container"]) for s in build] == \
+        [(NAMESPACE, agent, "slowpath")], build
+
+
+def test_the_operators_scrape_keeps_the_workloads_namespace_pod_and_container(
+        node, prometheus, workloads, operator_scrape_configs, tmp_path_factory):
+    """Through the configuration the operator generates for the chart's
+    monitors (honorLabels: true), the target's namespace, pod and container
+    (the agent pod's) do not replace the workload's: the Python pod's series
+    and the namespace_pod: recording rules name it; the same through the
+    PodMonitor's configuration, in a Prometheus of its own (both jobs in one
+    would count every process twice)."""
+    for job in (SERVICE_MONITOR_JOB, POD_MONITOR_JOB):
+        assert operator_scrape_configs[job]["honor_labels"] is True, operator_scrape_configs[job]
+    assert_workload_labels_kept(prometheus, node, SERVICE_MONITOR_JOB_LABEL, workloads)
+    rate = prom_query(prometheus, 'namespace_pod:slowpath_timer_wakeups:rate5m'
+                      f'{{namespace="{WORKLOADS}",pod="python-timer"}}', node.netns)
+    assert len(rate) == 1 and float(rate[0]["value"][1]) > 500, rate
+    work = tmp_path_factory.mktemp("prometheus-podmonitor")
+    with prometheus_server(work, None, job=POD_MONITOR_JOB_LABEL,
+                           scrape_configs=[operator_scrape_configs[POD_MONITOR_JOB]], netns=node.netns) as base:
+        assert_workload_labels_kept(base, node, POD_MONITOR_JOB_LABEL, workloads)
 
 
 def prom_get_alerts(base, node):
