@@ -230,7 +230,9 @@ def documented_capability_sets():
     host: {CapBnd: {names}, ...}, names lower-case without CAP_."""
     text = SECURITY_DOC.read_text()
     sets = {}
-    for field, caps in re.findall(r"^\| `(Cap\w+)` \|([^|]*)\|", text, re.M):
+    # The /proc/PID/status fields (CapBnd, ...), not the systemd unit's
+    # CapabilityBoundingSet of the table beside it.
+    for field, caps in re.findall(r"^\| `(Cap(?:Bnd|Prm|Eff|Amb|Inh))` \|([^|]*)\|", text, re.M):
         sets[field] = {c.lower() for c in re.findall(r"CAP_(\w+)", caps)}
     assert set(sets) == {"CapBnd", "CapPrm", "CapEff", "CapAmb"}, sets
     return sets
