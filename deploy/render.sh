@@ -14,8 +14,9 @@
 #                             whose runbook links the first form rewrites)
 #
 # The alerts' runbook links start with the chart's
-# prometheusRule.runbookBaseURL (the project's public copy of
-# docs/runbook.md). To link to your own copy, render with another base:
+# prometheusRule.runbookBaseURL, by default the project's public copy of
+# docs/runbook.md at the tag of the chart's appVersion. To link to your own
+# copy, render with another base:
 #
 #   RUNBOOK_BASE_URL=https://wiki.example.com/slowpath/runbook.md \
 #     deploy/render.sh rules - > slowpath-rules.yaml
@@ -74,14 +75,24 @@ render_rules() {
     python3 -c 'import sys, yaml; print(yaml.safe_dump(yaml.safe_load(sys.stdin)["spec"], sort_keys=False, width=100), end="")'
 }
 
+# The runbook's base URL as the chart renders it: RUNBOOK_BASE_URL, else
+# prometheusRule.runbookBaseURL, else the one the chart derives from its
+# appVersion (templates/_helpers.tpl, slowpath.runbookBaseURL).
+runbook_base() {
+  "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath \
+    --set prometheusRule.enabled=true "${runbook_set[@]}" --show-only templates/prometheusrule.yaml |
+    python3 -c 'import sys, yaml
+rules = [r for g in yaml.safe_load(sys.stdin)["spec"]["groups"] for r in g["rules"] if "alert" in r]
+print(rules[0]["annotations"]["runbook_url"].split("#")[0])'
+}
+
 # The Grafana alert file with its runbook links (runbook_url, and the link
-# of a finding's known source in a cause) on RUNBOOK_BASE_URL, else on the
-# chart's prometheusRule.runbookBaseURL: the file is written by hand, its
-# base is not.
+# of a finding's known source in a cause) on runbook_base: the file is
+# written by hand, its base is not.
 render_grafana_alerts() {
-  python3 - "$here/helm/slowpath/values.yaml" "$grafana_alerts" <<'PY'
-import os, re, sys, yaml
-base = os.environ.get("RUNBOOK_BASE_URL") or yaml.safe_load(open(sys.argv[1]))["prometheusRule"]["runbookBaseURL"]
+  python3 - "$(runbook_base)" "$grafana_alerts" <<'PY'
+import re, sys
+base = sys.argv[1]
 text = open(sys.argv[2]).read()
 text = re.sub(r"(runbook_url: )\S+?#", lambda m: m.group(1) + base + "#", text)
 text = re.sub(r"(\s)\S+?#(\{\{ \$labels\.known_source)", lambda m: m.group(1) + base + "#" + m.group(2), text)
@@ -92,7 +103,9 @@ PY
 # The rules with a placeholder for every setting the monitoring mixin's
 # _config holds (deploy/mixin: __t_<threshold>__, __for_<duration>__,
 # __runbook__, __selector__, __job__), as JSON: the mixin fills them in, so
-# its rules come from this chart, never from a second copy.
+# its rules come from this chart, never from a second copy. Its key
+# defaultRunbookBaseURL is the chart's default base (runbook_base), the
+# mixin's default _config.slowpathRunbookBaseURL.
 render_rules_template() {
   local sets
   sets=$(python3 - "$here/helm/slowpath/values.yaml" <<'PY'
@@ -107,7 +120,9 @@ PY
   )
   "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath \
     --set prometheusRule.enabled=true --set-string "$sets" --show-only templates/prometheusrule.yaml |
-    python3 -c 'import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin)["spec"], sys.stdout, indent=1); print()'
+    python3 -c 'import json, sys, yaml
+json.dump({"defaultRunbookBaseURL": sys.argv[1], **yaml.safe_load(sys.stdin)["spec"]}, sys.stdout, indent=1); print()' \
+      "$(runbook_base)"
 }
 
 if [[ $out == rules ]]; then

@@ -13,6 +13,12 @@
 // (rules.template.json), and the defaults are the chart's values. With the
 // defaults it renders exactly deploy/prometheus/slowpath-rules.yaml and
 // dashboards/*.json (tests/e2e/test_mixin.py).
+//
+// The kubectl commands in the alerts' descriptions (the doctor in the
+// alert's node's agent pod, the agent's findings through the API server's
+// pod proxy) name the namespace and release of deploy/kubernetes/slowpath.yaml
+// (slowpath, slowpath); a release of the chart elsewhere has them in its own
+// PrometheusRule (prometheusRule.enabled=true).
 local values = std.parseYaml(importstr '../helm/slowpath/values.yaml').prometheusRule;
 local template = import 'rules.template.json';
 
@@ -27,7 +33,9 @@ local template = import 'rules.template.json';
     // Alert thresholds and durations: docs/runbook.md explains each default.
     slowpathThresholds: values.thresholds,
     slowpathFor: values['for'],
-    slowpathRunbookBaseURL: values.runbookBaseURL,
+    // The runbook's URL: the chart's value, or when empty the chart's
+    // default, the project's runbook of the chart's appVersion.
+    slowpathRunbookBaseURL: if values.runbookBaseURL != '' then values.runbookBaseURL else template.defaultRunbookBaseURL,
   },
 
   local config = self._config,

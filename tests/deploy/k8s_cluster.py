@@ -449,7 +449,11 @@ class Cluster:
                      f"--advertise-address={self.node_ip}",
                      "--authorization-mode=Node,RBAC",  # kubelets as real clusters authorize them
                      f"--kubelet-client-certificate={kubelet_crt}",
-                     f"--kubelet-client-key={kubelet_key}"]
+                     f"--kubelet-client-key={kubelet_key}",
+                     # exec, attach, port-forward and logs reach the kubelet at its
+                     # node IP, as kubeadm's clusters do: the node's name resolves
+                     # nowhere in the test's namespace
+                     "--kubelet-preferred-address-types=InternalIP,Hostname"]
         else:
             where = ["--bind-address=127.0.0.1",      # loopback only
                      "--advertise-address=127.0.0.1",

@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 from conftest import REPO, Agent, prometheus_server
+from test_runbook_links import DEFAULT_BASE as RUNBOOK_BASE  # the chart's default runbook
 
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 KNOWN_SOURCES = REPO / "deploy" / "helm" / "slowpath" / "files" / "known-sources.yaml"
-RUNBOOK_BASE = yaml.safe_load((REPO / "deploy/helm/slowpath/values.yaml").read_text())["prometheusRule"]["runbookBaseURL"]
 
 def rules():
     return yaml.safe_load(RULES.read_text())
@@ -101,6 +101,12 @@ def test_every_alert_fires_and_its_near_miss_does_not(release):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+# The agent pod on node n1, as the plain rules file's commands find it (the
+# release and namespace of deploy/kubernetes/slowpath.yaml).
+AGENT_POD_OF_N1 = ("$(kubectl -n slowpath get pod -l app.kubernetes.io/instance=slowpath,app.kubernetes.io/name=slowpath "
+                   "--field-selector spec.nodeName=n1 -o jsonpath='{.items[0].metadata.name}')")
+
+
 def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path, release):
     """The per-process alert joins the agent's finding on the process's labels
     (pod labels included): it gains known_source, and the cause and fix of
@@ -130,7 +136,12 @@ def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path
                         "description": "Process java (pod shop/cart-0, unit app.service, cgroup /app) on n1 "
                                        "reads the clock through real system calls at 20k/s. If slowpath_vdso_fallback "
                                        "is 0 on the node, the process bypasses the vDSO (static binary, seccomp "
-                                       "sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
+                                       "sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable. "
+                                       f"Fix: {jvm_clock['fix']} The doctor for the process on its node: "
+                                       f"kubectl -n slowpath exec {AGENT_POD_OF_N1} -c slowpath -- slowpath doctor "
+                                       "--comm 'java' The agent's findings on the node, with their call sites: "
+                                       "kubectl get --raw /api/v1/namespaces/slowpath/pods/"
+                                       f"{AGENT_POD_OF_N1}:9891/proxy/debug/findings",
                         "cause": jvm_clock["cause"],
                         "fix": jvm_clock["fix"],
                         "runbook_url": f"{RUNBOOK_BASE}#clock-syscall-fallback",

@@ -60,6 +60,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -614,6 +615,172 @@ def test_the_operators_scrape_keeps_the_workloads_namespace_pod_and_container(
 
 def prom_get_alerts(base, node):
     return prom_get(f"{base}/api/v1/alerts", node.netns)["data"]["alerts"]
+
+
+# -- 3b. from the alert to the fix, as its reader goes ------------------------------
+
+# The commands an alert's description gives (the chart's helpers
+# slowpath.doctorCommand and slowpath.findingsCommand, rendered with the
+# alert's labels): the doctor in the node's agent pod, the agent's findings
+# through the API server's pod proxy.
+ALERT_DOCTOR = re.compile(r"kubectl -n \S+ exec \$\(.*?\) -c slowpath -- slowpath doctor --comm '[^']*'")
+ALERT_FINDINGS = re.compile(r"kubectl get --raw /api/v1/namespaces/\S+?/pods/(?:https:)?\$\(.*?\):\d+/proxy/debug/findings")
+RUNBOOK = REPO / "docs" / "runbook.md"
+KNOWN_SOURCES = CHART / "files" / "known-sources.yaml"
+
+
+def as_the_reader(node, command, timeout=120, while_running=lambda: None):
+    """A command as written, run by a shell that has the cluster's kubectl on
+    PATH and its kubeconfig in KUBECONFIG, where the alert's reader is; its
+    output. while_running() is called every 0.2 s until it exits."""
+    c = node.cluster
+    env = {**os.environ, "KUBECONFIG": str(c.kubeconfig), "PATH": f"{c.bin}:{os.environ['PATH']}"}
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([*c.in_netns(), "bash", "-c", command], env=env, stdout=out, stderr=err, text=True)
+        deadline = time.monotonic() + timeout
+        while proc.poll() is None:
+            if time.monotonic() > deadline:
+                proc.kill()
+            while_running()
+            time.sleep(0.2)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    assert proc.returncode == 0, f"{command}\n{stdout}{stderr}"
+    return stdout
+
+
+def v1_cgroup(pid, controller):
+    """The cgroup v1 directory of a process in one controller's hierarchy
+    (this host: v1 controllers, kubelet's cgroupfs driver)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    raise AssertionError(f"pid {pid}: no {controller} cgroup (v1)")
+
+
+class PodUsage:
+    """The agent container's memory (peak, v1 memory.max_usage_in_bytes,
+    reset at the start) and CPU (cpuacct.usage, CFS throttling) while a
+    command runs in it, and the peak RSS of the other slowpath process in it
+    (the doctor), polled."""
+
+    def __init__(self, pid):
+        self.memory, self.cpuacct, self.cpu = (v1_cgroup(pid, c) for c in ("memory", "cpuacct", "cpu"))
+        self.agent_pid = pid
+        self.doctor_hwm_kib = 0
+
+    def __enter__(self):
+        self.before = self.read()
+        (self.memory / "memory.max_usage_in_bytes").write_text("0")
+        self.t0 = time.monotonic()
+        return self
+
+    def read(self):
+        stat = dict(l.split() for l in (self.cpu / "cpu.stat").read_text().splitlines())
+        oom = dict(l.split() for l in (self.memory / "memory.oom_control").read_text().splitlines())
+        return {"usage": int((self.memory / "memory.usage_in_bytes").read_text()),
+                "cpu_ns": int((self.cpuacct / "cpuacct.usage").read_text()),
+                "throttled": int(stat["nr_throttled"]), "oom_kill": int(oom.get("oom_kill", 0))}
+
+    def poll(self):
+        """The doctor's VmHWM, while it runs."""
+        for pid in (int(p) for p in (self.memory / "cgroup.procs").read_text().split()):
+            if pid != self.agent_pid:
+                with contextlib.suppress(OSError, KeyError):
+                    status = status_fields(pid)
+                    if status["Name"].strip() == "slowpath":
+                        self.doctor_hwm_kib = max(self.doctor_hwm_kib, int(status["VmHWM"].split()[0]))
+
+    def __exit__(self, *exc):
+        self.seconds = time.monotonic() - self.t0
+        self.after = self.read()
+        self.peak = int((self.memory / "memory.max_usage_in_bytes").read_text())
+        self.limit = int((self.memory / "memory.limit_in_bytes").read_text())
+
+    def summary(self):
+        mib = 1 << 20
+        cpu = (self.after["cpu_ns"] - self.before["cpu_ns"]) / 1e9
+        return (f"agent container: {self.before['usage'] / mib:.1f} MiB before, peak {self.peak / mib:.1f} MiB of "
+                f"{self.limit / mib:.0f} MiB with the doctor; doctor VmHWM {self.doctor_hwm_kib / 1024:.1f} MiB; "
+                f"CPU {cpu:.2f} s in {self.seconds:.1f} s ({cpu / self.seconds * 1000:.0f}m), "
+                f"throttled {self.after['throttled'] - self.before['throttled']} periods, "
+                f"oom_kill {self.after['oom_kill'] - self.before['oom_kill']}")
+
+
+def firing(node, prometheus, alertname, pod):
+    return [a for a in prom_get_alerts(prometheus, node) if a["labels"]["alertname"] == alertname
+            and a["labels"].get("pod") == pod and a["state"] == "firing"]
+
+
+def test_the_timer_loop_alerts_commands_run_as_written_and_name_the_finding_and_its_fix(node, prometheus, workloads):
+    """The alert the test above waited for: the doctor command its
+    description gives, run as written from where kubectl works, runs in the
+    node's agent pod (its privileges as uid 65534, within its memory limit,
+    the agent undisturbed) and names the timer loop of the Python pod and
+    its fix; the findings command gives the agent's findings as JSON."""
+    alerts = firing(node, prometheus, "SlowpathTimerLoop", "python-timer")
+    assert alerts, "SlowpathTimerLoop no longer fires (see the test above)"
+    labels, notes = alerts[0]["labels"], alerts[0]["annotations"]
+    description = notes["description"]
+    doctor = ALERT_DOCTOR.findall(description)
+    assert len(doctor) == 1 and f"spec.nodeName={node.name} " in doctor[0], description
+    assert "--comm 'python3'" in doctor[0], doctor
+    pod = wait_agent_ready(node, 5)
+    pid = agent_pid(node, pod)
+    with PodUsage(pid) as usage:
+        report = as_the_reader(node, doctor[0], while_running=usage.poll)
+    print(usage.summary())
+    print(report)
+    assert usage.peak < usage.limit and usage.after["oom_kill"] == usage.before["oom_kill"], usage.summary()
+    assert agent_pid(node, wait_agent_ready(node, 5)) == pid, "the agent was restarted"
+    # the doctor names processes by comm and cgroup (the container's), as the alert does
+    assert re.search(r"\] python3 is woken by a short timer", report), report
+    assert re.search(rf"^\s+\d+\s+python3\s+[\d.]+\s+{re.escape(labels['cgroup'])}$", report, re.M), report
+    fix = re.search(r"^   fix:   (.+)$", report, re.M).group(1)
+    if labels.get("known_source"):
+        # the alert's fix (its known source's row) is the doctor's
+        assert f"known source {labels['known_source']}:" in report, report
+        row = next(r for r in yaml.safe_load(KNOWN_SOURCES.read_text())["timer"] if r["id"] == labels["known_source"])
+        assert notes["fix"] == fix == row["fix"], (notes["fix"], fix)
+        assert f"Fix: {fix}" in description, description
+
+    # the findings, from SlowpathFindingHeld's description (its `for:` is cut
+    # too), else from the rule's template with the same node
+    held = [a for a in firing(node, prometheus, "SlowpathFindingHeld", "python-timer")
+            if a["labels"]["finding"] == "timer_loop"]
+    if held:
+        command = ALERT_FINDINGS.findall(held[0]["annotations"]["description"])
+    else:
+        rule = next(r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]
+                    if r.get("alert") == "SlowpathFindingHeld")
+        command = ALERT_FINDINGS.findall(rule["annotations"]["description"].replace("{{ $labels.instance }}", node.name))
+    assert len(command) == 1 and command == ALERT_FINDINGS.findall(description), (command, description)
+    findings = json.loads(as_the_reader(node, command[0]))
+    named = {(f["id"], p["pod"]) for f in findings["findings"] for p in f["processes"]}
+    assert ("timer_loop", "python-timer") in named, named
+
+
+def test_the_runbooks_kubernetes_commands_run_as_written(node, workloads):
+    """docs/runbook.md's "Running the doctor" block, its first line set to
+    this node and the Python pod's comm, each command as written: the doctor
+    and top in the agent's pod, the findings through the pod proxy."""
+    section = RUNBOOK.read_text().split("\n## Running the doctor\n", 1)[1]
+    lines = re.search(r"```sh\n(.*?)```", section, re.S).group(1).splitlines()
+    assert lines[0].startswith("NODE=node-1 COMM=python3 "), lines[0]
+    assert lines[1].startswith("POD=$(kubectl "), lines[1]
+    setup = f"NODE={node.name} COMM=python3\n{lines[1]}\n"
+    doctor, top, findings = lines[2:]
+    report = as_the_reader(node, setup + doctor)
+    cgroup = "/" + str(workloads["cgroups"]["python-timer"].relative_to(cgroup2_root()))
+    assert re.search(r"\] python3 is woken by a short timer", report), report
+    assert re.search(rf"^\s+\d+\s+python3\s+[\d.]+\s+{re.escape(cgroup)}$", report, re.M), report
+    frame = as_the_reader(node, setup + top)
+    assert frame.startswith("slowpath top - ") and f"http://127.0.0.1:{PORT}/metrics" in frame, frame
+    assert re.search(rf"^\s*-\s+python3\s.*{WORKLOADS}/python-timer.*timer_loop", frame, re.M), frame
+    named = {(f["id"], p["pod"]) for f in json.loads(as_the_reader(node, setup + findings))["findings"]
+             for p in f["processes"]}
+    assert ("timer_loop", "python-timer") in named, named
 
 
 # -- 4-6. lifecycle ------------------------------------------------------------------

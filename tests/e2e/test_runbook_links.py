@@ -1,12 +1,15 @@
 """Runbook links that open: every rendering of the alerts (the chart's
 PrometheusRule, the plain rules file, the monitoring mixin, the Grafana
-alert file) puts every runbook link on one configurable base, absolute by
-default, and every link's #anchor is a heading of docs/runbook.md (GitHub's
-anchors: lowercase, punctuation but - and _ dropped, spaces to -)."""
+alert file) puts every runbook link on one configurable base, by default the
+project's runbook at the tag of the chart's appVersion (the version the
+chart deploys, not the newest sources), and every link's #anchor is a
+heading of docs/runbook.md (GitHub's anchors: lowercase, punctuation but -
+and _ dropped, spaces to -)."""
 
 import json
 import os
 import re
+import shutil
 import subprocess
 
 import pytest
@@ -19,7 +22,9 @@ RENDER = REPO / "deploy" / "render.sh"
 CHART = REPO / "deploy" / "helm" / "slowpath"
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 GRAFANA_ALERTS = REPO / "dashboards" / "provisioning" / "alerting" / "slowpath-alerts.yaml"
-DEFAULT_BASE = yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["runbookBaseURL"]
+# prometheusRule.runbookBaseURL empty (the default): derived from appVersion
+APP_VERSION = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+DEFAULT_BASE = f"https://github.com/slowpath/slowpath/blob/v{APP_VERSION}/docs/runbook.md"
 
 
 def anchors():
@@ -44,13 +49,13 @@ def render(*args, base=None):
                           timeout=1500).stdout
 
 
-def chart(base):
+def chart(base, path=CHART):
     helm = os.environ.get("HELM") or subprocess.run(
         [str(REPO / "tests/deploy/install-tools.sh")], check=True, capture_output=True, text=True,
         timeout=1500).stdout.strip() + "/bin/helm"
-    return subprocess.run([helm, "template", "slowpath", str(CHART), "--set", "prometheusRule.enabled=true",
-                           "--set-string", f"prometheusRule.runbookBaseURL={base}",
-                           "--show-only", "templates/prometheusrule.yaml"],
+    base_set = ["--set-string", f"prometheusRule.runbookBaseURL={base}"] if base else []
+    return subprocess.run([helm, "template", "slowpath", str(path), "--set", "prometheusRule.enabled=true",
+                           *base_set, "--show-only", "templates/prometheusrule.yaml"],
                           check=True, capture_output=True, text=True).stdout
 
 
@@ -83,8 +88,23 @@ def test_every_link_is_on_the_base_and_opens_a_runbook_section(name):
         assert anchor in sections or anchor == "", f"{name}: no runbook heading for #{anchor}"
 
 
+def test_the_default_base_is_the_runbook_of_the_charts_app_version(tmp_path):
+    """An empty runbookBaseURL (the default) links to the runbook of the
+    release the chart deploys, tagged v<appVersion>: the chart packaged as
+    another version links to that tag; a value set wins (above)."""
+    assert yaml.safe_load((CHART / "values.yaml").read_text())["prometheusRule"]["runbookBaseURL"] == ""
+    found = links(chart(None))
+    assert found and all(link.startswith(DEFAULT_BASE + "#") for link in found), found
+    other = tmp_path / "slowpath"
+    shutil.copytree(CHART, other)
+    meta = other / "Chart.yaml"
+    meta.write_text(re.sub(r"(?m)^appVersion: .*$", 'appVersion: "9.8.7"', meta.read_text()))
+    moved = links(chart(None, other))
+    assert moved == [link.replace(f"/v{APP_VERSION}/", "/v9.8.7/") for link in found], moved
+
+
 def test_the_default_base_is_absolute_and_the_shipped_files_use_it():
-    assert re.fullmatch(r"https://\S+/docs/runbook\.md", DEFAULT_BASE), DEFAULT_BASE
+    assert re.fullmatch(r"https://\S+/blob/v\d+\.\d+\.\d+\S*/docs/runbook\.md", DEFAULT_BASE), DEFAULT_BASE
     for path in (RULES, GRAFANA_ALERTS, REPO / "deploy" / "mixin" / "rules.template.json"):
         text = path.read_text()
         assert "docs/runbook.md#" not in text.replace(DEFAULT_BASE + "#", ""), f"{path.name}: a relative link"

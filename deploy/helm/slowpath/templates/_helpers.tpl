@@ -154,19 +154,95 @@ or on ({{ .proc }})
 {{- end }}
 
 {{/*
-The cause and fix annotations of an alert with a known_source label: one
-branch per row of files/known-sources.yaml of the signals named in
-`signals`, the finding's own page when no row matched. Arguments: signals
-(a list of signal names), root (the chart's top context).
+The absolute URL of docs/runbook.md the alerts link to:
+prometheusRule.runbookBaseURL, or when it is empty the project's copy at the
+tag of the chart's appVersion (release vX.Y.Z is tagged vX.Y.Z), the runbook
+of the version the chart deploys.
 */}}
-{{- define "slowpath.causeAnnotations" -}}
+{{- define "slowpath.runbookBaseURL" -}}
+{{- .Values.prometheusRule.runbookBaseURL | default (printf "https://github.com/slowpath/slowpath/blob/v%s/docs/runbook.md" .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+The agent pod on a node, as a shell command substitution for the commands
+an alert gives: kubectl finds it by the release's selector labels and
+spec.nodeName. Arguments: root (the chart's top context), node (default the
+alert's instance label, the node's name as the ServiceMonitor and PodMonitor
+relabel it).
+*/}}
+{{- define "slowpath.agentPodOfNode" -}}
+{{- $sel := list }}
+{{- range $k, $v := include "slowpath.selectorLabels" .root | fromYaml }}{{ $sel = append $sel (printf "%s=%s" $k $v) }}{{ end -}}
+$(kubectl -n {{ .root.Release.Namespace }} get pod -l {{ join "," $sel }} --field-selector spec.nodeName={{ .node | default `{{ $labels.instance }}` }} -o jsonpath='{.items[0].metadata.name}')
+{{- end }}
+
+{{/*
+The doctor for a process (by comm) on a node, in the node's agent pod: the
+pod's privileges, its environment (the host's sysfs and BTF) and the binary
+of the version running; measured there, it fits in the pod's default limits
+next to the agent (docs/runbook.md, "Running the doctor"). One line to copy. Arguments: root, node (as
+slowpath.agentPodOfNode), comm (default the alert's comm label, quoted).
+*/}}
+{{- define "slowpath.doctorCommand" -}}
+kubectl -n {{ .root.Release.Namespace }} exec {{ include "slowpath.agentPodOfNode" . }} -c slowpath -- slowpath doctor --comm {{ .comm | default `'{{ $labels.comm }}'` }}
+{{- end }}
+
+{{/*
+The agent's findings on a node (JSON, with evidence and call sites), through
+the API server's pod proxy: works wherever kubectl does, with the right to
+get pods/proxy; over https when the agent serves TLS. Arguments: root, node
+(as slowpath.agentPodOfNode).
+*/}}
+{{- define "slowpath.findingsCommand" -}}
+kubectl get --raw /api/v1/namespaces/{{ .root.Release.Namespace }}/pods/{{ if .root.Values.webConfig.tls }}https:{{ end }}{{ include "slowpath.agentPodOfNode" . }}:{{ .root.Values.service.port }}/proxy/debug/findings
+{{- end }}
+
+{{/*
+The rows of files/known-sources.yaml of the signals named in `signals`, as
+YAML {rows: [...]}. Arguments: signals, root.
+*/}}
+{{- define "slowpath.knownSourceRows" -}}
 {{- $all := .root.Files.Get "files/known-sources.yaml" | fromYaml }}
 {{- $rows := list }}
 {{- range .signals }}{{ $rows = concat $rows (get $all .) }}{{ end -}}
+{{- toYaml (dict "rows" $rows) }}
+{{- end }}
+
+{{/*
+The fix of an alert with a known_source label: the row's fix of
+files/known-sources.yaml of the signals named in `signals`, else the doctor
+for the process on its node, which names the call sites and the fix.
+Arguments: signals (a list of signal names), root (the chart's top context).
+*/}}
+{{- define "slowpath.fixText" -}}
+{{- $rows := (include "slowpath.knownSourceRows" . | fromYaml).rows -}}
+{{`{{ if not $labels.known_source }}`}}Run the doctor for the process on its node, which names its call sites and the fix: {{ include "slowpath.doctorCommand" (dict "root" .root) }}
+{{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .fix }}{{ end }}{{`{{ else }}`}}See the runbook's known sources.{{`{{ end }}`}}
+{{- end }}
+
+{{/*
+The end of a per-process alert's description, for the receivers that show
+only summary and description: the fix (the doctor's command when no known
+source matched, else the fix and the doctor's command) and the command that
+prints the agent's findings on the node. Arguments: as slowpath.fixText.
+*/}}
+{{- define "slowpath.descriptionFix" -}}
+Fix: {{ include "slowpath.fixText" . }}
+{{- `{{ if $labels.known_source }}` }} The doctor for the process on its node: {{ include "slowpath.doctorCommand" (dict "root" .root) }}{{ `{{ end }}` }}
+The agent's findings on the node, with their call sites: {{ include "slowpath.findingsCommand" (dict "root" .root) }}
+{{- end }}
+
+{{/*
+The cause and fix annotations of an alert with a known_source label: one
+branch per row of files/known-sources.yaml of the signals named in
+`signals`, the agent's findings on the node when no row matched. Arguments:
+signals (a list of signal names), root (the chart's top context).
+*/}}
+{{- define "slowpath.causeAnnotations" -}}
+{{- $rows := (include "slowpath.knownSourceRows" . | fromYaml).rows -}}
 cause: >-
-  {{`{{ if not $labels.known_source }}`}}No known source matched the process's sampled call sites (or they could not be sampled): the agent's findings, with their call sites, are at http://{{`{{ $labels.instance }}`}}/debug/findings.
+  {{`{{ if not $labels.known_source }}`}}No known source matched the process's sampled call sites (or they could not be sampled): the agent's findings on the node, with their call sites: {{ include "slowpath.findingsCommand" (dict "root" .root) }}
   {{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .cause }}{{ end }}{{`{{ else }}`}}Known source {{`{{ $labels.known_source }}`}}: see the runbook's known sources.{{`{{ end }}`}}
 fix: >-
-  {{`{{ if not $labels.known_source }}`}}See the runbook section of this alert; slowpath doctor --pid PID on the node names the call sites.
-  {{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .fix }}{{ end }}{{`{{ else }}`}}See the runbook's known sources.{{`{{ end }}`}}
+  {{ include "slowpath.fixText" . }}
 {{- end }}
