@@ -280,7 +280,9 @@ def test_recording_rules_cover_every_signal_at_every_level_and_the_tests_cover_b
     assert expected <= names, sorted(expected - names)
     assert names - expected == {"instance:slowpath_thp_fault_fallback:ratio_rate5m", "instance:slowpath_own_cpu:rate5m",
                                 "instance_cgroup_comm:slowpath_timer_wakeup_cpu_seconds:rate5m",
-                                "instance:slowpath_timer_wakeup_cpu_seconds:rate5m"}
+                                "instance:slowpath_timer_wakeup_cpu_seconds:rate5m",
+                                "instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m",
+                                "instance:slowpath_estimated_cpu_seconds:rate5m"}
     tested = " ".join(t["expr"] for case in yaml.safe_load(UNIT_TESTS.read_text())["tests"]
                       for t in case.get("promql_expr_test", []))
     tested += " ".join(a["expr"] for a in alerts())
