@@ -325,3 +325,34 @@ def test_the_readme_names_the_shipped_alerts():
     named = set(re.findall(r"`(Slowpath[A-Za-z]+)`", readme))
     assert {"SlowpathScrapeErrors", "SlowpathEventsLost", "SlowpathProbeNotAttached"} <= named
     assert named <= {a["alert"] for a in alerts()}, named - {a["alert"] for a in alerts()}
+
+
+# Each finding of docs/alerts.md's two-level table: the agent's constant (in
+# agent/src/signals) its threshold comes from.
+FINDING_CONSTANT = {
+    "vdso_bypass": "VDSO_BYPASS_PER_SEC",
+    "rt_sigprocmask_storm": "SIGPROCMASK_PER_SEC",
+    "tzfile_checks": "CHECKS_PER_SEC",
+    "timer_loop": "DEFAULT_LOOP_PER_SEC",
+    "direct_compaction_stalls": "DIRECT_COMPACTION_RATIO",
+    "thp_faults": "THP_FAULTS_PER_SEC",
+}
+
+
+def test_the_two_levels_table_is_the_agents_and_the_charts():
+    """docs/alerts.md's table of findings' and alerts' thresholds: the left
+    number is the agent's constant, the right the chart's default."""
+    source = "\n".join(p.read_text() for p in (REPO / "agent" / "src" / "signals").rglob("*.rs"))
+    constants = {name: float(value.replace("_", "")) for name, value in
+                 re.findall(r"const (\w+): f64 = ([\d_.]+);", source)}
+    thresholds = yaml.safe_load((REPO / "deploy/helm/slowpath/values.yaml").read_text())["prometheusRule"]["thresholds"]
+    text = (REPO / "docs" / "alerts.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| ([\d.]+) [^|]*\| `(Slowpath\w+)` \| ([\d.]+) [^|]*\(`(\w+)`\) \|$", text, re.M)
+    assert {r[0] for r in rows} == set(FINDING_CONSTANT), rows
+    alerts_by_name = {a["alert"] for a in alerts()}
+    for finding, left, alert, right, key in rows:
+        assert float(left) == constants[FINDING_CONSTANT[finding]], (finding, left)
+        assert float(right) == float(thresholds[key]), (alert, right, key)
+        assert alert in alerts_by_name, alert
+    held = [a for a in alerts() if a["alert"] == "SlowpathFindingHeld"]
+    assert [a["labels"]["severity"] for a in held] == ["info"], held
