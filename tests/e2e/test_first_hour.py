@@ -117,3 +117,13 @@ def test_the_scrape_job_is_valid_prometheus_configuration(tmp_path):
     res = subprocess.run([prometheus_release("3").promtool, "check", "config", str(tmp_path / "prometheus.yml")],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_doctor_commands_are_the_runbooks_which_the_real_node_runs():
+    """Section 5's commands are the runbook's "Running the doctor" block,
+    which tests/e2e/test_real_node.py runs as written on a real node."""
+    runbook = (REPO / "docs" / "runbook.md").read_text()
+    section = runbook[runbook.index("## Running the doctor"):]
+    [ours] = [body for _, body in blocks("sh") if "slowpath doctor --comm" in body]
+    theirs = BLOCK.search(section).group(2).strip()
+    assert ours == theirs
