@@ -365,12 +365,12 @@ JARGON = {
     "jiffy": dict(term=r"(?<![/=])\bjiff(y|ies)\b", defined_at="metrics.md#families",
                   evidence=r"tick|1/HZ"),
 }
-# The pages read as a new admin reads them. Not yet here: docs/runbook.md,
-# docs/alerts.md, docs/install.md, docs/first-hour.md (and docs/flags.md, which
-# is generated from the CLI help).
+# The pages read as a new admin reads them (not docs/flags.md, which is
+# generated from the CLI help).
 JARGON_PAGES = ["README.md", "docs/metrics.md", "docs/cost.md", "docs/doctor.md",
                 "docs/troubleshooting.md", "docs/top.md", "docs/fleet.md", "docs/guest.md",
-                "docs/security.md", "docs/first-hour.md"]
+                "docs/security.md", "docs/first-hour.md", "docs/runbook.md", "docs/alerts.md",
+                "docs/install.md"]
 
 
 def prose_outside_generated(text):
