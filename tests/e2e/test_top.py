@@ -101,8 +101,10 @@ def test_the_cpu_column_is_what_the_kernel_charges_the_process(agent_bin, worklo
     slowpath_timer_wakeup_cost_seconds) times its rate. An estimate, and
     low: a raw clock_gettime does more than the getppid the syscall figure
     times, and a 1 ms sleep wakes colder than the agent's 200 us ones (seen
-    here: 0.60-0.81 of the kernel's figure for the clock loop, 0.51-0.84
-    for the sleeps), so 0.4x to 1.4x."""
+    here: 0.54-0.81 of the kernel's figure for the clock loop, 0.51-0.84
+    for the sleeps on an AMD EPYC, and once 0.40 for the sleeps in a full
+    run on an Intel Xeon), so 0.3x to 1.4x: a cost read in the wrong unit
+    or a rate over the wrong interval is off by far more."""
     agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
     load = subprocess.Popen([str(workload_bin), mode, *args], stdout=subprocess.DEVNULL)
     try:
@@ -125,7 +127,7 @@ def test_the_cpu_column_is_what_the_kernel_charges_the_process(agent_bin, worklo
         r["interval_seconds"] for r in rows)
     actual = ran / wall
     print(f"{mode}: estimated {estimated:.4f} of a CPU, the kernel ran it {actual:.4f}")
-    assert 0.4 * actual <= estimated <= 1.4 * actual, (estimated, actual, rows)
+    assert 0.3 * actual <= estimated <= 1.4 * actual, (estimated, actual, rows)
 
 
 def test_text_frames_put_the_busiest_process_first(agent_bin, workload_bin, tmp_path):
