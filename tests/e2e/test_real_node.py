@@ -331,12 +331,23 @@ def wait_running(node, names, timeout=90):
     raise AssertionError(f"workload pods not Running within {timeout} s:\n{describe(node)}")
 
 
+def proc_cgroup(pid, controller=None):
+    """A process's cgroup directory as the host sees it: its cgroup2 one (the
+    `0::` line), or with `controller` that v1 controller's (this host: v1
+    controllers, kubelet's cgroupfs driver)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        hierarchy, controllers, path = line.split(":", 2)
+        if controller is None and hierarchy == "0":
+            return cgroup2_root() / path.lstrip("/")
+        if controller is not None and controller in controllers.split(","):
+            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    raise AssertionError(f"pid {pid}: no {controller or 'cgroup2'} cgroup")
+
+
 def container_cgroup(node, pod, container):
-    """The container's cgroup2 directory, from its process as the host sees
-    it (kubelet's and containerd's path, not one the test makes)."""
-    pid = node.container_pid(container_id(pod, container))
-    line = next(l for l in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if l.startswith("0::"))
-    return cgroup2_root() / line[3:].lstrip("/")
+    """The container's cgroup2 directory, from its process (kubelet's and
+    containerd's path, not one the test makes)."""
+    return proc_cgroup(node.container_pid(container_id(pod, container)))
 
 
 def wait_log(node, pod, container, pattern, timeout=60):
@@ -649,16 +660,6 @@ def as_the_reader(node, command, timeout=120, while_running=lambda: None):
     return stdout
 
 
-def v1_cgroup(pid, controller):
-    """The cgroup v1 directory of a process in one controller's hierarchy
-    (this host: v1 controllers, kubelet's cgroupfs driver)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if controller in controllers.split(","):
-            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
-    raise AssertionError(f"pid {pid}: no {controller} cgroup (v1)")
-
-
 class PodUsage:
     """The agent container's memory (peak, v1 memory.max_usage_in_bytes,
     reset at the start) and CPU (cpuacct.usage, CFS throttling) while a
@@ -666,7 +667,7 @@ class PodUsage:
     (the doctor), polled."""
 
     def __init__(self, pid):
-        self.memory, self.cpuacct, self.cpu = (v1_cgroup(pid, c) for c in ("memory", "cpuacct", "cpu"))
+        self.memory, self.cpuacct, self.cpu = (proc_cgroup(pid, c) for c in ("memory", "cpuacct", "cpu"))
         self.agent_pid = pid
         self.doctor_hwm_kib = 0
 
