@@ -102,7 +102,7 @@ PY
 
 # The rules with a placeholder for every setting the monitoring mixin's
 # _config holds (deploy/mixin: __t_<threshold>__, __for_<duration>__,
-# __runbook__, __selector__, __job__), as JSON: the mixin fills them in, so
+# __runbook__, __selector__, __job__, __namespace__, __release__), as JSON: the mixin fills them in, so
 # its rules come from this chart, never from a second copy. Its key
 # defaultRunbookBaseURL is the chart's default base (runbook_base), the
 # mixin's default _config.slowpathRunbookBaseURL.
@@ -118,10 +118,14 @@ sets += ["prometheusRule.runbookBaseURL=__runbook__", "prometheusRule.selector=_
 print(",".join(sets))
 PY
   )
-  "$helm" template slowpath "$here/helm/slowpath" --namespace slowpath \
+  # The release and namespace the alerts' kubectl commands name: Helm wants
+  # DNS names for both, so these stand in and become __release__ and
+  # __namespace__ below.
+  "$helm" template xreleasex "$here/helm/slowpath" --namespace xnamespacex \
     --set prometheusRule.enabled=true --set-string "$sets" --show-only templates/prometheusrule.yaml |
     python3 -c 'import json, sys, yaml
-json.dump({"defaultRunbookBaseURL": sys.argv[1], **yaml.safe_load(sys.stdin)["spec"]}, sys.stdout, indent=1); print()' \
+text = json.dumps({"defaultRunbookBaseURL": sys.argv[1], **yaml.safe_load(sys.stdin)["spec"]}, indent=1)
+print(text.replace("xreleasex", "__release__").replace("xnamespacex", "__namespace__"))' \
       "$(runbook_base)"
 }
 

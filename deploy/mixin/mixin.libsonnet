@@ -14,11 +14,6 @@
 // defaults it renders exactly deploy/prometheus/slowpath-rules.yaml and
 // dashboards/*.json (tests/e2e/test_mixin.py).
 //
-// The kubectl commands in the alerts' descriptions (the doctor in the
-// alert's node's agent pod, the agent's findings through the API server's
-// pod proxy) name the namespace and release of deploy/kubernetes/slowpath.yaml
-// (slowpath, slowpath); a release of the chart elsewhere has them in its own
-// PrometheusRule (prometheusRule.enabled=true).
 local values = std.parseYaml(importstr '../helm/slowpath/values.yaml').prometheusRule;
 local template = import 'rules.template.json';
 
@@ -36,6 +31,13 @@ local template = import 'rules.template.json';
     // The runbook's URL: the chart's value, or when empty the chart's
     // default, the project's runbook of the chart's appVersion.
     slowpathRunbookBaseURL: if values.runbookBaseURL != '' then values.runbookBaseURL else template.defaultRunbookBaseURL,
+    // Where the agent runs, for the kubectl commands in the alerts'
+    // descriptions (the doctor in the alert's node's agent pod, the agent's
+    // findings through the API server's pod proxy): its namespace and its
+    // Helm release (the pods' app.kubernetes.io/instance label). The
+    // defaults are deploy/kubernetes/slowpath.yaml's.
+    slowpathNamespace: 'slowpath',
+    slowpathRelease: 'slowpath',
   },
 
   local config = self._config,
@@ -54,7 +56,8 @@ local template = import 'rules.template.json';
     local settings =
       [['__t_%s__' % k, number(config.slowpathThresholds[k])] for k in std.objectFields(config.slowpathThresholds)]
       + [['__for_%s__' % k, config.slowpathFor[k]] for k in std.objectFields(config.slowpathFor)]
-      + [['__runbook__', config.slowpathRunbookBaseURL], ['__job__', config.slowpathJobSelector]];
+      + [['__runbook__', config.slowpathRunbookBaseURL], ['__job__', config.slowpathJobSelector],
+         ['__namespace__', config.slowpathNamespace], ['__release__', config.slowpathRelease]];
     std.foldl(function(acc, kv) std.strReplace(acc, kv[0], kv[1]), settings, selector),
 
   local filled(v) =

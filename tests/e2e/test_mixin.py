@@ -93,6 +93,28 @@ def test_config_sets_thresholds_durations_and_selectors():
     assert "__" not in json.dumps(groups(rendered)).replace("__name__", "")
 
 
+def test_namespace_and_release_render_what_the_chart_installed_there_alerts():
+    """_config.slowpathNamespace and slowpathRelease: the rules are the
+    PrometheusRule of the chart installed as release `agent` in namespace
+    `observability` (its kubectl commands find the agent pod by that
+    namespace and release), the job selector aside (the chart's names the
+    release's fullname)."""
+    helm = subprocess.run([str(REPO / "tests/deploy/install-tools.sh")], check=True, capture_output=True,
+                          text=True, timeout=1500).stdout.strip() + "/bin/helm"
+    chart = subprocess.run([helm, "template", "agent", str(REPO / "deploy/helm/slowpath"), "--namespace",
+                            "observability", "--set", "prometheusRule.enabled=true",
+                            "--show-only", "templates/prometheusrule.yaml"],
+                           check=True, capture_output=True, text=True).stdout
+    want = yaml.safe_load(chart)["spec"]["groups"]
+    job = re.search(r"up\{(job=~\"[^\"]*\")", json.dumps(want).replace('\\"', '"')).group(1)
+    rendered = render("_config+:: { slowpathNamespace: 'observability', slowpathRelease: 'agent', "
+                      f"slowpathJobSelector: '{job}' }},")
+    assert {g["name"]: g for g in groups(rendered)} == {g["name"]: g for g in want}
+    text = json.dumps(want)
+    assert "kubectl -n observability exec" in text and "app.kubernetes.io/instance=agent," in text
+    assert "-n slowpath" not in text
+
+
 @pytest.mark.parametrize("overrides", ["", CONFIG], ids=["defaults", "config"])
 def test_promtool_checks_what_the_mixin_renders(release, tmp_path, overrides):
     path = tmp_path / "rules.yaml"
