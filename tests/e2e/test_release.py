@@ -289,9 +289,13 @@ def test_one_version_everywhere(agent_bin):
     # Versions written in the docs, the chart's comments and the manifests.
     patterns = [r"slowpath:(\d+\.\d+\.\d+)", r"slowpath_(\d+\.\d+\.\d+)", r"slowpath-(\d+\.\d+\.\d+)\.tgz",
                 r"--version (\d+\.\d+\.\d+)", r"releases/download/v(\d+\.\d+\.\d+)", r"helm\.sh/chart: slowpath-(\S+)",
-                r"app\.kubernetes\.io/version: \"?(\d+\.\d+\.\d+)"]
+                r"app\.kubernetes\.io/version: \"?(\d+\.\d+\.\d+)", r"/blob/v(\d+\.\d+\.\d+)/docs/runbook\.md"]
+    # ... and the alerts' runbook links (the running version's runbook), in
+    # the rendered rules and the promtool cases that expect them.
     files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "deploy/helm/slowpath/values.yaml",
-             *sorted((REPO / "deploy/kubernetes").glob("*.yaml"))]
+             *sorted((REPO / "deploy/kubernetes").glob("*.yaml")), REPO / "deploy/prometheus/slowpath-rules.yaml",
+             REPO / "deploy/mixin/rules.template.json", REPO / "tests/prometheus/slowpath-rules.test.yaml",
+             REPO / "dashboards/provisioning/alerting/slowpath-alerts.yaml"]
     seen = {}
     for path in files:
         for pattern in patterns:
