@@ -3,7 +3,10 @@
 # with the pinned grafana-foundation-sdk (dashboards/requirements.txt), in a
 # virtualenv cached outside the repository.
 #
-#   dashboards/generate.sh            rewrite dashboards/*.json
+#   dashboards/generate.sh            rewrite dashboards/*.json, and their copies in
+#                                     the Helm chart (deploy/helm/slowpath/files/dashboards/,
+#                                     which grafanaDashboards.enabled turns into ConfigMaps:
+#                                     Helm reads no file outside the chart's directory)
 #   dashboards/generate.sh OUTDIR     write them to OUTDIR instead (tests compare)
 #
 # Environment: PYTHON (default /usr/bin/python3 if present, else python3; 3.11+),
@@ -41,5 +44,10 @@ if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; th
   echo "$want" > "$stamp"
 fi
 
-cd "$here/src"
-PYTHONDONTWRITEBYTECODE=1 exec "$venv/bin/python" generate.py "$out"
+(cd "$here/src" && PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" generate.py "$out")
+if [[ $# -eq 0 ]]; then
+  chart_copies="$here/../deploy/helm/slowpath/files/dashboards"
+  mkdir -p "$chart_copies"
+  rm -f "$chart_copies"/*.json
+  cp "$here"/*.json "$chart_copies"/
+fi

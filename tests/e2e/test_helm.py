@@ -92,6 +92,9 @@ VALUE_SETS = {
                                          "password": {"name": "scrape", "key": "password"}}},
         "podMonitor": {"enabled": True},
     },
+    # The dashboards for Grafana's sidecar, in Grafana's namespace, in a folder.
+    "dashboards": {"grafanaDashboards": {"enabled": True, "namespace": "monitoring",
+                                         "annotations": {"grafana_folder": "slowpath"}}},
     "mtls": {
         "webConfig": {"secretName": "slowpath-web", "configKey": "config.yml", "tls": True,
                       "clientCertificateRequired": True},
@@ -557,6 +560,44 @@ def test_service_and_monitors_select_the_agent(tools, tmp_path):
         assert endpoint["honorLabels"] is True
         assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "instance",
                 "action": "replace"} in endpoint["relabelings"]
+
+
+def test_chart_dashboards_are_the_dashboards():
+    """The chart's copies (files/dashboards/, which Helm can read) are
+    byte for byte dashboards/*.json (which test_dashboards.py checks against
+    a fresh generation): dashboards/generate.sh writes both."""
+    dashboards = {p.name: p.read_bytes() for p in (REPO / "dashboards").glob("*.json")}
+    copies = {p.name: p.read_bytes() for p in (CHART / "files" / "dashboards").glob("*.json")}
+    assert dashboards, "no dashboards/*.json"
+    assert sorted(copies) == sorted(dashboards), "run dashboards/generate.sh"
+    for name in dashboards:
+        assert copies[name] == dashboards[name], f"{name}: run dashboards/generate.sh"
+
+
+def test_grafana_dashboards_are_configmaps_the_sidecar_loads(tools, tmp_path):
+    """grafanaDashboards.enabled: one ConfigMap per dashboard, in the
+    namespace asked for, labelled as the sidecar selects (grafana_dashboard:
+    "1"), annotated as asked, each holding one dashboard's JSON under its
+    file name, unchanged."""
+    docs = render(tools, tmp_path, "dashboards")
+    maps = [d for d in docs if d["kind"] == "ConfigMap"]
+    files = {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards").glob("*.json")}
+    assert len(maps) == len(files) == 3
+    loaded = {}
+    for cm in maps:
+        meta = cm["metadata"]
+        assert meta["namespace"] == "monitoring"
+        assert meta["labels"]["grafana_dashboard"] == "1"
+        assert meta["labels"]["app.kubernetes.io/instance"] == "slowpath"
+        assert meta["annotations"] == {"grafana_folder": "slowpath"}
+        ((name, text),) = cm["data"].items()
+        assert meta["name"] == "slowpath-dashboard-" + name.removeprefix("slowpath-").removesuffix(".json")
+        loaded[name] = json.loads(text)
+    assert loaded == files
+    # Off by default (test_default_render_has_no_monitoring_objects: no
+    # ConfigMap); in the release's namespace when none is given.
+    docs = render_text(tools, tmp_path, "default", "--set", "grafanaDashboards.enabled=true")
+    assert {d["metadata"]["namespace"] for d in docs_of(docs) if d["kind"] == "ConfigMap"} == {NAMESPACE}
 
 
 # ---------------------------------------------------------------- alert rules
