@@ -137,6 +137,30 @@ def test_quoted_metric_names_exist():
     assert not unknown, "\n".join(unknown)
 
 
+def test_helm_set_flags_name_chart_values():
+    """Every `--set KEY=` a page or the chart's NOTES.txt tells a user to
+    pass names a value of values.yaml: a path of its keys, or a key under a
+    map whose default is empty (labels.release). Helm takes a misspelt key
+    silently, so a typo here would be a setting that does nothing."""
+    values = yaml.safe_load((REPO / "deploy" / "helm" / "slowpath" / "values.yaml").read_text())
+    notes = REPO / "deploy" / "helm" / "slowpath" / "templates" / "NOTES.txt"
+    wrong, seen = [], 0
+    for page in [*PAGES, notes]:
+        for key in re.findall(r"--set(?:-string)? ([\w.]+)=", page.read_text()):
+            seen += 1
+            node = values
+            for part in key.split("."):
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                elif node == {}:
+                    break
+                else:
+                    wrong.append(f"{page.relative_to(REPO)}: --set {key}")
+                    break
+    assert seen >= 5, seen
+    assert not wrong, "\n".join(wrong)
+
+
 def agent_strings():
     """The agent's source with Rust's line continuations joined."""
     text = "\n".join(p.read_text() for p in (REPO / "agent" / "src").rglob("*.rs"))
