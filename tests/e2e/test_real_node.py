@@ -14,10 +14,12 @@ built here and imported with `ctr -n k8s.io images import`.
 
 In order (one node, one release, as an operator would go):
   1. `helm install` with the chart's defaults, the image reference alone
-     changed: the pod Ready within 60 s; from the host, its uid, no_new_privs,
+     changed (and the dashboards on, into Grafana's namespace): the pod
+     Ready within 60 s; from the host, its uid, no_new_privs,
      seccomp mode and capability sets as docs/security.md gives them; /metrics
      through the pod IP; the Service's endpoints naming the pod; its image the
-     one build-image.sh made.
+     one build-image.sh made; the sidecar's label query lists the
+     dashboards' ConfigMaps.
   2. Four workload pods counted against oracles on the host and labelled by
      namespace, pod and container from the real kubelet's cgroup paths: a raw
      clock_gettime loop and a perl logger with TZ unset exactly (bpftrace on
@@ -41,7 +43,7 @@ In order (one node, one release, as an operator would go):
      step 1; a profile that denies bpf(2) stops the agent with an error that
      names the chart's override.
   8. `helm uninstall`: no slowpath process, BPF program, link or pinned
-     object left.
+     object left, and no object of the release in any namespace.
 
 Where this host cannot be a real node, and what the test does instead:
   - root's bounding set here lacks CAP_SYS_RESOURCE (MACHINE.md), so no
@@ -89,9 +91,13 @@ NAMESPACE = RELEASE = "slowpath"
 WORKLOADS = "workloads"
 AGENT_IMAGE = "localhost/slowpath:e2e-node"  # build-image.sh names the amd64 one AGENT_IMAGE-amd64
 WORKLOAD_IMAGE = "localhost/slowpath-e2e/workloads:1"
-# The image reference, and the one capability this host cannot give (above).
+# Where Grafana (and its dashboard sidecar) would run.
+GRAFANA_NAMESPACE = "monitoring"
+# The image reference, the one capability this host cannot give (above), and
+# the dashboards for Grafana's sidecar in Grafana's namespace (first-hour.md).
 INSTALL_VALUES = ["--set", "image.repository=localhost/slowpath", "--set", "image.tag=e2e-node-amd64",
-                  "--set", "agent.liftMemlockLimit=false"]
+                  "--set", "agent.liftMemlockLimit=false", "--set", "grafanaDashboards.enabled=true",
+                  "--set", f"grafanaDashboards.namespace={GRAFANA_NAMESPACE}"]
 READY_WITHIN = 60
 PORT = 9891
 CLOCK_CALLS = 200_000
@@ -245,7 +251,9 @@ def documented_capability_sets():
 @pytest.fixture(scope="module")
 def installed(node, helm):
     """The release, installed once with the chart's defaults and this node's
-    image; (pod, seconds to Ready)."""
+    image; (pod, seconds to Ready). Grafana's namespace exists first, as it
+    would (the chart creates no namespace but its own)."""
+    node.cluster.kubectl("create", "namespace", GRAFANA_NAMESPACE)
     t0 = time.monotonic()
     helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--create-namespace", *INSTALL_VALUES)
     pod = wait_agent_ready(node, READY_WITHIN)
@@ -285,6 +293,22 @@ def test_the_pod_runs_the_image_build_image_made(installed):
     status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "slowpath")
     built = podman("image", "inspect", "--format", "{{.Id}}", f"{AGENT_IMAGE}-amd64").stdout.decode().strip()
     assert (status["image"], status["imageID"]) == (f"{AGENT_IMAGE}-amd64", f"sha256:{built}"), status
+
+
+def sidecar_dashboards(node):
+    """What Grafana's dashboard sidecar lists in its namespace: the
+    ConfigMaps labelled grafana_dashboard=1, {name: {file: JSON text}}."""
+    items = node.cluster.kubectl_json("get", "configmaps", "-n", GRAFANA_NAMESPACE,
+                                      "-l", "grafana_dashboard=1")["items"]
+    return {cm["metadata"]["name"]: cm["data"] for cm in items}
+
+
+def test_the_dashboards_reach_grafanas_namespace_for_its_sidecar(node, installed):
+    """The API server hands the sidecar's label query the three dashboards,
+    each the JSON of dashboards/ unchanged."""
+    listed = {file: json.loads(text) for data in sidecar_dashboards(node).values() for file, text in data.items()}
+    files = {p.name: json.loads(p.read_text()) for p in (REPO / "dashboards").glob("*.json")}
+    assert listed == files, sorted(listed)
 
 
 # -- 2. real pods, counted and named ------------------------------------------------
@@ -927,5 +951,12 @@ def test_uninstall_leaves_no_process_program_link_or_pinned_object(node, helm, u
         assert time.monotonic() < deadline, (agent_pods(node), slowpath_processes())
         time.sleep(0.5)
     assert_released(held)
+    # Nothing of the release is left in the API either, in any namespace
+    # (the dashboards lived in Grafana's).
+    left = node.cluster.kubectl_json(
+        "get", "daemonsets,pods,services,serviceaccounts,configmaps,clusterroles,clusterrolebindings",
+        "-A", "-l", f"app.kubernetes.io/instance={RELEASE}")["items"]
+    assert not left, [(o["kind"], o["metadata"]["name"]) for o in left]
+    assert sidecar_dashboards(node) == {}
     now_pinned = set(Path("/sys/fs/bpf").rglob("*")) if Path("/sys/fs/bpf").is_dir() else set()
     assert now_pinned == pinned
