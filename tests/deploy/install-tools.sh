@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the tools the chart and Prometheus tests (tests/e2e/test_helm.py,
-# the Prometheus-side tests through conftest.py) need, idempotently,
+# the Prometheus-side tests through tests/e2e/helpers/tools.py) need, idempotently,
 # into a cache outside the repository (default /var/cache/slowpath-tools,
 # override with SLOWPATH_TOOLS_CACHE), and prints the cache path on stdout:
 #

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 
 RUNTIME_MEMLOCK_KIB = 8 * 1024
 

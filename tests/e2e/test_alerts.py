@@ -17,7 +17,9 @@ import urllib.request
 import pytest
 import yaml
 
-from conftest import REPO, Agent, prometheus_server
+from helpers.agent import Agent
+from helpers.paths import REPO
+from helpers.prometheus import prometheus_server
 from test_runbook_links import DEFAULT_BASE as RUNBOOK_BASE  # the chart's default runbook
 
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"

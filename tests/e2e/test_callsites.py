@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Agent, bpf_fd_ids, run_workload
+from helpers.agent import Agent
+from helpers.bpf import bpf_fd_ids
+from helpers.workload import run_workload
 
 HARVEST = 1.0  # seconds between harvests (callsite_store::HARVEST_INTERVAL)
 NOFP_SRC = Path(__file__).resolve().parents[2] / "tests" / "workloads" / "sp-nofp.c"

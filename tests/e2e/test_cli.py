@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (REPO, Agent, Scrape, error_line, free_port, our_program_ids, run_agent,
-                      run_workload, wait_unloaded)
+from helpers.agent import Agent, Scrape, error_line, run_agent
+from helpers.bpf import our_program_ids, wait_unloaded
+from helpers.host import free_port
+from helpers.paths import REPO
+from helpers.workload import run_workload
 
 @pytest.fixture(autouse=True)
 def nothing_left_attached():

@@ -23,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import thp_enabled, Agent, bpf_fd_ids, our_program_ids, run_workload, wait_unloaded
+from helpers.agent import Agent
+from helpers.bpf import bpf_fd_ids, our_program_ids, wait_unloaded
+from helpers.host import thp_enabled
+from helpers.workload import run_workload
 
 # What only each signal asks of the kernel (on x86_64), and its families.
 SIGNALS = {

@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Agent, Scrape, free_port, run_workload
+from helpers.agent import Agent, Scrape
+from helpers.host import free_port
+from helpers.paths import REPO
+from helpers.workload import run_workload
 
 pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")
 
@@ -87,7 +90,7 @@ DAEMONSET_LIKE = [
 
 
 def container_agent(name, port, timeout=30):
-    """The conftest Agent's HTTP helpers for the agent in container NAME,
+    """helpers.agent.Agent's HTTP helpers for the agent in container NAME,
     listening on loopback PORT, once its /readyz answers 200 (the
     container's logs in the failure otherwise)."""
     agent = Agent.__new__(Agent)  # not started by Agent: only its url is set

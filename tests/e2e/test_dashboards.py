@@ -27,7 +27,11 @@ import urllib.request
 
 import pytest
 
-from conftest import thp_enabled, REPO, Agent, cgroup2_root, prometheus_server, run_workload
+from helpers.agent import Agent
+from helpers.host import thp_enabled, cgroup2_root
+from helpers.paths import REPO
+from helpers.prometheus import prometheus_server
+from helpers.workload import run_workload
 
 DASHBOARDS_DIR = REPO / "dashboards"
 DASHBOARDS = {  # file -> uid: uids are stable, links and bookmarks depend on them

@@ -27,7 +27,8 @@ import sys
 import pytest
 import yaml
 
-from conftest import REPO, tools_cache
+from helpers.paths import REPO
+from helpers.tools import tools_cache
 
 GENERATE = REPO / "docs" / "generate.py"
 PAGES = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "ARCHITECTURE.md",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_report
+from helpers.agent import doctor_report
 
 
 def with_workload(workload_bin, *args):

@@ -38,7 +38,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_report, REPO, vmstat
+from helpers.agent import doctor_report
+from helpers.oracles import vmstat
+from helpers.paths import REPO
 
 PTH_SRC = REPO / "tests" / "workloads" / "pth-yield.c"
 JAVA_SRC = REPO / "tests" / "workloads" / "java" / "PreTouchHeap.java"

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import thp_enabled, cgroup2_root, populated_zones, run_workload, vmstat
+from helpers.host import thp_enabled, cgroup2_root
+from helpers.oracles import populated_zones, vmstat
+from helpers.workload import run_workload
 
 CLOCK = "slowpath_clock_syscalls_total"
 SIGMASK = "slowpath_rt_sigprocmask_calls_total"

@@ -33,7 +33,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import prom_query, REPO, Agent, prometheus_server
+from helpers.agent import Agent
+from helpers.paths import REPO
+from helpers.prometheus import prom_query, prometheus_server
 from test_doctor_sources import JAVA_SRC as PRETOUCH_SRC, pth_bin, thp_always, workload_cmd  # noqa: F401
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA, NODE, PYTHON, go_ticker  # noqa: F401
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import Agent, prom_get, prom_query, prometheus_release, prometheus_server
+from helpers.agent import Agent
+from helpers.prometheus import prom_get, prom_query, prometheus_release, prometheus_server
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "first-hour.md"

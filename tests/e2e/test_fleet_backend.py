@@ -12,7 +12,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import prometheus_release, tools_cache
+from helpers.prometheus import prometheus_release
+from helpers.tools import tools_cache
 
 FLEET_SIM = Path(__file__).resolve().parents[2] / "scripts" / "fleet-sim.py"
 

@@ -39,7 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Scrape, populated_zones
+from helpers.agent import Scrape
+from helpers.oracles import populated_zones
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402

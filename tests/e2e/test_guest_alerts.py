@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from as_shipped import RUNTIME_MEMLOCK_KIB, chart_capabilities, container_exec, image_file_capabilities
-from conftest import REPO
+from helpers.paths import REPO
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from as_shipped import RUNTIME_MEMLOCK_KIB, chart_capabilities, container_exec, image_file_capabilities
-from conftest import Scrape
+from helpers.agent import Scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402

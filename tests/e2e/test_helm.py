@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from as_shipped import container_exec, image_binary, pod_prefix
-from conftest import Agent
+from helpers.agent import Agent
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "slowpath"

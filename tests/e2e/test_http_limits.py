@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from conftest import Agent
+from helpers.agent import Agent
 
 CLOSED = "slowpath_http_connections_closed_total"
 

@@ -32,7 +32,8 @@ REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "deploy" / "kubernetes" / "slowpath.yaml"
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
-from conftest import Agent, cgroup2_root  # noqa: E402
+from helpers.agent import Agent  # noqa: E402
+from helpers.host import cgroup2_root  # noqa: E402
 from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 
 ROLLOUT_TIMEOUT = 90

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 
 _jsonnet = pytest.importorskip("_jsonnet", reason="python3-jsonnet not installed (scripts/setup.sh --test)")
 

@@ -38,7 +38,9 @@ import yaml
 
 import busynode
 from as_shipped import container_exec, image_binary, pod_prefix
-from conftest import REPO, Agent, Scrape, cgroup2_root
+from helpers.agent import Agent, Scrape
+from helpers.host import cgroup2_root
+from helpers.paths import REPO
 
 PIDS_MAX = 1024
 NOFILE = (1024, min(524288, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))

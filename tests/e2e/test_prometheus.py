@@ -11,7 +11,9 @@ import urllib.request
 
 import pytest
 
-from conftest import prom_query, Agent, prometheus_server, run_workload
+from helpers.agent import Agent
+from helpers.prometheus import prom_query, prometheus_server
+from helpers.workload import run_workload
 
 @pytest.fixture(scope="module")
 def agent(agent_bin, tmp_path_factory):

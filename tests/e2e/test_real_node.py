@@ -74,10 +74,12 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 
 from as_shipped import CAPABILITY_BITS, host_capabilities  # noqa: E402
-from conftest import (  # noqa: E402
-    Scrape, TimerOracle, bpf_fd_ids, cgroup2_root, prom_get, prom_query, prometheus_release, prometheus_server,
-    tools_cache, vmstat, wait_ready,
-)
+from helpers.agent import Scrape  # noqa: E402
+from helpers.bpf import bpf_fd_ids  # noqa: E402
+from helpers.host import cgroup2_root  # noqa: E402
+from helpers.oracles import TimerOracle, vmstat, wait_ready  # noqa: E402
+from helpers.prometheus import prom_get, prom_query, prometheus_release, prometheus_server  # noqa: E402
+from helpers.tools import tools_cache  # noqa: E402
 from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 from k8s_node import NODE_IP, NetNS, Node, build_pause_image, save_image  # noqa: E402
 from test_doctor_sources import pretouch_class  # noqa: E402,F401

@@ -39,7 +39,11 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Scrape, free_port, run_workload, tools_cache
+from helpers.agent import Scrape
+from helpers.host import free_port
+from helpers.paths import REPO
+from helpers.tools import tools_cache
+from helpers.workload import run_workload
 
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
 from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402

@@ -15,7 +15,7 @@ import subprocess
 import pytest
 import yaml
 
-from conftest import REPO
+from helpers.paths import REPO
 
 BASE = "https://runbooks.example.test/slowpath.md"
 RENDER = REPO / "deploy" / "render.sh"

@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Agent, bpf_fd_ids, error_line, run_agent
+from helpers.agent import Agent, error_line, run_agent
+from helpers.bpf import bpf_fd_ids
+from helpers.paths import REPO
 
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 RUNS = "slowpath_probe_runs_total"

@@ -10,7 +10,9 @@ import time
 import pytest
 
 import busynode
-from conftest import REPO, Agent, Scrape, cgroup2_root
+from helpers.agent import Agent, Scrape
+from helpers.host import cgroup2_root
+from helpers.paths import REPO
 
 
 def budget_from_readme():

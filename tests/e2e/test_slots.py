@@ -10,7 +10,8 @@ import os
 import re
 import subprocess
 
-from conftest import TimerOracle, run_workload, strace_counts
+from helpers.oracles import TimerOracle, strace_counts
+from helpers.workload import run_workload
 
 CLOCK = "slowpath_clock_syscalls_total"
 WAKEUPS = "slowpath_timer_wakeups_total"

@@ -9,7 +9,7 @@ import csv
 import importlib.util
 import subprocess
 
-from conftest import REPO
+from helpers.paths import REPO
 
 SOAK = REPO / "scripts" / "soak.py"
 

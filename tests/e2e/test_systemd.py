@@ -37,7 +37,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, Scrape, bpf_fd_ids
+from helpers.agent import Scrape
+from helpers.bpf import bpf_fd_ids
+from helpers.paths import REPO
 
 UNIT = REPO / "deploy" / "systemd" / "slowpath.service"
 CONF = REPO / "tests" / "deploy" / "containers.conf"

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import doctor_report, REPO, Agent, wait_ready
+from helpers.agent import doctor_report, Agent
+from helpers.oracles import wait_ready
+from helpers.paths import REPO
 
 WAKEUPS = "slowpath_timer_wakeups_total"
 TICKER_SRC = REPO / "tests" / "workloads" / "sentinel-ticker"

@@ -10,7 +10,7 @@ import subprocess
 import time
 from collections import Counter
 
-from conftest import Agent
+from helpers.agent import Agent
 
 PROCESSES = 300
 TIMER_FAMILIES = ("slowpath_timer_wakeups_total", "slowpath_timer_requested_seconds")

@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from conftest import TimerOracle
+from helpers.oracles import TimerOracle
 
 WAKEUPS = "slowpath_timer_wakeups_total"
 REQUESTED = "slowpath_timer_requested_seconds"

@@ -25,7 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Agent, bpf_fd_ids, our_program_ids, run_workload, vmstat, wait_ready
+from helpers.agent import Agent
+from helpers.bpf import bpf_fd_ids, our_program_ids
+from helpers.oracles import vmstat, wait_ready
+from helpers.workload import run_workload
 from test_doctor_sources import pretouch_class, pth_bin, thp_always  # noqa: F401
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA
 from test_web_config import PASSWORD, Pki, bcrypt_hash, write_config

@@ -12,7 +12,9 @@ import urllib.request
 
 import pytest
 
-from conftest import Agent, cgroup2_root, run_workload
+from helpers.agent import Agent
+from helpers.host import cgroup2_root
+from helpers.workload import run_workload
 
 SIGMASK = "slowpath_rt_sigprocmask_calls_total"
 CLOCK = "slowpath_clock_syscalls_total"

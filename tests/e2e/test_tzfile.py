@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import prom_query
+from helpers.prometheus import prom_query
 from test_findings import FOREVER, WINDOW, check_storm, finding_series, stack, started  # noqa: F401
 
 TZFILE = "slowpath_tzfile_stat_calls_total"

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (prom_query, Agent, Scrape, error_line, our_program_ids, prometheus_release, prometheus_server,
-                      run_agent, wait_unloaded)
+from helpers.agent import Agent, Scrape, error_line, run_agent
+from helpers.bpf import our_program_ids, wait_unloaded
+from helpers.prometheus import prom_query, prometheus_release, prometheus_server
 
 PASSWORD = "correct horse battery staple"
 

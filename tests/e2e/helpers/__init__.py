@@ -1,0 +1,15 @@
+"""What the end-to-end tests share besides fixtures (those are in conftest.py,
+which defines nothing else). Import from the module by name:
+
+  paths       REPO and the workload's source
+  host        free_port, cgroup2_root, thp_enabled: facts of this machine
+  agent       Agent (a running slowpath), Scrape (its /metrics), run_agent,
+              error_line, doctor_report
+  workload    run_workload: the C workloads, with `strace -c` when asked
+  oracles     strace_counts, vmstat, populated_zones, TimerOracle (bpftrace):
+              the counts the agent's are compared with
+  bpf         bpf_fd_ids, our_program_ids, wait_unloaded: BPF objects in the
+              kernel
+  tools       tools_cache: the tools install-tools.sh builds
+  prometheus  prometheus_release, prometheus_server, prom_get, prom_query
+"""
