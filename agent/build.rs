@@ -1,5 +1,5 @@
 //! Builds the BPF object from `bpf/slowpath.bpf.c` (and the headers it
-//! includes from `bpf/core/` and `bpf/signals/`) with clang and generates
+//! includes from `bpf/core/`, `bpf/signals/` and `bpf/compose/`) with clang and generates
 //! its Rust skeleton (`OUT_DIR/slowpath.skel.rs`). The skeleton embeds the
 //! object, so the agent binary is self-contained. Also names the build
 //! (`agent/src/version.rs`): the git commit and the build date.
@@ -44,7 +44,7 @@ fn main() {
         .clang_args(clang_args)
         .build_and_generate(out_dir.join("slowpath.skel.rs"))
         .expect("building bpf/slowpath.bpf.c (is clang installed? run scripts/setup.sh)");
-    // slowpath.bpf.c includes the headers of core/ and signals/: a change to
+    // slowpath.bpf.c includes the headers of core/, signals/ and compose/: a change to
     // any file of bpf/ rebuilds the object (cargo scans a directory whole).
     println!("cargo:rerun-if-changed={BPF_DIR}");
 }

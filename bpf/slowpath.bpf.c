@@ -5,9 +5,10 @@
  * sent through the ring buffer are the final counts of a process image when
  * it exits or execs (not per event).
  *
- * One object, built from a core (core/) and one file per signal
- * (signals/); this file is its table of contents: the includes in the order
- * their definitions need, then every program. Types shared with the agent
+ * One object, built from a core (core/), one file per signal (signals/)
+ * and what is made from both (compose/); every header includes what it
+ * uses. This file is the object's table of contents: the layers in order,
+ * then every program. Types shared with the agent
  * are in slowpath.h; the counted syscalls are declared once, in
  * core/syscall_table.h.
  *
@@ -26,7 +27,7 @@
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-/* The core every signal counts through. */
+/* The core every signal counts through: calls nothing above it. */
 #include "core/arch.h"
 #include "core/syscall_table.h"
 #include "core/counting.h"
@@ -35,27 +36,32 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "core/procs.h"
 #include "core/callsites.h"
 #include "core/timeouts.h"
+#include "core/syscalls.h"
+#include "core/task_regs.h"
+#include "core/slots.h"
+#include "core/lifecycle.h"
 
-/* What each signal counts at syscall entry, and its fold groups. */
+/* One file per signal: what it counts (at syscall entry, or at its own
+ * hooks) and its fold groups, on top of the core alone. */
 #include "signals/clock.bpf.h"
 #include "signals/sigmask.bpf.h"
 #include "signals/sleep.bpf.h"
 #include "signals/timer.bpf.h"
 #include "signals/tzfile.bpf.h"
-
-/* The syscall path, made from the table and the signals above. */
-#include "core/syscalls.h"
-#include "core/slots.h"
-#include "core/sys_enter.h"
-
-/* The signals' own hooks. */
 #include "signals/timer_wakeups.bpf.h"
 #include "signals/memory.bpf.h"
 
-/* Process exits and execs, new cgroups. */
-#include "core/lifecycle.h"
-#include "core/cgroups.h"
+/* What is made from the core and the signals together: the slots' folds,
+ * the syscall path (from the table and the signals' gate and count
+ * functions), the wakeups counted in a slot, the exits and execs that fold
+ * the slots. */
+#include "compose/slots.h"
+#include "compose/sys_enter.h"
+#include "compose/wakeups.h"
+#include "compose/lifecycle.h"
 
+/* New cgroups. */
+#include "core/cgroups.h"
 
 /* Keeps struct sp_proc_event in the object's BTF so that the skeleton
  * generates its Rust type (ring buffer records have no map value type). */
@@ -115,7 +121,7 @@ int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
 	return on_sys_enter(ctx, regs, id, false);
 }
 
-/* The fentry twins of sys_enter (core/sys_enter.h): one per row of the
+/* The fentry twins of sys_enter (compose/sys_enter.h): one per row of the
  * table of counted syscalls that exists on this arch. */
 SP_COUNTED_SYSCALLS(SP_ROW_FENTRY)
 
@@ -207,7 +213,7 @@ int BPF_PROG(mm_compaction_end_raw)
 	return on_compaction_end();
 }
 
-/* ---- process lifecycle (core/lifecycle.h) ------------------------------- */
+/* ---- process lifecycle (compose/lifecycle.h) --------------------------- */
 
 SEC("tp_btf/sched_process_exit")
 int BPF_PROG(sched_process_exit_btf, struct task_struct *task)

@@ -215,7 +215,7 @@ struct sp_proc {
 	 * or exec must not overlap: a fold counts itself in `folders` and adds
 	 * only while `retiring` is 0; the exit or exec sets `retiring`, waits
 	 * for `folders` to drop to 0, and only then copies and deletes the
-	 * entry (slot_fold(), entry_retiring() in core/slots.h, core/lifecycle.h). */
+	 * entry (slot_fold() in compose/slots.h, entry_retiring() in core/lifecycle.h). */
 	__u32 folders;
 	__u32 retiring;
 };

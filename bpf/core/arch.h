@@ -4,24 +4,18 @@
  * syscall number and arguments sit in the user registers, how a compat
  * (ia32, AArch32) task is told apart, the prefix of the syscall functions
  * fentry attaches to. The numbers of the counted syscalls are in
- * syscall_table.h; the ones here are read but never counted.
+ * syscall_table.h; those a signal only reads are in its own file.
  */
 #ifndef SP_CORE_ARCH_H
 #define SP_CORE_ARCH_H
 
 #if defined(__TARGET_ARCH_x86)
-/* arch/x86/entry/syscalls/syscall_64.tbl */
-#define SP_NR_madvise 28
-#define SP_NR_process_madvise 440
 #define SP_TS_COMPAT 0x0002 /* arch/x86/include/asm/thread_info.h: in an ia32 syscall */
 #define SP_USER_CS 0x33	    /* arch/x86/include/asm/segment.h: __USER_CS, 64-bit user code */
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
 #define SP_SYSCALL_NR_BTF(regs) ((regs)->orig_ax) /* a BTF pointer: direct load */
 #define SP_SYSCALL_FN_PREFIX "__x64_sys_"
 #elif defined(__TARGET_ARCH_arm64)
-/* include/uapi/asm-generic/unistd.h */
-#define SP_NR_madvise 233
-#define SP_NR_process_madvise 440
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
 #define SP_SYSCALL_NR_BTF(regs) ((regs)->syscallno) /* a BTF pointer: direct load */
 #define SP_SYSCALL_FN_PREFIX "__arm64_sys_"

@@ -8,6 +8,10 @@
 #ifndef SP_CORE_CALLSITES_H
 #define SP_CORE_CALLSITES_H
 
+#include "slowpath.h"
+#include "core/arch.h"
+#include "core/state.h"
+
 /* Capacities; the agent sizes the tables at load (see below). */
 #define SP_DEFAULT_MAX_STACKS 4096	/* distinct user stacks (1016 bytes each) */
 #define SP_DEFAULT_MAX_CALLSITES 16384 /* (process, kind, stack) keys */

@@ -7,6 +7,9 @@
 #ifndef SP_CORE_CGROUPS_H
 #define SP_CORE_CGROUPS_H
 
+#include "slowpath.h"
+#include "core/stats.h"
+
 /* Paths of new cgroups (struct sp_cgroup_event: ~240 records of 272 bytes). */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * How counters are added to and folded: the adds every signal makes, and
- * the groups of counters a combining slot (core/slots.h) folds one by one.
+ * the groups of counters a combining slot (compose/slots.h) folds one by one.
  */
 #ifndef SP_CORE_COUNTING_H
 #define SP_CORE_COUNTING_H
+
+#include "slowpath.h"
 
 /* *ptr += v: atomic on a line other CPUs add to (`shared`: a `procs`
  * entry), a plain add on this CPU's own combining slot (struct sp_slot).
@@ -31,7 +33,7 @@
  * only the groups an image touched (a clock-reading process: 14 words, not
  * all SP_SLOT_WORDS). Each counted syscall names its groups in the table
  * (core/syscall_table.h); each group has one fold function
- * (SP_FOLD_GROUPS). */
+ * (SP_FOLD_GROUPS in compose/slots.h). */
 enum sp_dirty {
 	SP_DIRTY_CLOCK = 1 << 0,	 /* clock_gettime[] */
 	SP_DIRTY_TOD = 1 << 1,		 /* gettimeofday, time */

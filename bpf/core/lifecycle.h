@@ -2,11 +2,15 @@
 /*
  * Process lifecycle: when the last thread of a group exits, or the group
  * execs, its final counts (its entry, after this CPU's slots are folded
- * into it) go to the agent in one ring buffer record and the entry is
- * freed.
+ * into it: the hooks are in compose/lifecycle.h) go to the agent in one
+ * ring buffer record and the entry is freed.
  */
 #ifndef SP_CORE_LIFECYCLE_H
 #define SP_CORE_LIFECYCLE_H
+
+#include "slowpath.h"
+#include "core/procs.h"
+#include "core/stats.h"
 
 /* Move the entry `p` of exited `tgid`, whose record did not fit the ring
  * buffer, to a parked key (>= SP_PARKED_KEY_BASE) for the agent to fold, so
@@ -70,26 +74,6 @@ static __always_inline void proc_retire(__u32 tgid, __u32 kind)
 		BPF_CORE_READ_INTO(&p->comm, (struct task_struct *)bpf_get_current_task(),
 				   group_leader, comm);
 	}
-}
-
-static __always_inline int on_process_exit(struct task_struct *task)
-{
-	__sync_fetch_and_add(&task_events, 1); /* see current_image() */
-	/* do_exit() decremented signal->live before this tracepoint: zero
-	 * means this was the last thread of the group. */
-	if (BPF_CORE_READ(task, signal, live.counter) != 0)
-		return 0;
-	slot_fold_here();
-	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXIT);
-	return 0;
-}
-
-static __always_inline int on_process_exec(struct task_struct *task)
-{
-	__sync_fetch_and_add(&task_events, 1); /* see current_image() */
-	slot_fold_here();
-	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXEC);
-	return 0;
 }
 
 #endif /* SP_CORE_LIFECYCLE_H */

@@ -8,6 +8,10 @@
 #ifndef SP_CORE_PROCS_H
 #define SP_CORE_PROCS_H
 
+#include "slowpath.h"
+#include "core/arch.h"
+#include "core/stats.h"
+
 /* Default capacities; the agent overrides them with set_max_entries. */
 #define SP_DEFAULT_MAX_PROCS 16384
 #define SP_DEFAULT_RINGBUF_BYTES (1 << 20)

@@ -7,6 +7,8 @@
 #ifndef SP_CORE_STATS_H
 #define SP_CORE_STATS_H
 
+#include "slowpath.h"
+
 /* Runs of each hook's programs on each CPU, by enum sp_probe: a plain add
  * to a per-CPU slot (no atomic, no shared line; the lookup of a constant key
  * is inlined by the verifier on kernels 6.10+ on x86_64 and arm64, a helper

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The counted syscalls, declared once. Every place that treats a counted
- * syscall by its number is made from this table (core/syscalls.h): which
+ * syscall by its number is made from this table (core/syscalls.h, and
+ * compose/sys_enter.h for what calls the signals): which
  * are counted (syscall_counted), whether a call is counted at all
  * (syscall_gate), what it adds and which fold groups that dirties
  * (count_into), its call-site kind (callsite_kind), the wait a sleeper in
@@ -113,17 +114,5 @@
 	SP_IF_##arches(SP_NR_##name = SP_ARCH_NR(x86_64, arm64), )
 enum sp_syscall_nr { SP_COUNTED_SYSCALLS(SP_NR_ROW) };
 #undef SP_NR_ROW
-
-/* The fold groups of a combining slot: the dirty bits each fold function
- * (in its signal's file, or core/ for the shared ones) clears, in the order
- * fold_dirty() runs them. Every dirty bit of the table must be one of
- * them: checked at build time in core/slots.h. */
-#define SP_FOLD_GROUPS(X)                                                      \
-	X(SP_DIRTY_CLOCK | SP_DIRTY_TOD, fold_clock_reads)                     \
-	X(SP_DIRTY_SIGMASK, fold_sigmask)                                      \
-	X(SP_DIRTY_SLEEP_CALLS_ALL, fold_sleep_calls)                          \
-	X(SP_DIRTY_TIMEOUTS_ALL, fold_timeouts)                                \
-	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)                                \
-	X(SP_DIRTY_TZFILE, fold_tzfile)
 
 #endif /* SP_CORE_SYSCALL_TABLE_H */

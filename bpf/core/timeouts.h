@@ -9,6 +9,10 @@
 #ifndef SP_CORE_TIMEOUTS_H
 #define SP_CORE_TIMEOUTS_H
 
+#include "classify.h"
+#include "core/counting.h"
+#include "core/stats.h"
+
 /* Offsets of CLOCK_REALTIME and CLOCK_TAI from CLOCK_MONOTONIC in ns, kept
  * current by the agent (every 500 ms), to turn absolute deadlines on those
  * clocks into requested lengths. BPF has no realtime clock before 6.1. */
@@ -122,7 +126,7 @@ static __always_inline int timeout_from_user(struct sp_counters *c, const bool s
 	return 0;
 }
 
-/* The fold group of the timed waits (core/slots.h): the count and the
+/* The fold group of the timed waits (compose/slots.h): the count and the
  * histogram of each wait whose bit is set, and the sums of all of them. */
 static __always_inline void fold_timeouts(struct sp_counters *from, struct sp_counters *to,
 					  __u64 dirty)

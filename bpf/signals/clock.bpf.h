@@ -8,6 +8,10 @@
 #ifndef SP_SIGNALS_CLOCK_H
 #define SP_SIGNALS_CLOCK_H
 
+#include "classify.h"
+#include "core/arch.h"
+#include "core/counting.h"
+
 /* clock_gettime(clockid, tp): by clock (enum sp_clock). */
 static __always_inline void count_clock_gettime(struct sp_counters *c, const bool shared,
 					struct pt_regs *regs, const bool btf)
@@ -29,7 +33,7 @@ static __always_inline void count_time(struct sp_counters *c, const bool shared,
 	SP_ADD(shared, &c->time, 1);
 }
 
-/* The fold group of the clock reads (core/slots.h). */
+/* The fold group of the clock reads (compose/slots.h). */
 static __always_inline void fold_clock_reads(struct sp_counters *from, struct sp_counters *to,
 					     __u64 dirty)
 {

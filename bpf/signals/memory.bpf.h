@@ -7,7 +7,22 @@
 #ifndef SP_SIGNALS_MEMORY_H
 #define SP_SIGNALS_MEMORY_H
 
+#include "slowpath.h"
+#include "core/arch.h"
+#include "core/callsites.h"
+#include "core/procs.h"
+#include "core/stats.h"
+#include "core/task_regs.h"
+
 #define SP_MADV_COLLAPSE 25 /* include/uapi/asm-generic/mman-common.h */
+
+/* The madvise syscalls that can ask for MADV_COLLAPSE: read, never counted. */
+#if defined(__TARGET_ARCH_x86)
+#define SP_NR_madvise 28 /* arch/x86/entry/syscalls/syscall_64.tbl */
+#else
+#define SP_NR_madvise 233 /* include/uapi/asm-generic/unistd.h */
+#endif
+#define SP_NR_process_madvise 440 /* the same on both */
 
 /*
  * THP fault allocations are recognised on kmem:mm_page_alloc by order and

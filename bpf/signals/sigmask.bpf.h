@@ -7,6 +7,10 @@
 #ifndef SP_SIGNALS_SIGMASK_H
 #define SP_SIGNALS_SIGMASK_H
 
+#include "classify.h"
+#include "core/arch.h"
+#include "core/counting.h"
+
 /* rt_sigprocmask(how, set, oldset, sigsetsize): by operation. */
 static __always_inline void count_rt_sigprocmask(struct sp_counters *c, const bool shared,
 					struct pt_regs *regs, const bool btf)
@@ -17,7 +21,7 @@ static __always_inline void count_rt_sigprocmask(struct sp_counters *c, const bo
 	SP_INC_AT(shared, c->sigprocmask, idx);
 }
 
-/* The fold group of the signal masks (core/slots.h). */
+/* The fold group of the signal masks (compose/slots.h). */
 static __always_inline void fold_sigmask(struct sp_counters *from, struct sp_counters *to,
 					 __u64 dirty)
 {

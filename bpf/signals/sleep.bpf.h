@@ -8,6 +8,11 @@
 #ifndef SP_SIGNALS_SLEEP_H
 #define SP_SIGNALS_SLEEP_H
 
+#include "classify.h"
+#include "core/arch.h"
+#include "core/counting.h"
+#include "core/timeouts.h"
+
 /* Count the calls by clock and mode (sleep_calls): the sleep signal's
  * switch. Their lengths are counted whenever the group SLEEPS is, by either
  * signal. */
@@ -53,7 +58,7 @@ static __always_inline void count_clock_nanosleep(struct sp_counters *c, const b
 		    (const void *)SP_SYSCALL_ARG(btf, regs, 3));
 }
 
-/* The fold group of the sleep calls (core/slots.h). */
+/* The fold group of the sleep calls (compose/slots.h). */
 static __always_inline void fold_sleep_calls(struct sp_counters *from, struct sp_counters *to,
 					     __u64 dirty)
 {

@@ -1,13 +1,16 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * The timer signal at syscall entry: the timed waits (futex, epoll, poll,
- * select) and the timeouts they request (core/timeouts.h), and the
- * timer-loop windows its wakeups (signals/timer_wakeups.bpf.h) fill. Its
- * syscalls and their columns are in core/syscall_table.h (group
- * TIMED_WAITS; it counts the group SLEEPS too).
+ * select) and the timeouts they request (core/timeouts.h). Its wakeups are
+ * in signals/timer_wakeups.bpf.h. Its syscalls and their columns are in
+ * core/syscall_table.h (group TIMED_WAITS; it counts the group SLEEPS too).
  */
 #ifndef SP_SIGNALS_TIMER_H
 #define SP_SIGNALS_TIMER_H
+
+#include "classify.h"
+#include "core/arch.h"
+#include "core/timeouts.h"
 
 /* include/uapi/linux/futex.h */
 #define SP_FUTEX_WAIT 0
@@ -139,72 +142,6 @@ static __always_inline void count_pselect6(struct sp_counters *c, const bool sha
 {
 	timeout_from_user(c, shared, SP_WAIT_SELECT, (const void *)SP_SYSCALL_ARG(btf, regs, 5), -1,
 			  false);
-}
-
-/* The fold group of the timer wakeups (core/slots.h). */
-static __always_inline void fold_timer_wakeups(struct sp_counters *from, struct sp_counters *to,
-					       __u64 dirty)
-{
-	if (dirty & SP_DIRTY_WAKEUPS)
-		SP_FOLD_WORDS(from->timer_wakeups, to->timer_wakeups, SP_WORDS(from->timer_wakeups));
-}
-
-/* ---- timer-loop windows ------------------------------------------------ */
-
-/* Timer wakeups in one ~1 s window that make a process a timer loop
- * (struct sp_counters.timer_hot_windows); the agent sets it from
- * --timer.loop-threshold. */
-const volatile __u32 timer_hot_wakeups = 200;
-
-/* Jiffies in one timer-loop window: HZ, so one second, set by the agent
- * (the resolution of CLOCK_MONOTONIC_COARSE is one jiffy: kernel/time/
- * posix-timers.c, LOW_RES_NSEC). 0 when the agent could not tell: windows
- * of 2^30 ns from the clock then. Not CONFIG_HZ through __kconfig: libbpf
- * reads that only from a kernel config file and refuses the whole object
- * where there is none, even for a __weak extern. */
-const volatile __u32 timer_window_jiffies = 0;
-
-/* The number of the current timer-loop window. bpf_jiffies64() is a load
- * (inlined on 64-bit arches): no clock read on the wakeup path. */
-static __always_inline __u32 timer_window_now(void)
-{
-	if (timer_window_jiffies)
-		return bpf_jiffies64() / timer_window_jiffies;
-	return bpf_ktime_get_ns() >> 30;
-}
-
-/* Add `n` timer wakeups of window `win` to the window count of entry `p`,
- * and count a `hot` window the first time the count reaches
- * timer_hot_wakeups (the agent scales the threshold to a 2^30 ns window
- * without HZ). The entry keeps the current window and the one before: a
- * CPU's slot hands a window's wakeups in when its CPU sees the next window
- * or at a fold, often after another CPU began the next window (a process
- * that moved CPUs mid-window; a 500-wakeup loop split 100/150 between two
- * slots was not hot before). Counts of an older window are dropped: the
- * wakeups themselves are counted elsewhere, only the window test can miss
- * them. Plain stores: a race between CPUs can only shift a few wakeups
- * between windows. */
-static __always_inline void window_add(struct sp_proc *p, __u32 win, __u32 n)
-{
-	__u32 *count, before;
-
-	if (p->timer_window == win) {
-		count = &p->timer_window_wakeups;
-	} else if (p->timer_window == win + 1) {
-		count = &p->timer_prev_window_wakeups;
-	} else if ((__s32)(win - p->timer_window) > 0) {
-		p->timer_prev_window_wakeups =
-			win == p->timer_window + 1 ? p->timer_window_wakeups : 0;
-		p->timer_window = win;
-		p->timer_window_wakeups = 0;
-		count = &p->timer_window_wakeups;
-	} else {
-		return;
-	}
-	before = *count;
-	*count = before + n;
-	if (before < timer_hot_wakeups && before + n >= timer_hot_wakeups)
-		__sync_fetch_and_add(&p->c.timer_hot_windows, 1);
 }
 
 #endif /* SP_SIGNALS_TIMER_H */

@@ -2,10 +2,19 @@
 /*
  * The timer signal's wakeups: a process woken by an expiring timer,
  * counted for the woken process by what it waited in (enum sp_wait), at
- * timer:hrtimer_expire_entry/exit and sched:sched_waking.
+ * timer:hrtimer_expire_entry/exit and sched:sched_waking, the timer-loop
+ * windows they fill, and their fold group. The wakeups counted in a
+ * combining slot are in compose/wakeups.h.
  */
 #ifndef SP_SIGNALS_TIMER_WAKEUPS_H
 #define SP_SIGNALS_TIMER_WAKEUPS_H
+
+#include "slowpath.h"
+#include "core/arch.h"
+#include "core/counting.h"
+#include "core/procs.h"
+#include "core/syscalls.h"
+#include "core/task_regs.h"
 
 /*
  * A wakeup is a timer wakeup when sched:sched_waking fires on a CPU between
@@ -175,6 +184,66 @@ static __always_inline int on_hrtimer_expire_exit(struct hrtimer *timer)
 	return 0;
 }
 
+/* ---- timer-loop windows ------------------------------------------------ */
+
+/* Timer wakeups in one ~1 s window that make a process a timer loop
+ * (struct sp_counters.timer_hot_windows); the agent sets it from
+ * --timer.loop-threshold. */
+const volatile __u32 timer_hot_wakeups = 200;
+
+/* Jiffies in one timer-loop window: HZ, so one second, set by the agent
+ * (the resolution of CLOCK_MONOTONIC_COARSE is one jiffy: kernel/time/
+ * posix-timers.c, LOW_RES_NSEC). 0 when the agent could not tell: windows
+ * of 2^30 ns from the clock then. Not CONFIG_HZ through __kconfig: libbpf
+ * reads that only from a kernel config file and refuses the whole object
+ * where there is none, even for a __weak extern. */
+const volatile __u32 timer_window_jiffies = 0;
+
+/* The number of the current timer-loop window. bpf_jiffies64() is a load
+ * (inlined on 64-bit arches): no clock read on the wakeup path. */
+static __always_inline __u32 timer_window_now(void)
+{
+	if (timer_window_jiffies)
+		return bpf_jiffies64() / timer_window_jiffies;
+	return bpf_ktime_get_ns() >> 30;
+}
+
+/* Add `n` timer wakeups of window `win` to the window count of entry `p`,
+ * and count a `hot` window the first time the count reaches
+ * timer_hot_wakeups (the agent scales the threshold to a 2^30 ns window
+ * without HZ). The entry keeps the current window and the one before: a
+ * CPU's slot hands a window's wakeups in when its CPU sees the next window
+ * or at a fold, often after another CPU began the next window (a process
+ * that moved CPUs mid-window; a 500-wakeup loop split 100/150 between two
+ * slots was not hot before). Counts of an older window are dropped: the
+ * wakeups themselves are counted elsewhere, only the window test can miss
+ * them. Plain stores: a race between CPUs can only shift a few wakeups
+ * between windows. */
+static __always_inline void window_add(struct sp_proc *p, __u32 win, __u32 n)
+{
+	__u32 *count, before;
+
+	if (p->timer_window == win) {
+		count = &p->timer_window_wakeups;
+	} else if (p->timer_window == win + 1) {
+		count = &p->timer_prev_window_wakeups;
+	} else if ((__s32)(win - p->timer_window) > 0) {
+		p->timer_prev_window_wakeups =
+			win == p->timer_window + 1 ? p->timer_window_wakeups : 0;
+		p->timer_window = win;
+		p->timer_window_wakeups = 0;
+		count = &p->timer_window_wakeups;
+	} else {
+		return;
+	}
+	before = *count;
+	*count = before + n;
+	if (before < timer_hot_wakeups && before + n >= timer_hot_wakeups)
+		__sync_fetch_and_add(&p->c.timer_hot_windows, 1);
+}
+
+/* ---- wakeups --------------------------------------------------------- */
+
 /* The syscall a sleeping task `p` waits in, from its user registers:
  * direct loads from BTF pointers under tp_btf (no helper call but
  * bpf_task_pt_regs()), probe reads under raw_tp. */
@@ -207,82 +276,44 @@ static __always_inline int count_wakeup_entry(__u32 tgid, struct task_struct *p,
 	return 0;
 }
 
-/* Count a timer wakeup of task `p` (a BTF pointer) by `wait` in this CPU's
- * wakeup slot: as count_syscall_slot(), for the woken image rather than the
- * current one. Runs in the timer's interrupt (or softirq: a nested run of
- * this program is skipped by the kernel, and the fold honours `busy`). The
- * slot keeps its owner's wakeups of the current timer-loop window and hands
- * them to the entry when the window changes, so the entry's window test
- * sees them once a second, not per wakeup. */
-static __always_inline int count_wakeup_slot(struct task_struct *p, __u32 wait)
+/* The innermost timer expiring on this CPU (timer_top()), or NULL when
+ * none is: a wakeup seen now is that timer's. */
+static __always_inline struct sp_timer_frame *timer_expiring(void)
 {
-	struct task_struct *leader = p->group_leader;
-	__u64 start = leader->start_boottime;
-	__u64 exec_id = leader->self_exec_id;
-	__u32 tgid = p->tgid, zero = 0, win;
-	struct sp_slot *s = bpf_map_lookup_elem(&wake_slots, &zero);
-	struct sp_proc *proc;
-	int took = SP_TAKEN;
-
-	if (!s || s->busy)
-		goto entry;
-	s->busy = 1;
-	barrier();
-	if (s->tgid != tgid || s->start_boottime_ns != start || s->exec_id != exec_id)
-		took = slot_worth_taking(s) ? slot_take(s, tgid, start, exec_id, p) : SP_TAKE_ENTRY;
-	if (took == SP_TAKEN) {
-		SP_INC_AT(false, s->c.timer_wakeups, wait);
-		s->pending += 1;
-		s->dirty |= SP_DIRTY_WAKEUPS;
-		win = timer_window_now();
-		if (s->win != win) {
-			/* hand the last window's wakeups to the entry (once a second) */
-			proc = s->win_wakeups ? bpf_map_lookup_elem(&procs, &tgid) : NULL;
-			if (proc && proc->start_boottime_ns == start && proc->exec_id == exec_id)
-				window_add(proc, s->win, s->win_wakeups);
-			s->win = win;
-			s->win_wakeups = 0;
-		}
-		s->win_wakeups += 1;
-	}
-	barrier();
-	s->busy = 0;
-	if (took != SP_TAKE_ENTRY)
-		return 0;
-entry:
-	return count_wakeup_entry(tgid, p, wait);
-}
-
-static __always_inline int on_sched_waking(struct task_struct *p, const bool btf)
-{
-	struct sp_timer_frame *top;
 	struct sp_timer_cpu *t;
-	__u32 zero = 0, wait;
+	__u32 zero = 0;
 	__u64 now;
 
 	t = bpf_map_lookup_elem(&timer_cpu, &zero);
 	if (!t || t->depth == 0)
-		return 0; /* every wakeup not made by a timer leaves here */
+		return NULL; /* every wakeup not made by a timer leaves here */
 	now = bpf_jiffies64();
-	top = timer_top(t, now);
-	if (!top)
-		return 0;
+	return timer_top(t, now);
+}
+
+/* What task `p`, woken by the expiring timer `top`, waited in (enum
+ * sp_wait). Where the wakeup is counted (this CPU's slot or the entry) is
+ * compose/wakeups.h's. */
+static __always_inline __u32 timer_wakeup_wait(struct sp_timer_frame *top, struct task_struct *p,
+					       const bool btf)
+{
 	switch (top->fn) {
 	case SP_TIMER_FN_SLEEPER:
-		wait = sleeper_wait(p, btf);
-		break;
+		return sleeper_wait(p, btf);
 	case SP_TIMER_FN_TIMERFD:
-		wait = SP_WAIT_TIMERFD;
-		break;
+		return SP_WAIT_TIMERFD;
 	case SP_TIMER_FN_POSIX:
-		wait = SP_WAIT_POSIX_TIMER;
-		break;
-	default:
-		wait = SP_WAIT_OTHER;
+		return SP_WAIT_POSIX_TIMER;
 	}
-	if (btf && slots_on)
-		return count_wakeup_slot(p, wait);
-	return count_wakeup_entry(btf ? p->tgid : BPF_CORE_READ(p, tgid), p, wait);
+	return SP_WAIT_OTHER;
+}
+
+/* The fold group of the timer wakeups (compose/slots.h). */
+static __always_inline void fold_timer_wakeups(struct sp_counters *from, struct sp_counters *to,
+					       __u64 dirty)
+{
+	if (dirty & SP_DIRTY_WAKEUPS)
+		SP_FOLD_WORDS(from->timer_wakeups, to->timer_wakeups, SP_WORDS(from->timer_wakeups));
 }
 
 #endif /* SP_SIGNALS_TIMER_WAKEUPS_H */

@@ -20,6 +20,10 @@
 #ifndef SP_SIGNALS_TZFILE_H
 #define SP_SIGNALS_TZFILE_H
 
+#include "slowpath.h"
+#include "core/arch.h"
+#include "core/counting.h"
+
 /* Farthest a path literal lies from the code that passes it, in the same
  * ELF image: glibc's .rodata is ~1.5 MiB from its syscall instructions, and
  * a static binary keeps both in one image; the stack and the brk heap are
@@ -77,7 +81,7 @@ static __always_inline void count_tz_check(struct sp_counters *c, const bool sha
 	SP_ADD(shared, &c->tzfile_stats, 1);
 }
 
-/* The fold group of the time-zone file checks (core/slots.h). */
+/* The fold group of the time-zone file checks (compose/slots.h). */
 static __always_inline void fold_tzfile(struct sp_counters *from, struct sp_counters *to,
 					__u64 dirty)
 {
