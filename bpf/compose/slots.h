@@ -50,6 +50,14 @@ static __always_inline void fold_dirty(struct sp_counters *from, struct sp_count
 #define SP_GROUP_MASK(mask, fold) | (mask)
 _Static_assert(((0 SP_COUNTED_SYSCALLS(SP_ROW_DIRTY)) & ~(0 SP_FOLD_GROUPS(SP_GROUP_MASK))) == 0,
 	       "a dirty bit of the syscall table has no fold group in SP_FOLD_GROUPS");
+/* Nor does any bit of enum sp_dirty_bit go unfolded (the wakeups' bit is no
+ * table row's), and no two fold functions clear one bit. */
+#define SP_GROUP_BITS(mask, fold) +__builtin_popcount(mask)
+_Static_assert((0 SP_FOLD_GROUPS(SP_GROUP_MASK)) == (1 << SP_DIRTY_BIT_COUNT) - 1,
+	       "a bit of enum sp_dirty_bit has no fold group in SP_FOLD_GROUPS");
+_Static_assert((0 SP_FOLD_GROUPS(SP_GROUP_BITS)) == SP_DIRTY_BIT_COUNT,
+	       "two fold groups of SP_FOLD_GROUPS fold one dirty bit");
+#undef SP_GROUP_BITS
 #undef SP_ROW_DIRTY
 #undef SP_GROUP_MASK
 

@@ -33,21 +33,62 @@
  * only the groups an image touched (a clock-reading process: 14 words, not
  * all SP_SLOT_WORDS). Each counted syscall names its groups in the table
  * (core/syscall_table.h); each group has one fold function
- * (SP_FOLD_GROUPS in compose/slots.h). */
+ * (SP_FOLD_GROUPS in compose/slots.h).
+ *
+ * The bits are numbered here, each group after the one before, so that a
+ * group that grows (a wait more, a sleep syscall more) moves the ones after
+ * it instead of overlapping them. */
+enum sp_dirty_bit {
+	SP_DIRTY_BIT_CLOCK,	  /* clock_gettime[] */
+	SP_DIRTY_BIT_TOD,	  /* gettimeofday, time */
+	SP_DIRTY_BIT_SIGMASK,	  /* sigprocmask[] */
+	SP_DIRTY_BIT_SLEEP_CALLS, /* sleep_calls[s]: one bit per sleep syscall */
+	/* timer_waits[w] and timeout_buckets[w]: one bit per wait; and timeout_ns[] */
+	SP_DIRTY_BIT_TIMEOUTS = SP_DIRTY_BIT_SLEEP_CALLS + SP_SLEEP_SYSCALL_COUNT,
+	SP_DIRTY_BIT_WAKEUPS = SP_DIRTY_BIT_TIMEOUTS + SP_WAIT_SYSCALL_COUNT, /* timer_wakeups[] */
+	SP_DIRTY_BIT_TZFILE,	  /* tzfile_stats */
+	SP_DIRTY_BIT_COUNT,
+};
+
+/* The masks of the groups, from the bits above: SP_DIRTY_SLEEP_CALLS <<
+ * syscall and SP_DIRTY_TIMEOUTS << wait name one syscall's or wait's bit. */
 enum sp_dirty {
-	SP_DIRTY_CLOCK = 1 << 0,	 /* clock_gettime[] */
-	SP_DIRTY_TOD = 1 << 1,		 /* gettimeofday, time */
-	SP_DIRTY_SIGMASK = 1 << 2,	 /* sigprocmask[] */
-	SP_DIRTY_SLEEP_CALLS = 1 << 3, /* sleep_calls[0..1], SP_DIRTY_SLEEP_CALLS << syscall */
-	SP_DIRTY_TIMEOUTS = 1 << 5,	 /* timer_waits[w] and timeout_buckets[w], SP_DIRTY_TIMEOUTS << w, and timeout_ns[] */
-	SP_DIRTY_WAKEUPS = 1 << 11,	 /* timer_wakeups[] */
-	SP_DIRTY_TZFILE = 1 << 12,	 /* tzfile_stats */
+	SP_DIRTY_CLOCK = 1 << SP_DIRTY_BIT_CLOCK,
+	SP_DIRTY_TOD = 1 << SP_DIRTY_BIT_TOD,
+	SP_DIRTY_SIGMASK = 1 << SP_DIRTY_BIT_SIGMASK,
+	SP_DIRTY_SLEEP_CALLS = 1 << SP_DIRTY_BIT_SLEEP_CALLS,
+	SP_DIRTY_TIMEOUTS = 1 << SP_DIRTY_BIT_TIMEOUTS,
+	SP_DIRTY_WAKEUPS = 1 << SP_DIRTY_BIT_WAKEUPS,
+	SP_DIRTY_TZFILE = 1 << SP_DIRTY_BIT_TZFILE,
 	/* every bit of a group with one bit per syscall or wait */
 	SP_DIRTY_SLEEP_CALLS_ALL = ((SP_DIRTY_SLEEP_CALLS << SP_SLEEP_SYSCALL_COUNT) - 1) &
 				   ~(SP_DIRTY_SLEEP_CALLS - 1),
 	SP_DIRTY_TIMEOUTS_ALL = ((SP_DIRTY_TIMEOUTS << SP_WAIT_SYSCALL_COUNT) - 1) &
 				~(SP_DIRTY_TIMEOUTS - 1),
 };
+
+/* Every bit fits sp_slot.dirty, and every mask an enum constant (an int):
+ * past bit 30, 1 << bit would overflow. */
+_Static_assert(SP_DIRTY_BIT_COUNT <= 8 * sizeof(((struct sp_slot *)0)->dirty),
+	       "more fold-group bits than sp_slot.dirty holds");
+_Static_assert(SP_DIRTY_BIT_COUNT <= 31, "a fold-group bit past an int's: widen enum sp_dirty");
+
+/* The groups share no bit and leave none out: their bits, counted one group
+ * at a time, are as many as in all of them together, and that is every bit
+ * below SP_DIRTY_BIT_COUNT. */
+#define SP_DIRTY_GROUP_MASKS(X)                                                \
+	X(SP_DIRTY_CLOCK) X(SP_DIRTY_TOD) X(SP_DIRTY_SIGMASK)                  \
+	X(SP_DIRTY_SLEEP_CALLS_ALL) X(SP_DIRTY_TIMEOUTS_ALL)                   \
+	X(SP_DIRTY_WAKEUPS) X(SP_DIRTY_TZFILE)
+#define SP_DIRTY_BITS_OF(mask) +__builtin_popcount(mask)
+#define SP_DIRTY_OR(mask) | (mask)
+_Static_assert((0 SP_DIRTY_GROUP_MASKS(SP_DIRTY_BITS_OF)) ==
+		       __builtin_popcount(0 SP_DIRTY_GROUP_MASKS(SP_DIRTY_OR)),
+	       "two fold groups share a dirty bit");
+_Static_assert((0 SP_DIRTY_GROUP_MASKS(SP_DIRTY_OR)) == (1 << SP_DIRTY_BIT_COUNT) - 1,
+	       "a dirty bit belongs to no fold group");
+#undef SP_DIRTY_BITS_OF
+#undef SP_DIRTY_OR
 
 /* Add the non-zero words of `from` to `to` (atomic: other CPUs add there
  * too) and zero them; `n` is a constant, so the loop unrolls. */
