@@ -15,8 +15,9 @@
  * Every hook has two twins: a BTF raw tracepoint (tp_btf, cheapest: direct
  * loads of arguments) and a plain raw tracepoint (raw_tp, for kernels that
  * refuse tp_btf). The agent probes at start and sets autoload on one twin.
- * Both twins run the same __always_inline handler with `btf` a compile-time
- * constant that picks direct loads or CO-RE probe reads.
+ * Both twins are one line here (SP_TWINS, core/twins.h): the same
+ * __always_inline handler with `btf` a compile-time constant that picks
+ * direct loads or CO-RE probe reads.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -40,6 +41,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "core/task_regs.h"
 #include "core/slots.h"
 #include "core/lifecycle.h"
+#include "core/twins.h"
 
 /* One file per signal: what it counts (at syscall entry, or at its own
  * hooks) and its fold groups, on top of the core alone. */
@@ -107,19 +109,8 @@ int stats_floor(void *ctx)
 
 /* ---- syscalls: clock reads, rt_sigprocmask, sleeps, timed waits --------- */
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(sys_enter_btf, struct pt_regs *regs, long id)
-{
-	probe_ran(SP_PROBE_SYS_ENTER);
-	return on_sys_enter(ctx, regs, id, true);
-}
-
-SEC("raw_tp/sys_enter")
-int BPF_PROG(sys_enter_raw, struct pt_regs *regs, long id)
-{
-	probe_ran(SP_PROBE_SYS_ENTER);
-	return on_sys_enter(ctx, regs, id, false);
-}
+SP_TWINS(sys_enter, SP_PROBE_SYS_ENTER, on_sys_enter(ctx, regs, id, btf),
+	 struct pt_regs *regs, long id)
 
 /* The fentry twins of sys_enter (compose/sys_enter.h): one per row of the
  * table of counted syscalls that exists on this arch. */
@@ -127,134 +118,28 @@ SP_COUNTED_SYSCALLS(SP_ROW_FENTRY)
 
 /* ---- timer wakeups (signals/timer_wakeups.bpf.h) ----------------------- */
 
-SEC("tp_btf/hrtimer_expire_entry")
-int BPF_PROG(hrtimer_expire_entry_btf, struct hrtimer *timer)
-{
-	probe_ran(SP_PROBE_HRTIMER_EXPIRE_ENTRY);
-	return on_hrtimer_expire_entry(timer, true);
-}
-
-SEC("raw_tp/hrtimer_expire_entry")
-int BPF_PROG(hrtimer_expire_entry_raw, struct hrtimer *timer)
-{
-	probe_ran(SP_PROBE_HRTIMER_EXPIRE_ENTRY);
-	return on_hrtimer_expire_entry(timer, false);
-}
-
-SEC("tp_btf/hrtimer_expire_exit")
-int BPF_PROG(hrtimer_expire_exit_btf, struct hrtimer *timer)
-{
-	probe_ran(SP_PROBE_HRTIMER_EXPIRE_EXIT);
-	return on_hrtimer_expire_exit(timer);
-}
-
-SEC("raw_tp/hrtimer_expire_exit")
-int BPF_PROG(hrtimer_expire_exit_raw, struct hrtimer *timer)
-{
-	probe_ran(SP_PROBE_HRTIMER_EXPIRE_EXIT);
-	return on_hrtimer_expire_exit(timer);
-}
-
-SEC("tp_btf/sched_waking")
-int BPF_PROG(sched_waking_btf, struct task_struct *p)
-{
-	probe_ran(SP_PROBE_SCHED_WAKING);
-	return on_sched_waking(p, true);
-}
-
-SEC("raw_tp/sched_waking")
-int BPF_PROG(sched_waking_raw, struct task_struct *p)
-{
-	probe_ran(SP_PROBE_SCHED_WAKING);
-	return on_sched_waking(p, false);
-}
+SP_TWINS(hrtimer_expire_entry, SP_PROBE_HRTIMER_EXPIRE_ENTRY, on_hrtimer_expire_entry(timer, btf),
+	 struct hrtimer *timer)
+SP_TWINS(hrtimer_expire_exit, SP_PROBE_HRTIMER_EXPIRE_EXIT, on_hrtimer_expire_exit(timer),
+	 struct hrtimer *timer)
+SP_TWINS(sched_waking, SP_PROBE_SCHED_WAKING, on_sched_waking(p, btf), struct task_struct *p)
 
 /* ---- THP faults and compaction (signals/memory.bpf.h) ------------------ */
 
-SEC("tp_btf/mm_page_alloc")
-int BPF_PROG(mm_page_alloc_btf, struct page *page, unsigned int order, gfp_t gfp)
-{
-	probe_ran(SP_PROBE_MM_PAGE_ALLOC);
-	return on_page_alloc(ctx, page == NULL, order, gfp, true);
-}
-
-SEC("raw_tp/mm_page_alloc")
-int BPF_PROG(mm_page_alloc_raw, struct page *page, unsigned int order, gfp_t gfp)
-{
-	probe_ran(SP_PROBE_MM_PAGE_ALLOC);
-	return on_page_alloc(ctx, page == NULL, order, gfp, false);
-}
-
-SEC("tp_btf/mm_compaction_begin")
-int BPF_PROG(mm_compaction_begin_btf, struct compact_control *cc)
-{
-	probe_ran(SP_PROBE_MM_COMPACTION_BEGIN);
-	return on_compaction_begin(cc);
-}
-
-SEC("raw_tp/mm_compaction_begin")
-int BPF_PROG(mm_compaction_begin_raw, struct compact_control *cc)
-{
-	probe_ran(SP_PROBE_MM_COMPACTION_BEGIN);
-	return on_compaction_begin(cc);
-}
-
-SEC("tp_btf/mm_compaction_end")
-int BPF_PROG(mm_compaction_end_btf)
-{
-	probe_ran(SP_PROBE_MM_COMPACTION_END);
-	return on_compaction_end();
-}
-
-SEC("raw_tp/mm_compaction_end")
-int BPF_PROG(mm_compaction_end_raw)
-{
-	probe_ran(SP_PROBE_MM_COMPACTION_END);
-	return on_compaction_end();
-}
+SP_TWINS(mm_page_alloc, SP_PROBE_MM_PAGE_ALLOC, on_page_alloc(ctx, page == NULL, order, gfp, btf),
+	 struct page *page, unsigned int order, gfp_t gfp)
+SP_TWINS(mm_compaction_begin, SP_PROBE_MM_COMPACTION_BEGIN, on_compaction_begin(cc),
+	 struct compact_control *cc)
+SP_TWINS(mm_compaction_end, SP_PROBE_MM_COMPACTION_END, on_compaction_end())
 
 /* ---- process lifecycle (compose/lifecycle.h) --------------------------- */
 
-SEC("tp_btf/sched_process_exit")
-int BPF_PROG(sched_process_exit_btf, struct task_struct *task)
-{
-	probe_ran(SP_PROBE_SCHED_PROCESS_EXIT);
-	return on_process_exit(task);
-}
-
-SEC("raw_tp/sched_process_exit")
-int BPF_PROG(sched_process_exit_raw, struct task_struct *task)
-{
-	probe_ran(SP_PROBE_SCHED_PROCESS_EXIT);
-	return on_process_exit(task);
-}
-
-SEC("tp_btf/sched_process_exec")
-int BPF_PROG(sched_process_exec_btf, struct task_struct *task)
-{
-	probe_ran(SP_PROBE_SCHED_PROCESS_EXEC);
-	return on_process_exec(task);
-}
-
-SEC("raw_tp/sched_process_exec")
-int BPF_PROG(sched_process_exec_raw, struct task_struct *task)
-{
-	probe_ran(SP_PROBE_SCHED_PROCESS_EXEC);
-	return on_process_exec(task);
-}
+SP_TWINS(sched_process_exit, SP_PROBE_SCHED_PROCESS_EXIT, on_process_exit(task),
+	 struct task_struct *task)
+SP_TWINS(sched_process_exec, SP_PROBE_SCHED_PROCESS_EXEC, on_process_exec(task),
+	 struct task_struct *task)
 
 /* ---- cgroup paths (core/cgroups.h) -------------------------------------- */
 
-SEC("tp_btf/cgroup_mkdir")
-int BPF_PROG(cgroup_mkdir_btf, struct cgroup *cgrp, const char *path)
-{
-	probe_ran(SP_PROBE_CGROUP_MKDIR);
-	return on_cgroup_mkdir(cgrp, path);
-}
-
-SEC("raw_tp/cgroup_mkdir")
-int BPF_PROG(cgroup_mkdir_raw, struct cgroup *cgrp, const char *path)
-{
-	probe_ran(SP_PROBE_CGROUP_MKDIR);
-	return on_cgroup_mkdir(cgrp, path);
-}
+SP_TWINS(cgroup_mkdir, SP_PROBE_CGROUP_MKDIR, on_cgroup_mkdir(cgrp, path),
+	 struct cgroup *cgrp, const char *path)
