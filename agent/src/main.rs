@@ -18,6 +18,7 @@ mod flag_values;
 #[cfg(test)]
 mod golden;
 mod http;
+mod kernel;
 mod labels;
 mod manuals;
 mod memlock;
@@ -243,7 +244,7 @@ fn run_doctor(cli: &Cli, args: &DoctorArgs) -> Result<()> {
     }
     preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
-    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
+    let memlock = memlock::settle(&kernel::release().unwrap_or_default());
     bpf::check_btf(&cli.btf_path)?;
     let btf = bpf::KernelBtf::open(&cli.btf_path)?;
     let kernel = signals::kernel_setup(&cli.signals, &btf);

@@ -27,7 +27,7 @@ const MEMCG_BPF_ACCOUNTING: (u32, u32) = (5, 11);
 /// Whether a kernel `release` charges BPF maps and programs to
 /// `RLIMIT_MEMLOCK` (before 5.11); `false` for a release that cannot be read.
 pub fn kernel_charges_memlock(release: &str) -> bool {
-    crate::preflight::kernel_version(release).is_some_and(|v| v < MEMCG_BPF_ACCOUNTING)
+    crate::kernel::version(release).is_some_and(|v| v < MEMCG_BPF_ACCOUNTING)
 }
 
 /// The soft `RLIMIT_MEMLOCK` in bytes; `None` when unlimited or unreadable.

@@ -15,7 +15,9 @@ use tracing::info;
 use crate::callsites::{self, harvest};
 use crate::cli::Cli;
 use crate::worker::{self, Worker, WorkerOptions};
-use crate::{bpf, findings, labels, memlock, metrics, own_process, preflight, procs, signals, top};
+use crate::{
+    bpf, findings, kernel, labels, memlock, metrics, own_process, preflight, procs, signals, top,
+};
 
 /// The agent's parts up to its registry, loaded and attached; the findings
 /// engine, the harvester and the pod watch start from them.
@@ -41,9 +43,9 @@ pub struct Parts {
 pub fn start(cli: &Cli, pid_label: bool) -> Result<Parts> {
     preflight::warn_if_kernel_too_old();
     preflight::check_capabilities()?;
-    let memlock = memlock::settle(&preflight::kernel_release().unwrap_or_default());
+    let memlock = memlock::settle(&kernel::release().unwrap_or_default());
     bpf::check_btf(&cli.btf_path)?;
-    preflight::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
+    signals::warn_if_sysfs_unreadable(&cli.sysfs, &cli.signals.collectors);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

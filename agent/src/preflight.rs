@@ -3,8 +3,9 @@
 
 use anyhow::{anyhow, bail, Result};
 use caps::{CapSet, Capability, CapsHashSet};
-use std::path::Path;
 use tracing::warn;
+
+use crate::kernel;
 
 /// Effective capabilities of this thread (checked before any other thread
 /// starts).
@@ -98,65 +99,12 @@ pub fn check_capabilities() -> Result<()> {
     )
 }
 
-/// The oldest kernel slowpath runs on: process exits reach the agent
-/// through the BPF ring buffer, and CAP_BPF and CAP_PERFMON exist, from 5.8.
-const MIN_KERNEL: (u32, u32) = (5, 8);
-
-/// Major and minor of a kernel release (`6.1.0-18-amd64` gives (6, 1));
-/// `None` when it does not start with them.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut numbers = release
-        .split(|c: char| !c.is_ascii_digit())
-        .map(str::parse::<u32>);
-    let major = numbers.next()?.ok()?;
-    let minor = numbers.next()?.ok()?;
-    Some((major, minor))
-}
-
-/// The plain statement for a kernel `release` older than 5.8; `None` for
-/// a newer one or a release that cannot be read.
-pub fn kernel_too_old(release: &str) -> Option<String> {
-    let version = kernel_version(release)?;
-    (version < MIN_KERNEL).then(|| {
-        format!(
-            "slowpath needs Linux {}.{} or newer (BPF ring buffer, CAP_BPF); this kernel is \
-             {release}: upgrade the kernel",
-            MIN_KERNEL.0, MIN_KERNEL.1
-        )
-    })
-}
-
-/// The running kernel's release (`uname -r`).
-pub fn kernel_release() -> Option<String> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    Some(release.trim().to_string())
-}
-
 /// Warn before anything is loaded when the kernel is older than 5.8. Not
 /// fatal: a distribution kernel may have backported what slowpath needs;
 /// when it has not, the load fails and its error says the same.
 pub fn warn_if_kernel_too_old() {
-    if let Some(too_old) = kernel_release().as_deref().and_then(kernel_too_old) {
+    if let Some(too_old) = kernel::release().as_deref().and_then(kernel::too_old) {
         warn!("{too_old} (trying anyway: a distribution kernel may have the features backported)");
-    }
-}
-
-/// Warn, once per file at start, about the enabled signals' node settings files
-/// (`NodeNeeds::settings`) that cannot be read under `sysfs` (`--path.sysfs`): their
-/// metrics will be missing, and each scrape counts
-/// `slowpath_scrape_errors_total{source="sysfs"}`. Not fatal: every per-process
-/// signal still works.
-pub fn warn_if_sysfs_unreadable(sysfs: &Path, collectors: &crate::signals::Collectors) {
-    for file in crate::signals::read_node_settings(sysfs, collectors)
-        .unreadable
-        .iter()
-    {
-        warn!(
-            path = %file.path.display(),
-            error = %file.error,
-            "cannot read this node setting: its metrics will be missing; check --path.sysfs \
-             (in a container, mount the host's /sys and pass --path.sysfs=/host/sys)"
-        );
     }
 }
 
@@ -194,26 +142,5 @@ mod tests {
                 "CAP_CHECKPOINT_RESTORE"
             ]
         );
-    }
-
-    #[test]
-    fn kernel_releases_older_than_5_8_are_named_with_the_fix() {
-        assert_eq!(kernel_version("6.1.0-18-amd64"), Some((6, 1)));
-        assert_eq!(kernel_version("4.18.0-513.el8.x86_64"), Some((4, 18)));
-        assert_eq!(kernel_version("5.10"), Some((5, 10)));
-        assert_eq!(kernel_version("5"), None);
-        assert_eq!(kernel_version("linux"), None);
-        assert_eq!(
-            kernel_too_old("5.4.0-150-generic").as_deref(),
-            Some(
-                "slowpath needs Linux 5.8 or newer (BPF ring buffer, CAP_BPF); this kernel is \
-                 5.4.0-150-generic: upgrade the kernel"
-            )
-        );
-        assert!(kernel_too_old("4.19.0-26-amd64").is_some());
-        assert!(kernel_too_old("3.10.0-1160.el7.x86_64").is_some());
-        for fine in ["5.8.0", "5.10.0-28-amd64", "6.18.0", "10.0.1", "unparsable"] {
-            assert_eq!(kernel_too_old(fine), None, "{fine}");
-        }
     }
 }

@@ -84,7 +84,7 @@ pub(super) const SECCOMP_UNCONFINED: &str = "run the container with a seccomp pr
 
 /// Add the likely cause and fix to a final load failure.
 pub(super) fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
-    let release = crate::preflight::kernel_release().unwrap_or_default();
+    let release = crate::kernel::release().unwrap_or_default();
     explain_load_error_on(err, &release, crate::memlock::limit())
 }
 
@@ -93,7 +93,7 @@ pub(super) fn explain_load_error(err: anyhow::Error) -> anyhow::Error {
 /// (nothing else helps then), then EPERM (a finite memlock limit before
 /// 5.11, else seccomp or lockdown), else where libbpf's full log is.
 fn explain_load_error_on(err: anyhow::Error, release: &str, memlock: Option<u64>) -> anyhow::Error {
-    if let Some(too_old) = crate::preflight::kernel_too_old(release) {
+    if let Some(too_old) = crate::kernel::too_old(release) {
         return err.context(too_old);
     }
     let eperm = err

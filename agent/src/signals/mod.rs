@@ -275,6 +275,22 @@ pub fn read_node_settings(sysfs: &std::path::Path, collectors: &Collectors) -> N
     NodeFacts::read_settings(sysfs, collectors.enabled().filter_map(|s| s.node.settings))
 }
 
+/// Warn, once per file at start, about the enabled signals' node settings files
+/// (`NodeNeeds::settings`) that cannot be read under `sysfs` (`--path.sysfs`): their
+/// metrics will be missing, and each scrape counts
+/// `slowpath_scrape_errors_total{source="sysfs"}`. Not fatal: every per-process
+/// signal still works.
+pub fn warn_if_sysfs_unreadable(sysfs: &std::path::Path, collectors: &Collectors) {
+    for file in read_node_settings(sysfs, collectors).unreadable.iter() {
+        tracing::warn!(
+            path = %file.path.display(),
+            error = %file.error,
+            "cannot read this node setting: its metrics will be missing; check --path.sysfs \
+             (in a container, mount the host's /sys and pass --path.sysfs=/host/sys)"
+        );
+    }
+}
+
 /// Names of the call kinds, indexed by `enum sp_callsite_kind` ("?" for a
 /// kind no signal names).
 pub fn callsite_kinds() -> Vec<&'static str> {
