@@ -28,10 +28,10 @@
 //!   call into the program, an fentry trampoline: ~10-20 ns a run) is not
 //!   seen.
 
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use libbpf_rs::skel::Skel;
 use libbpf_rs::{AsRawLibbpf, Btf, MapCore, MapFlags};
 use tracing::{debug, info, warn};
@@ -39,18 +39,11 @@ use tracing::{debug, info, warn};
 use super::dispatch::time_untraced_syscall;
 use super::hooks::{AttachType, HookTable};
 use super::loaded::Loaded;
-use super::stats::{per_hook, prog_info};
+use super::run_stats::{enable_stats, kernel_totals, less_floor, per_run, stats_floor_ns};
 
 /// Prefix of the `enum sp_probe` members (bpf/slowpath.h): the slot of hook
 /// `sys_enter` is `SP_PROBE_SYS_ENTER`.
 const SLOT_PREFIX: &str = "SP_PROBE_";
-
-/// Name of the empty program test-run in each window.
-pub(crate) const STATS_FLOOR_PROGRAM: &str = "stats_floor";
-
-/// Test runs of the empty program per window: enough for a stable mean
-/// (each is one bpf(2) call, about a microsecond).
-const FLOOR_RUNS: u32 = 256;
 
 /// Runs a hook needs in the calibration's window for its figure to stand
 /// for the runs around it (the agent's ~500,000 untraced syscalls give
@@ -404,85 +397,12 @@ impl CostMeter {
     }
 }
 
-/// Turn the kernel's run-time statistics on for as long as the fd lives.
-fn enable_stats() -> Result<OwnedFd> {
-    // SAFETY: a plain bpf(2) command with no pointer argument; it returns a
-    // new fd or a negative errno.
-    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
-    if fd < 0 {
-        let err = std::io::Error::from_raw_os_error(-fd);
-        if err.kind() == std::io::ErrorKind::PermissionDenied {
-            bail!("BPF_ENABLE_STATS refused: it needs CAP_SYS_ADMIN ({err})");
-        }
-        bail!("BPF_ENABLE_STATS failed (kernel 5.8+): {err}");
-    }
-    // SAFETY: `fd` is a new descriptor the kernel just returned to us and
-    // nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// The time per run between two (run_time_ns, run_cnt) readings; `None`
-/// when nothing ran.
-fn per_run((t0, c0): (u64, u64), (t1, c1): (u64, u64)) -> Option<f64> {
-    let (dt, dc) = (t1.saturating_sub(t0), c1.saturating_sub(c0));
-    (dc > 0).then(|| dt as f64 / dc as f64)
-}
-
 /// The index of `sys_enter` when it is attached as a tracepoint (tp_btf,
 /// raw_tp), whose dispatch every syscall of the node pays.
 fn dispatched_hook(loaded: &Loaded<'_>) -> Option<usize> {
     loaded.probes.iter().position(|p| {
         p.probe == super::SYS_ENTER && p.attached() && p.attach_type != AttachType::Fentry
     })
-}
-
-/// What the statistics add to each run they time: test-run the empty
-/// program [`FLOOR_RUNS`] times and take its measured time per run.
-/// `Ok(None)` when the statistics are off (nothing measured); an error when
-/// a test run fails.
-fn stats_floor_ns(loaded: &Loaded<'_>) -> Result<Option<f64>> {
-    let prog = &loaded.skel.progs.stats_floor;
-    let fd = prog.as_fd().as_raw_fd();
-    let Some(before) = prog_info(fd) else {
-        return Ok(None);
-    };
-    for _ in 0..FLOOR_RUNS {
-        prog.test_run(libbpf_rs::ProgramInput::default())
-            .with_context(|| format!("test-running {STATS_FLOOR_PROGRAM}"))?;
-    }
-    let Some(after) = prog_info(fd) else {
-        return Ok(None);
-    };
-    Ok(per_run(
-        (before.run_time_ns, before.run_cnt),
-        (after.run_time_ns, after.run_cnt),
-    ))
-}
-
-/// A hook's own time per run: the kernel's measured figure less what the
-/// statistics add to it (`floor`, when measured), at least 0.
-fn less_floor(measured: f64, floor: Option<f64>) -> f64 {
-    (measured - floor.unwrap_or(0.0)).max(0.0)
-}
-
-/// Each hook's (run_time_ns, run_cnt) summed over its loaded programs, in
-/// table order, as the kernel counts them while statistics are on.
-fn kernel_totals(loaded: &Loaded<'_>) -> Vec<(u64, u64)> {
-    per_hook(loaded, |i| RunTotals(i.run_time_ns, i.run_cnt))
-        .into_iter()
-        .map(|t| t.map_or((0, 0), |RunTotals(ns, n)| (ns, n)))
-        .collect()
-}
-
-/// (run_time_ns, run_cnt), summable.
-#[derive(Default)]
-struct RunTotals(u64, u64);
-
-impl std::ops::AddAssign for RunTotals {
-    fn add_assign(&mut self, other: Self) {
-        self.0 += other.0;
-        self.1 += other.1;
-    }
 }
 
 /// Sum over the CPUs of slot `slot` of a per-CPU array of `u64`.

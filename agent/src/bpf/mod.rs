@@ -46,6 +46,7 @@ mod libbpf_log;
 mod load;
 mod loaded;
 mod plan;
+mod run_stats;
 mod slots;
 mod stats;
 mod syscall_table;
@@ -90,7 +91,7 @@ pub use syscall_table::syscalls_of;
 /// The programs the agent runs itself with `BPF_PROG_TEST_RUN`, attached
 /// nowhere and always loaded: the fold of the combining slots and the
 /// statistics' empty program.
-pub(crate) const RUN_PROGRAMS: [&str; 2] = [slots::FOLD_PROGRAM, cost::STATS_FLOOR_PROGRAM];
+pub(crate) const RUN_PROGRAMS: [&str; 2] = [slots::FOLD_PROGRAM, run_stats::STATS_FLOOR_PROGRAM];
 
 /// Where the kernel exposes its own BTF.
 pub const KERNEL_BTF: &str = "/sys/kernel/btf/vmlinux";
