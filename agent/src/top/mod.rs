@@ -20,6 +20,7 @@ mod sample;
 mod source;
 mod standalone;
 mod tui;
+mod widgets;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
