@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The agent's module graph, read from its sources, and whether it has a cycle.
 
-    scripts/module-graph.py [--root DIR]
+    scripts/module-graph.py [--root DIR] [--max-lines N]
 
 Reads DIR/**/*.rs (DIR defaults to agent/src). A file is a module named by
 its path: `foo.rs` and `foo/mod.rs` are `foo`, `foo/bar.rs` is `foo::bar`.
@@ -13,7 +13,12 @@ test code and give no edge (tests may reach anywhere).
 Prints the top-level graph (a submodule's edges count as its top-level
 module's; edges inside one top-level module are left out), one line per
 module: `from -> to, to`. Exits 1, naming one cycle, when that graph has one;
-0 otherwise. Standard library only.
+0 otherwise.
+
+With --max-lines N it also fails, naming them, on the files with more than N
+non-test lines (the lines before the test section), test-only files (those
+declared after `#[cfg(test)]`, such as golden.rs) left out. Standard
+library only.
 """
 
 import argparse
@@ -134,6 +139,20 @@ def graph(root: Path) -> dict:
     return top
 
 
+def long_files(root: Path, most: int) -> list:
+    """(path relative to root, non-test lines) of the non-test files with
+    more than `most` non-test lines."""
+    test_only = test_only_files(root)
+    found = []
+    for f in sorted(root.rglob("*.rs")):
+        if f in test_only:
+            continue
+        count = len(non_test_lines(f))
+        if count > most:
+            found.append((f.relative_to(root), count))
+    return found
+
+
 def find_cycle(top: dict):
     """One cycle of `top` as a list of modules (first repeated last), or None."""
     state = {}
@@ -164,15 +183,24 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=REPO / "agent" / "src",
                         help="the crate's source directory (default agent/src)")
+    parser.add_argument("--max-lines", type=int, metavar="N",
+                        help="also fail on a non-test file of more than N non-test lines")
     args = parser.parse_args()
-    top = graph(args.root.resolve())
+    root = args.root.resolve()
+    top = graph(root)
     for module in sorted(top):
         print(f"{module} -> {', '.join(sorted(top[module])) or '(nothing)'}")
+    failed = 0
     cycle = find_cycle(top)
     if cycle:
         print(f"cycle: {' -> '.join(cycle)}", file=sys.stderr)
-        return 1
-    return 0
+        failed = 1
+    if args.max_lines is not None:
+        for path, count in long_files(root, args.max_lines):
+            print(f"too long: {path} has {count} non-test lines (at most {args.max_lines})",
+                  file=sys.stderr)
+            failed = 1
+    return failed
 
 
 if __name__ == "__main__":

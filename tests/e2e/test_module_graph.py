@@ -1,6 +1,8 @@
-"""The agent's modules depend one way: scripts/module-graph.py finds no
-cycle in agent/src's top-level module graph, and does find one in a small
-tree built with one (so a pass means something).
+"""The agent's modules depend one way and each file is one concern:
+scripts/module-graph.py finds no cycle in agent/src's top-level module
+graph and no non-test file of more than 500 lines before its tests; and
+it does find a cycle, and a long file, in small trees built with them (so
+a pass means something).
 
 Loads no BPF and runs no agent: reads the sources only.
 """
@@ -18,8 +20,11 @@ def module_graph(*args):
                           capture_output=True, text=True, timeout=60)
 
 
-def test_agent_modules_have_no_cycle():
-    run = module_graph()
+MAX_LINES = 500
+
+
+def test_agent_modules_have_no_cycle_and_no_long_file():
+    run = module_graph("--max-lines", str(MAX_LINES))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "kernel -> (nothing)" in run.stdout.splitlines(), run.stdout
 
@@ -49,3 +54,17 @@ def test_test_code_makes_no_edge(tmp_path):
     run = module_graph("--root", str(tmp_path))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "golden" not in run.stdout, run.stdout
+
+
+def test_a_long_file_is_named_and_test_code_is_not_counted(tmp_path):
+    body = "pub fn f() {}\n" * 10
+    tests = "#[cfg(test)]\nmod tests {\n" + "    // a test\n" * 20 + "}\n"
+    (tmp_path / "main.rs").write_text("mod a;\nmod b;\n#[cfg(test)]\nmod golden;\n")
+    (tmp_path / "a.rs").write_text(body + "pub fn g() {}\n" + tests)
+    (tmp_path / "b.rs").write_text(body + tests)
+    # compiled only under cfg(test): never too long
+    (tmp_path / "golden.rs").write_text(body * 3)
+    run = module_graph("--root", str(tmp_path), "--max-lines", "10")
+    assert run.returncode != 0, run.stdout
+    assert run.stderr.splitlines() == ["too long: a.rs has 11 non-test lines (at most 10)"], \
+        run.stderr
