@@ -21,16 +21,42 @@ pub enum Severity {
     Critical,
 }
 
-/// One process in a finding.
-#[derive(Debug, Serialize)]
-pub struct ProcessRate {
-    pub pid: u32,
+/// Who a process of a finding is, as the findings name it: in the doctor's
+/// report and JSON, and in the labels of `slowpath_finding_info` (with the
+/// finding's id). The pod's three are empty off Kubernetes, `unit` empty
+/// outside a systemd unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ProcessIdentity {
     pub comm: String,
+    /// The cgroup v2 path (`/system.slice/app.service`).
     pub cgroup: String,
     pub unit: String,
     pub namespace: String,
     pub pod: String,
     pub container: String,
+}
+
+impl ProcessIdentity {
+    /// The identity of the process (series) of `d`.
+    pub fn of(d: &Delta) -> Self {
+        let pod = d.pod.clone().unwrap_or_default();
+        Self {
+            comm: d.key.comm.clone(),
+            cgroup: d.key.cgroup.path.clone(),
+            unit: d.key.unit().to_string(),
+            namespace: pod.namespace,
+            pod: pod.pod,
+            container: pod.container,
+        }
+    }
+}
+
+/// One process in a finding.
+#[derive(Debug, Serialize)]
+pub struct ProcessRate {
+    pub pid: u32,
+    #[serde(flatten)]
+    pub identity: ProcessIdentity,
     /// The finding's headline rate for this process, per second.
     pub per_second: f64,
     /// Break-down (e.g. per clock, per operation), per second unless named otherwise.
@@ -102,7 +128,7 @@ impl Finding {
         let Some((pid, comm, m)) = self
             .processes
             .iter()
-            .find_map(|p| Some((p.pid, p.comm.clone(), p.known_source.clone()?)))
+            .find_map(|p| Some((p.pid, p.identity.comm.clone(), p.known_source.clone()?)))
         else {
             return;
         };
@@ -135,15 +161,9 @@ impl ProcessRate {
     /// Process `d` in a finding, at `per_second` with the break-down `detail`
     /// (no call sites yet).
     pub fn of(d: &Delta, per_second: f64, detail: BTreeMap<String, f64>) -> Self {
-        let pod = d.pod.clone().unwrap_or_default();
         Self {
             pid: d.key.pid.unwrap_or(0),
-            comm: d.key.comm.clone(),
-            cgroup: d.key.cgroup.path.clone(),
-            unit: d.key.unit().to_string(),
-            namespace: pod.namespace,
-            pod: pod.pod,
-            container: pod.container,
+            identity: ProcessIdentity::of(d),
             per_second,
             detail,
             call_sites: Vec::new(),
@@ -234,7 +254,7 @@ mod tests {
     fn with_sites(compose: Compose) -> Finding {
         let mut f = finding(Severity::Warning, &[100.0, 50.0]);
         f.processes[1].pid = 7;
-        f.processes[1].comm = "ruby".into();
+        f.processes[1].identity.comm = "ruby".into();
         f.processes[1].call_sites = vec![site(&[
             ("getcontext", "/usr/lib/libc.so.6"),
             ("rb_thread_switch", "/usr/bin/ruby"),

@@ -97,14 +97,17 @@ fn print_finding(n: usize, f: &Finding, paint: Paint) {
 /// One process of a finding, with its top call sites, known source and
 /// runtime.
 fn print_process(p: &ProcessRate) {
-    let place = if p.pod.is_empty() {
-        p.cgroup.clone()
+    let place = if p.identity.pod.is_empty() {
+        p.identity.cgroup.clone()
     } else {
-        format!("{}/{} ({})", p.namespace, p.pod, p.container)
+        format!(
+            "{}/{} ({})",
+            p.identity.namespace, p.identity.pod, p.identity.container
+        )
     };
     println!(
         "   {:>8}  {:<16} {:>12.1}  {}",
-        p.pid, p.comm, p.per_second, place
+        p.pid, p.identity.comm, p.per_second, place
     );
     for site in p.call_sites.iter().take(2) {
         println!("             at {}", callsites::one_line(site));

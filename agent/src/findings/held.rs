@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde::Serialize;
 
-use crate::finding::{Finding, Severity};
+use crate::finding::{Finding, ProcessIdentity, Severity};
 
 /// The processes of a finding shown, most intense first.
 pub const MAX_PROCESSES_PER_FINDING: usize = 10;
@@ -20,12 +20,8 @@ pub const MAX_PROCESSES_PER_FINDING: usize = 10;
 pub struct HeldKey {
     /// The rule's id (`clock_syscall_fallback`, `timer_loop`, ...).
     pub finding: &'static str,
-    pub comm: String,
-    pub cgroup: String,
-    pub unit: String,
-    pub namespace: String,
-    pub pod: String,
-    pub container: String,
+    #[serde(flatten)]
+    pub identity: ProcessIdentity,
 }
 
 /// A finding shown for one process (series).
@@ -78,12 +74,7 @@ impl Held {
             for p in f.processes.iter().take(MAX_PROCESSES_PER_FINDING) {
                 let key = HeldKey {
                     finding: f.id,
-                    comm: p.comm.clone(),
-                    cgroup: p.cgroup.clone(),
-                    unit: p.unit.clone(),
-                    namespace: p.namespace.clone(),
-                    pod: p.pod.clone(),
-                    container: p.container.clone(),
+                    identity: p.identity.clone(),
                 };
                 let full = self.entries.len() >= self.max;
                 let entry = match self.entries.get_mut(&key) {
@@ -159,10 +150,10 @@ mod tests {
         held.update(t0, wall, &[finding("timer_loop", &["a", "b"])]);
         assert_eq!(held.shown().count(), 2);
         held.update(t0 + s(30), wall, &[finding("timer_loop", &["a"])]);
-        let b = held.shown().find(|e| e.key.comm == "b").unwrap();
+        let b = held.shown().find(|e| e.key.identity.comm == "b").unwrap();
         assert!(!b.holding, "b cleared, in its grace");
         held.update(t0 + s(61), wall, &[finding("timer_loop", &["a"])]);
-        let comms: Vec<&str> = held.shown().map(|e| e.key.comm.as_str()).collect();
+        let comms: Vec<&str> = held.shown().map(|e| e.key.identity.comm.as_str()).collect();
         assert_eq!(comms, ["a"]);
     }
 
@@ -179,5 +170,31 @@ mod tests {
         );
         assert_eq!(held.shown().count(), 2);
         assert_eq!(held.over_limit, 2);
+    }
+
+    #[test]
+    fn a_shown_finding_serializes_flat_with_its_identity_in_label_order() {
+        let mut held = Held::new(10, Duration::from_secs(60));
+        held.update(
+            Instant::now(),
+            SystemTime::UNIX_EPOCH,
+            &[finding("x", &["a"])],
+        );
+        let json = serde_json::to_string(held.shown().next().unwrap()).unwrap();
+        let prefix = r#"{"finding":"x","comm":"a","cgroup":"#;
+        assert!(json.starts_with(prefix), "{json}");
+        let keys = [
+            "unit",
+            "namespace",
+            "pod",
+            "container",
+            "severity",
+            "known_source",
+        ];
+        let at: Vec<usize> = keys
+            .iter()
+            .map(|k| json.find(&format!(r#""{k}":"#)).unwrap())
+            .collect();
+        assert!(at.windows(2).all(|w| w[0] < w[1]), "{json}");
     }
 }

@@ -84,12 +84,12 @@ fn labels(h: &HeldFinding, info: bool) -> Vec<(&'static str, String)> {
         out.push(("known_source", h.known_source.to_string()));
     }
     out.extend([
-        ("comm", k.comm.clone()),
-        ("cgroup", k.cgroup.clone()),
-        ("unit", k.unit.clone()),
-        ("namespace", k.namespace.clone()),
-        ("pod", k.pod.clone()),
-        ("container", k.container.clone()),
+        ("comm", k.identity.comm.clone()),
+        ("cgroup", k.identity.cgroup.clone()),
+        ("unit", k.identity.unit.clone()),
+        ("namespace", k.identity.namespace.clone()),
+        ("pod", k.identity.pod.clone()),
+        ("container", k.identity.container.clone()),
     ]);
     out
 }

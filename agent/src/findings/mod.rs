@@ -247,7 +247,7 @@ impl Engine {
             for p in &mut f.processes {
                 if p.pid == 0 {
                     p.pid = tgids
-                        .get(&(p.comm.clone(), p.cgroup.clone(), None))
+                        .get(&(p.identity.comm.clone(), p.identity.cgroup.clone(), None))
                         .and_then(|t| t.first().copied())
                         .unwrap_or(0);
                 }
@@ -321,11 +321,12 @@ fn attach_call_sites(sampler: &mut Sampler, f: &mut Finding, tgids: &Tgids) {
         return;
     };
     for p in f.processes.iter_mut().take(SAMPLED_PER_FINDING) {
-        let candidates: Vec<u32> = match tgids.get(&(p.comm.clone(), p.cgroup.clone(), None)) {
-            Some(t) => t.iter().copied().take(SAMPLED_PER_SERIES).collect(),
-            // with a pid label the series is one process
-            None => vec![p.pid],
-        };
+        let candidates: Vec<u32> =
+            match tgids.get(&(p.identity.comm.clone(), p.identity.cgroup.clone(), None)) {
+                Some(t) => t.iter().copied().take(SAMPLED_PER_SERIES).collect(),
+                // with a pid label the series is one process
+                None => vec![p.pid],
+            };
         // (samples, tgid, sites) of the best so far
         let mut best: Option<(u64, u32, Vec<CallSite>)> = None;
         for tgid in candidates.into_iter().filter(|&t| t != 0) {

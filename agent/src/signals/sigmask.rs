@@ -258,7 +258,7 @@ fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
         severity: Severity::Warning,
         title: format!(
             "{} makes {:.0} rt_sigprocmask calls/s",
-            top.comm, top.per_second
+            top.identity.comm, top.per_second
         ),
         evidence: BTreeMap::from([(
             "getcontext_setcontext_signature".to_string(),

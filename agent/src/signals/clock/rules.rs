@@ -180,7 +180,7 @@ fn vdso_bypass_finding(obs: &Observation<'_>, node_falls_back: bool) -> Option<F
         title: format!(
             "{} process(es) read the clock through system calls although the vDSO works (top: {} at {:.0}/s)",
             processes.len(),
-            top.comm,
+            top.identity.comm,
             top.per_second
         ),
         evidence: BTreeMap::from([(

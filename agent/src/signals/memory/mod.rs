@@ -288,7 +288,7 @@ fn compaction_finding(obs: &Observation<'_>) -> Option<Finding> {
         severity: Severity::Warning,
         title: format!(
             "{} spends {:.1} % of its time in direct compaction",
-            top.comm,
+            top.identity.comm,
             top.per_second * 100.0
         ),
         evidence: thp_evidence(thp),

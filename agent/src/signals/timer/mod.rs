@@ -442,7 +442,7 @@ fn timer_loop_finding(obs: &Observation<'_>) -> Option<Finding> {
         severity: Severity::Warning,
         title: format!(
             "{} is woken by a short timer {:.0} times/s",
-            top.comm, top.per_second
+            top.identity.comm, top.per_second
         ),
         evidence,
         processes,

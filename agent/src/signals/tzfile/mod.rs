@@ -125,7 +125,7 @@ fn checks_finding(obs: &Observation<'_>) -> Option<Finding> {
         severity: Severity::Warning,
         title: format!(
             "{} checks /etc/localtime {:.0} times/s (TZ unset)",
-            top.comm, top.per_second
+            top.identity.comm, top.per_second
         ),
         evidence,
         processes,
@@ -165,7 +165,7 @@ mod tests {
             "only the logger is past the threshold"
         );
         let p = &f.processes[0];
-        assert_eq!(p.comm, "logger");
+        assert_eq!(p.identity.comm, "logger");
         assert_eq!(p.per_second, 5_000.0);
         let cpu = p.detail["estimated_cpu_percent"];
         assert!((cpu - 2.0).abs() < 1e-9, "{cpu}");
