@@ -2,7 +2,8 @@
 scripts/module-graph.py finds no cycle in agent/src's top-level module
 graph and no non-test file of more than 500 lines before its tests; and
 it does find a cycle, and a long file, in small trees built with them (so
-a pass means something).
+a pass means something). ARCHITECTURE.md's module graph is the script's
+output.
 
 Loads no BPF and runs no agent: reads the sources only.
 """
@@ -27,6 +28,14 @@ def test_agent_modules_have_no_cycle_and_no_long_file():
     run = module_graph("--max-lines", str(MAX_LINES))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "kernel -> (nothing)" in run.stdout.splitlines(), run.stdout
+
+
+def test_the_architecture_page_draws_the_graph_as_it_is():
+    page = (REPO / "ARCHITECTURE.md").read_text()
+    section = page.split("## The module graph\n", 1)[1].split("\n## ", 1)[0]
+    drawn = section.split("```\n", 2)[1]
+    assert drawn == module_graph().stdout, \
+        "redraw ARCHITECTURE.md's module graph from scripts/module-graph.py"
 
 
 def test_a_cycle_is_found_and_named(tmp_path):
