@@ -44,7 +44,7 @@ use anyhow::{Context, Result};
 use libbpf_rs::PrintLevel;
 use tracing::{debug, info, trace, warn};
 
-use crate::cli::{Cli, Command, DoctorArgs, TopArgs, TopSort, TopSource};
+use crate::cli::{Cli, Command, DoctorArgs, TopArgs, TopSource};
 use crate::worker::{Worker, WorkerOptions};
 
 fn main() -> ExitCode {
@@ -133,17 +133,8 @@ fn top_options(cli: &Cli, args: &TopArgs) -> top::TopOptions {
         delay: args.delay,
         iterations: args.iterations,
         json: args.json,
-        sort: match args.sort {
-            TopSort::Cpu => top::SortKey::Cpu,
-            TopSort::Events => top::SortKey::Events,
-            TopSort::Clock => top::SortKey::Column(top::Column::ClockFallbacks),
-            TopSort::Sigmask => top::SortKey::Column(top::Column::Sigprocmask),
-            TopSort::Wakeup => top::SortKey::Column(top::Column::TimerWakeups),
-            TopSort::Thp => top::SortKey::Column(top::Column::ThpFaults),
-            TopSort::ThpFallback => top::SortKey::Column(top::Column::ThpFallbacks),
-            TopSort::Compaction => top::SortKey::Column(top::Column::CompactionSeconds),
-            TopSort::Tzstat => top::SortKey::Column(top::Column::TzfileStats),
-        },
+        sort: top::SortKey::by_name(&args.sort)
+            .expect("clap accepts only the values of signals::top_sort_names"),
         max_rows: args.rows,
         batch: args.batch,
     }

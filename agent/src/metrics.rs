@@ -126,7 +126,7 @@ const UNTRACED_SYSCALL_ADDED: Family = Family {
     kind: MetricType::GAUGE,
 };
 
-const SYSCALL_COST: Family = Family {
+pub(crate) const SYSCALL_COST: Family = Family {
     name: "slowpath_syscall_seconds",
     help: "What one system call costs on this node with slowpath attached: an untraced getppid, timed by the agent at start (the \"after\" of slowpath_untraced_syscall_added_seconds). The floor of every counted syscall's cost: slowpath top charges counted rt_sigprocmask calls, and clock syscalls of a clock the vDSO serves, at this",
     kind: MetricType::GAUGE,

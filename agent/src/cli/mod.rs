@@ -16,7 +16,7 @@ mod doctor;
 mod top;
 
 pub use doctor::{DoctorArgs, Format};
-pub use top::{TopArgs, TopSort, TopSource};
+pub use top::{TopArgs, TopSource};
 
 /// Every flag can also be set in the environment (`SLOWPATH_WEB_LISTEN_ADDRESS`
 /// for `--web.listen-address`, ...), which is how the container image, the

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::PossibleValuesParser;
 use clap::{Args, ValueEnum};
 
 use crate::flag_values::{parse_delay, whole_number};
@@ -28,8 +29,9 @@ pub struct TopArgs {
     /// Column to sort by, highest first: `cpu` is the estimated share of a
     /// CPU the slow paths cost (the node's measured cost of each event),
     /// `events` adds every slow path's events up.
-    #[arg(short = 's', long, value_enum, default_value = "cpu")]
-    pub sort: TopSort,
+    #[arg(short = 's', long, default_value = "cpu",
+          value_parser = PossibleValuesParser::new(crate::signals::top_sort_names()))]
+    pub sort: String,
     /// Rows per table in batch mode; 0 for all.
     #[arg(long, default_value_t = 30)]
     pub rows: usize,
@@ -69,18 +71,4 @@ pub enum TopSource {
     Auto,
     Agent,
     Standalone,
-}
-
-/// Sort keys of `slowpath top --sort`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum TopSort {
-    Cpu,
-    Events,
-    Clock,
-    Sigmask,
-    Wakeup,
-    Thp,
-    ThpFallback,
-    Compaction,
-    Tzstat,
 }

@@ -29,6 +29,7 @@ use crate::node::{Fact, NodeFacts, SettingsReader};
 use crate::snapshot::{Series, Snapshot};
 
 pub use collectors::{log_left_out, Collectors};
+pub use top::{Cell, EventCost, Top, TopColumn};
 
 pub mod clock;
 mod collectors;
@@ -36,6 +37,7 @@ pub mod memory;
 pub mod sigmask;
 pub mod sleep;
 pub mod timer;
+mod top;
 pub mod tzfile;
 pub mod vocabulary;
 
@@ -91,6 +93,9 @@ pub struct Signal {
     pub call_sites: &'static [(sp_callsite_kind, &'static str)],
     pub node: NodeNeeds,
     pub kernel: KernelNeeds,
+    /// How `slowpath top` shows it: its columns, the histogram of
+    /// requested timeouts it adds to, its counters with no column and why.
+    pub top: Top,
 }
 
 /// What a signal reads or measures about the node as a whole; each result
@@ -262,6 +267,19 @@ pub const SIGNALS: [&Signal; 6] = [
     &memory::SIGNAL,
     &tzfile::SIGNAL,
 ];
+
+/// Every column of `slowpath top`, in display order: each signal's, in
+/// [`SIGNALS`] order.
+pub fn top_columns() -> impl Iterator<Item = &'static TopColumn> {
+    SIGNALS.into_iter().flat_map(|s| s.top.columns.iter())
+}
+
+/// The values of `slowpath top --sort`: the estimated CPU, all events, then
+/// each column's.
+pub fn top_sort_names() -> Vec<&'static str> {
+    let columns = top_columns().map(|c| c.sort);
+    ["cpu", "events"].into_iter().chain(columns).collect()
+}
 
 /// Every family of every signal.
 #[cfg(test)]

@@ -17,7 +17,9 @@ use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{
+    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Scrape, Signal, Top, TopColumn,
+};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 /// Number of `enum sp_sigmask_op` slots.
@@ -58,6 +60,20 @@ pub const SIGNAL: Signal = Signal {
         upkeep: None,
         map_sizes: None,
         left_out: None,
+    },
+    top: Top {
+        columns: &[TopColumn {
+            header: "SIGMSK/s",
+            sort: "sigmask",
+            key: "sigprocmask",
+            family: &SIGPROCMASK,
+            only: None,
+            cost: EventCost::Gauge("slowpath_syscall_seconds"),
+            cell: Cell::PerSecond,
+            common: true,
+        }],
+        timeouts: None,
+        not_shown: &[],
     },
 };
 

@@ -17,7 +17,7 @@ use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, CLOCK_COUNT, CLOCK_NAMES};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
+use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs, Top};
 
 const SYSCALL_COUNT: usize = slot!(sp_sleep_syscall::SP_SLEEP_SYSCALL_COUNT);
 const MODE_COUNT: usize = slot!(sp_sleep_mode::SP_SLEEP_MODE_COUNT);
@@ -65,6 +65,14 @@ pub const SIGNAL: Signal = Signal {
         upkeep: Some(update_clock_offsets),
         map_sizes: None,
         left_out: None,
+    },
+    top: Top {
+        columns: &[],
+        timeouts: Some(&SLEEP_REQUESTED),
+        not_shown: &[(
+            &SLEEP_CALLS,
+            "a sleep that expires is a timer wakeup: the timer signal's WAKEUP/s counts it, at the cost of one",
+        )],
     },
 };
 

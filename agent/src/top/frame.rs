@@ -6,6 +6,7 @@ use std::fmt::Write;
 use serde::Serialize;
 
 use super::rows::{Column, Row, IDENTITY};
+use crate::signals::Cell;
 
 /// What a frame says above its table.
 pub struct Header<'a> {
@@ -45,11 +46,11 @@ pub(super) fn timeout_cell(seconds: Option<f64>) -> String {
     }
 }
 
-/// A column's cell: compaction is a share of a CPU, shown in %.
+/// A column's cell: events per second, or a share of a CPU in %.
 pub(super) fn cell(row: &Row, column: Column) -> String {
-    match column {
-        Column::CompactionSeconds => rate_cell(row.rate(column) * 100.0),
-        _ => rate_cell(row.rate(column)),
+    match column.cell() {
+        Cell::PerSecond => rate_cell(row.rate(column)),
+        Cell::Percent => rate_cell(row.rate(column) * 100.0),
     }
 }
 
@@ -88,7 +89,7 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
     );
     let _ = writeln!(out, "{}", header.node);
     let _ = write!(out, "{:>7} {:<16} {:>5}", "PID", "COMM", "CPU%");
-    for column in Column::ALL {
+    for column in Column::all() {
         let _ = write!(out, " {:>8}", column.header());
     }
     let _ = writeln!(out, " {:>8}  {:<32} FINDINGS", "TIMEOUT", "POD/UNIT/CGROUP");
@@ -101,7 +102,7 @@ pub fn text(header: &Header<'_>, rows: &[Row]) -> String {
             truncate(&comm, 16),
             cpu_cell(row)
         );
-        for column in Column::ALL {
+        for column in Column::all() {
             let _ = write!(out, " {:>8}", cell(row, column));
         }
         let _ = writeln!(

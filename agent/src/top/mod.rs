@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-pub use rows::{Column, Reading, SortKey};
+pub use rows::{Reading, SortKey};
 pub use source::{AgentEndpoint, AgentSource, Presence, Source};
 pub use standalone::StandaloneSource;
 

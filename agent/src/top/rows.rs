@@ -5,10 +5,13 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::sample::{Sample, Value};
+use std::sync::OnceLock;
+
+use serde::Serialize;
 
 use super::node::NodeState;
-use serde::Serialize;
+use super::sample::{Sample, Value};
+use crate::signals::{self, Cell, EventCost, TopColumn};
 
 /// The labels that say whose a per-process series is, in display order
 /// (`Series::labels` in `snapshot.rs`); the others name a slow path's
@@ -27,76 +30,74 @@ pub const IDENTITY: [&str; 7] = [
 /// (empty where the series has no such label).
 pub type Identity = [String; IDENTITY.len()];
 
-/// A slow path shown as a column: a counter family (summed over its other
-/// labels, optionally only where one label has one value).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Column {
-    /// Clock reads the vDSO should serve that entered the kernel
-    /// (`slowpath_clock_syscalls_total{fallback="true"}`), per second.
-    ClockFallbacks,
-    /// `rt_sigprocmask` calls (`slowpath_rt_sigprocmask_calls_total`), per second.
-    Sigprocmask,
-    /// Wakeups by an expiring timer (`slowpath_timer_wakeups_total`), per second.
-    TimerWakeups,
-    /// Huge pages allocated on a fault (`slowpath_thp_fault_allocs_total`), per second.
-    ThpFaults,
-    /// THP faults that fell back to 4 KiB pages
-    /// (`slowpath_thp_fault_fallbacks_total`), per second.
-    ThpFallbacks,
-    /// Seconds in memory compaction per second
-    /// (`slowpath_compaction_seconds_total`): the share of a CPU.
-    CompactionSeconds,
-    /// Stats of the default time-zone file
-    /// (`slowpath_tzfile_stat_calls_total`), per second.
-    TzfileStats,
+/// A slow path shown as a column: one of the columns the signals declare
+/// ([`crate::signals::top_columns`]: a counter family summed over its other
+/// labels, optionally only where one label has one value), by its place in
+/// display order. In a JSON frame it is the declaration's key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Column(usize);
+
+/// The declared columns, in display order (made once).
+fn declared() -> &'static [&'static TopColumn] {
+    static COLUMNS: OnceLock<Vec<&'static TopColumn>> = OnceLock::new();
+    COLUMNS.get_or_init(|| signals::top_columns().collect())
 }
 
 impl Column {
     /// Every column, in display order.
-    pub const ALL: [Column; 7] = [
-        Column::ClockFallbacks,
-        Column::Sigprocmask,
-        Column::TimerWakeups,
-        Column::ThpFaults,
-        Column::ThpFallbacks,
-        Column::CompactionSeconds,
-        Column::TzfileStats,
-    ];
+    pub fn all() -> impl Iterator<Item = Column> {
+        (0..declared().len()).map(Column)
+    }
 
-    /// The counter family, and a label that must have a value to count.
-    fn source(self) -> (&'static str, Option<(&'static str, &'static str)>) {
-        match self {
-            Column::ClockFallbacks => ("slowpath_clock_syscalls_total", Some(("fallback", "true"))),
-            Column::Sigprocmask => ("slowpath_rt_sigprocmask_calls_total", None),
-            Column::TimerWakeups => ("slowpath_timer_wakeups_total", None),
-            Column::ThpFaults => ("slowpath_thp_fault_allocs_total", None),
-            Column::ThpFallbacks => ("slowpath_thp_fault_fallbacks_total", None),
-            Column::CompactionSeconds => ("slowpath_compaction_seconds_total", None),
-            Column::TzfileStats => ("slowpath_tzfile_stat_calls_total", None),
-        }
+    /// How many columns there are.
+    pub fn count() -> usize {
+        declared().len()
+    }
+
+    /// The column whose `--sort` value is `name`.
+    pub fn by_sort(name: &str) -> Option<Column> {
+        Column::all().find(|c| c.declaration().sort == name)
+    }
+
+    fn declaration(self) -> &'static TopColumn {
+        declared()[self.0]
     }
 
     /// The column's header in the text frames.
     pub fn header(self) -> &'static str {
-        match self {
-            Column::ClockFallbacks => "CLOCK/s",
-            Column::Sigprocmask => "SIGMSK/s",
-            Column::TimerWakeups => "WAKEUP/s",
-            Column::ThpFaults => "THP/s",
-            Column::ThpFallbacks => "THPFB/s",
-            Column::CompactionSeconds => "COMPACT%",
-            Column::TzfileStats => "TZSTAT/s",
-        }
+        self.declaration().header
+    }
+
+    /// How its cells show the rate.
+    pub fn cell(self) -> Cell {
+        self.declaration().cell
+    }
+
+    /// Kept before the rarer columns when the table is narrow.
+    pub fn is_common(self) -> bool {
+        self.declaration().common
+    }
+
+    /// Whether `sample` counts in this column.
+    fn counts(self, sample: &Sample) -> bool {
+        let column = self.declaration();
+        sample.metric == column.family.name
+            && (column.only)
+                .is_none_or(|(label, want)| sample.label(label).as_deref() == Some(want))
     }
 }
 
-/// The requested-timeout histograms whose buckets give a row's median
-/// timeout (timed waits and sleeps share their buckets).
-const TIMEOUT_HISTOGRAMS: [&str; 2] = [
-    "slowpath_timer_requested_seconds",
-    "slowpath_sleep_requested_seconds",
-];
+impl Serialize for Column {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.declaration().key)
+    }
+}
+
+/// The requested-timeout histograms (the signals' [`signals::Top::timeouts`])
+/// whose buckets, summed, give a row's median timeout.
+fn is_timeout_histogram(name: &str) -> bool {
+    (signals::SIGNALS.iter()).any(|s| s.top.timeouts.is_some_and(|f| f.name == name))
+}
 
 /// What one read of the agent holds for one row: each column's counter
 /// and the requested-timeout histogram (upper bound in seconds ->
@@ -104,37 +105,49 @@ const TIMEOUT_HISTOGRAMS: [&str; 2] = [
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Totals {
     pub counters: BTreeMap<Column, f64>,
-    /// The clock fallbacks by `clock` label: each clock's read costs its own.
-    pub clock_fallbacks: BTreeMap<String, f64>,
+    /// The events of the column charged per clock read
+    /// ([`EventCost::ClockRead`]) by `clock` label: each clock's read costs
+    /// its own.
+    pub clock_reads: BTreeMap<String, f64>,
     pub timeouts: Vec<(f64, f64)>,
     /// Reads in a row that did not have this series (carried over).
     pub missed: u32,
 }
 
+/// The agent's gauge of one system call's cost: what a clock read costs
+/// where its clock does not fall back ([`EventCost::ClockRead`]).
+const SYSCALL_COST: &str = crate::metrics::SYSCALL_COST.name;
+
 /// What one event of each kind costs on this node, from the agent's gauges
 /// in the same read (each measured by the agent on the node): what the
-/// estimated CPU column multiplies the rates by. `None` where the agent
-/// does not export the figure (then those events add nothing).
+/// estimated CPU column multiplies the rates by. An event whose figure the
+/// agent does not export adds nothing.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EventCosts {
-    /// `slowpath_syscall_seconds`: one untraced syscall with the programs
-    /// attached, the cost of an `rt_sigprocmask` call and of a clock
-    /// syscall the vDSO could serve.
-    pub syscall: Option<f64>,
-    /// `slowpath_timer_wakeup_cost_seconds`: CPU one timed wakeup costs.
-    pub wakeup: Option<f64>,
-    /// `slowpath_tzfile_check_seconds`: one stat of `/etc/localtime`.
-    pub tzfile_check: Option<f64>,
+    /// The gauges the columns charge by ([`EventCost::Gauge`], and
+    /// [`SYSCALL_COST`]), in seconds per event, by family name.
+    gauges: BTreeMap<&'static str, f64>,
     /// `slowpath_clock_read_seconds` of each clock whose libc reads fall
     /// back to a syscall on this node (`slowpath_vdso_fallback` 1): what a
     /// process pays per read of it, the clocksource's read included.
     pub fallback_read: BTreeMap<String, f64>,
 }
 
+/// The gauge a column's events cost, if it names one.
+fn cost_gauge(name: &str) -> Option<&'static str> {
+    let named = Column::all().filter_map(|c| match c.declaration().cost {
+        EventCost::Gauge(gauge) => Some(gauge),
+        _ => None,
+    });
+    std::iter::once(SYSCALL_COST)
+        .chain(named)
+        .find(|g| *g == name)
+}
+
 impl EventCosts {
     /// Seconds one fallback read of `clock` costs.
     fn clock_read(&self, clock: &str) -> Option<f64> {
-        self.fallback_read.get(clock).copied().or(self.syscall)
+        (self.fallback_read.get(clock).copied()).or(self.gauges.get(SYSCALL_COST).copied())
     }
 
     /// Take a gauge of one read into the costs; `fallen_back` gathers the
@@ -142,34 +155,34 @@ impl EventCosts {
     fn take(&mut self, sample: &Sample, value: f64, reads: &mut Vec<(String, f64)>) {
         let clock = || sample.label_or_empty("clock").into_owned();
         match sample.metric {
-            "slowpath_syscall_seconds" => self.syscall = Some(value),
-            "slowpath_timer_wakeup_cost_seconds" => self.wakeup = Some(value),
-            "slowpath_tzfile_check_seconds" => self.tzfile_check = Some(value),
             "slowpath_clock_read_seconds" => reads.push((clock(), value)),
             "slowpath_vdso_fallback" if value == 1.0 => {
                 self.fallback_read.insert(clock(), f64::NAN);
             }
-            _ => {}
+            name => {
+                if let Some(gauge) = cost_gauge(name) {
+                    self.gauges.insert(gauge, value);
+                }
+            }
         }
     }
 
     /// The share of one CPU a row's events cost over an interval: each
-    /// rate times its event's cost, and compaction's own share.
+    /// column's rate times its event's cost ([`EventCost`]).
     fn cpu_share(&self, rate: impl Fn(Column) -> f64, clock_rates: &[(String, f64)]) -> f64 {
-        let clocks: f64 = clock_rates
-            .iter()
-            .map(|(clock, r)| r * self.clock_read(clock).unwrap_or(0.0))
-            .sum();
-        let per_event = [
-            (Column::Sigprocmask, self.syscall),
-            (Column::TimerWakeups, self.wakeup),
-            (Column::TzfileStats, self.tzfile_check),
-        ];
-        let others: f64 = per_event
-            .iter()
-            .map(|(column, cost)| rate(*column) * cost.unwrap_or(0.0))
-            .sum();
-        clocks + others + rate(Column::CompactionSeconds)
+        let clocks = || -> f64 {
+            (clock_rates.iter())
+                .map(|(clock, r)| r * self.clock_read(clock).unwrap_or(0.0))
+                .sum()
+        };
+        Column::all()
+            .map(|column| match column.declaration().cost {
+                EventCost::None => 0.0,
+                EventCost::Gauge(gauge) => rate(column) * self.gauges.get(gauge).unwrap_or(&0.0),
+                EventCost::ClockRead => clocks(),
+                EventCost::Seconds => rate(column),
+            })
+            .sum()
     }
 }
 
@@ -245,7 +258,7 @@ impl Reading {
                 continue;
             }
             if let Value::Histogram(buckets) = &sample.value {
-                if TIMEOUT_HISTOGRAMS.contains(&sample.metric) {
+                if is_timeout_histogram(sample.metric) {
                     let totals = reading.rows.entry(identity(&sample)).or_default();
                     add_buckets(&mut totals.timeouts, buckets);
                 }
@@ -261,22 +274,12 @@ impl Reading {
                 _ => continue,
             };
             reading.node.take(&sample, value);
-            for column in Column::ALL {
-                let (family, only) = column.source();
-                if sample.metric != family
-                    || only
-                        .is_some_and(|(label, want)| sample.label(label).as_deref() != Some(want))
-                {
-                    continue;
-                }
+            for column in Column::all().filter(|c| c.counts(&sample)) {
                 let totals = reading.rows.entry(identity(&sample)).or_default();
                 *totals.counters.entry(column).or_default() += value;
-                if column == Column::ClockFallbacks {
+                if column.declaration().cost == EventCost::ClockRead {
                     let clock = sample.label_or_empty("clock");
-                    *totals
-                        .clock_fallbacks
-                        .entry(clock.into_owned())
-                        .or_default() += value;
+                    *totals.clock_reads.entry(clock.into_owned()).or_default() += value;
                 }
             }
         }
@@ -377,9 +380,9 @@ pub fn rows_between(before: &Reading, now: &Reading, seconds: f64) -> Vec<Row> {
             if rates.is_empty() {
                 return None;
             }
-            let clock_rates: Vec<(String, f64)> = (totals.clock_fallbacks.iter())
+            let clock_rates: Vec<(String, f64)> = (totals.clock_reads.iter())
                 .map(|(clock, &n)| {
-                    let b = old.clock_fallbacks.get(clock).copied();
+                    let b = old.clock_reads.get(clock).copied();
                     (clock.clone(), increase(b, n) / seconds)
                 })
                 .collect();
@@ -407,6 +410,18 @@ pub enum SortKey {
     Cpu,
     Events,
     Column(Column),
+}
+
+impl SortKey {
+    /// The key a `slowpath top --sort` value names
+    /// ([`crate::signals::top_sort_names`]).
+    pub fn by_name(name: &str) -> Option<SortKey> {
+        match name {
+            "cpu" => Some(SortKey::Cpu),
+            "events" => Some(SortKey::Events),
+            column => Column::by_sort(column).map(SortKey::Column),
+        }
+    }
 }
 
 /// Sort rows, highest first.
@@ -477,6 +492,14 @@ slowpath_clock_read_seconds{clock="monotonic"} 1e-5
 slowpath_timer_wakeup_cost_seconds 1e-5
 "#;
 
+    fn clock() -> Column {
+        Column::by_sort("clock").unwrap()
+    }
+
+    fn sigmask() -> Column {
+        Column::by_sort("sigmask").unwrap()
+    }
+
     fn by_comm(rows: &[Row], comm: &str) -> Row {
         rows.iter().find(|r| r.identity[0] == comm).unwrap().clone()
     }
@@ -486,9 +509,9 @@ slowpath_timer_wakeup_cost_seconds 1e-5
         let rows = rows_between(&reading(BEFORE), &reading(NOW), 2.0);
         let java = by_comm(&rows, "java");
         // only the clocks the vDSO should serve: (200 + 100) / 2 s
-        assert_eq!(java.rate(Column::ClockFallbacks), 150.0);
+        assert_eq!(java.rate(clock()), 150.0);
         let ruby = by_comm(&rows, "ruby");
-        assert_eq!(ruby.rate(Column::Sigprocmask), 4000.0);
+        assert_eq!(ruby.rate(sigmask()), 4000.0);
         assert_eq!(ruby.findings, vec!["sigprocmask_storm".to_string()]);
         assert!(java.findings.is_empty());
     }
@@ -514,10 +537,10 @@ slowpath_timer_wakeup_cost_seconds 1e-5
     #[test]
     fn a_new_series_counts_from_zero_and_a_restarted_one_too() {
         let rows = rows_between(&reading(BEFORE), &reading(NOW), 1.0);
-        assert_eq!(by_comm(&rows, "idle").rate(Column::Sigprocmask), 3.0);
+        assert_eq!(by_comm(&rows, "idle").rate(sigmask()), 3.0);
         // the agent restarted between the reads: counters went down
         let rows = rows_between(&reading(NOW), &reading(BEFORE), 1.0);
-        assert_eq!(by_comm(&rows, "ruby").rate(Column::Sigprocmask), 20.0);
+        assert_eq!(by_comm(&rows, "ruby").rate(sigmask()), 20.0);
     }
 
     #[test]
@@ -531,7 +554,7 @@ slowpath_timer_wakeup_cost_seconds 1e-5
             .iter()
             .all(|r| r.identity[0] != "ruby"));
         let rows = rows_between(&base, &reading(NOW), 1.0);
-        assert_eq!(by_comm(&rows, "ruby").rate(Column::Sigprocmask), 8000.0);
+        assert_eq!(by_comm(&rows, "ruby").rate(sigmask()), 8000.0);
         // forgotten after CARRY_READS reads without it
         let mut old = base;
         for _ in 0..CARRY_READS {
@@ -577,7 +600,7 @@ slowpath_timer_wakeup_cost_seconds 1e-5
         sort_rows(&mut rows, SortKey::Events);
         let comms: Vec<&str> = rows.iter().map(|r| r.identity[0].as_str()).collect();
         assert_eq!(comms, ["ruby", "java", "idle"]);
-        sort_rows(&mut rows, SortKey::Column(Column::ClockFallbacks));
+        sort_rows(&mut rows, SortKey::Column(clock()));
         assert_eq!(rows[0].identity[0], "java");
         // ties (no clock fallbacks) by all events
         assert_eq!(rows[1].identity[0], "ruby");

@@ -28,13 +28,15 @@ use super::TopOptions;
 
 /// The sort keys in the order `s`, `<` and `>` walk them: the estimated
 /// CPU, all events, then each column in display order.
-const SORTS: usize = Column::ALL.len() + 2;
+fn sorts() -> usize {
+    Column::count() + 2
+}
 
 fn sort_key(index: usize) -> SortKey {
     match index {
         0 => SortKey::Cpu,
         1 => SortKey::Events,
-        i => SortKey::Column(Column::ALL[(i - 2) % Column::ALL.len()]),
+        i => SortKey::Column(Column::all().nth((i - 2) % Column::count()).unwrap()),
     }
 }
 
@@ -46,7 +48,7 @@ fn utc_clock(time: std::time::SystemTime) -> String {
 
 /// The place of `key` in the walk of [`sort_key`].
 fn sort_index(key: SortKey) -> usize {
-    (0..SORTS).find(|&i| sort_key(i) == key).unwrap_or(0)
+    (0..sorts()).find(|&i| sort_key(i) == key).unwrap_or(0)
 }
 
 const HELP: &str = "\
@@ -260,8 +262,8 @@ impl<'a> App<'a> {
             KeyCode::PageDown => self.table.scroll_down_by(self.page as u16),
             KeyCode::Home => self.table.select_first(),
             KeyCode::End => self.table.select(Some(rows.saturating_sub(1))),
-            KeyCode::Char('s') | KeyCode::Char('>') => self.sort = (self.sort + 1) % SORTS,
-            KeyCode::Char('<') => self.sort = (self.sort + SORTS - 1) % SORTS,
+            KeyCode::Char('s') | KeyCode::Char('>') => self.sort = (self.sort + 1) % sorts(),
+            KeyCode::Char('<') => self.sort = (self.sort + sorts() - 1) % sorts(),
             KeyCode::Char('/') => self.editing_filter = true,
             KeyCode::Char('f') => self.only_findings = !self.only_findings,
             KeyCode::Char('p') => self.paused = !self.paused,

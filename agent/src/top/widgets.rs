@@ -25,23 +25,21 @@ pub(super) enum ViewColumn {
 }
 
 impl ViewColumn {
-    /// Left to right.
-    const ORDER: [ViewColumn; 14] = [
-        ViewColumn::Pid,
-        ViewColumn::Mark,
-        ViewColumn::Comm,
-        ViewColumn::Cpu,
-        ViewColumn::Rate(Column::ClockFallbacks),
-        ViewColumn::Rate(Column::Sigprocmask),
-        ViewColumn::Rate(Column::TimerWakeups),
-        ViewColumn::Rate(Column::ThpFaults),
-        ViewColumn::Rate(Column::ThpFallbacks),
-        ViewColumn::Rate(Column::CompactionSeconds),
-        ViewColumn::Rate(Column::TzfileStats),
-        ViewColumn::Timeout,
-        ViewColumn::Place,
-        ViewColumn::Findings,
-    ];
+    /// Left to right: who, the estimated CPU, each declared column, the
+    /// timeout, where, the findings.
+    pub(super) fn order() -> Vec<ViewColumn> {
+        let who = [
+            ViewColumn::Pid,
+            ViewColumn::Mark,
+            ViewColumn::Comm,
+            ViewColumn::Cpu,
+        ];
+        let rest = [ViewColumn::Timeout, ViewColumn::Place, ViewColumn::Findings];
+        (who.into_iter())
+            .chain(Column::all().map(ViewColumn::Rate))
+            .chain(rest)
+            .collect()
+    }
 
     /// Which columns stay when the screen is narrow, lowest first: who and
     /// the estimated CPU, then the sorted rate, the common rates, the timeout, the rarer
@@ -50,9 +48,7 @@ impl ViewColumn {
         match self {
             ViewColumn::Pid | ViewColumn::Mark | ViewColumn::Comm | ViewColumn::Cpu => 0,
             ViewColumn::Rate(c) if Some(c) == sorted => 1,
-            ViewColumn::Rate(
-                Column::ClockFallbacks | Column::Sigprocmask | Column::TimerWakeups,
-            ) => 2,
+            ViewColumn::Rate(c) if c.is_common() => 2,
             ViewColumn::Timeout => 3,
             ViewColumn::Rate(_) => 4,
             ViewColumn::Findings => 5,
@@ -121,13 +117,14 @@ pub(super) fn aligned(column: &ViewColumn, text: String) -> Cell<'static> {
     }
 }
 
-/// The columns that fit `width` (one space between), in [`ViewColumn::ORDER`]:
+/// The columns that fit `width` (one space between), in [`ViewColumn::order`]:
 /// taken in [`ViewColumn::keep_rank`] order, the sorted one early, so that a
 /// narrow screen drops whole columns instead of squeezing every one.
 /// 120 columns hold them all (7 + 1 + 15 + 5 + 52 for the rates + 7 + 12 + 8,
 /// 13 gaps).
 pub(super) fn fitting_columns(width: u16, sorted: Option<Column>) -> Vec<ViewColumn> {
-    let mut keep = ViewColumn::ORDER.to_vec();
+    let order = ViewColumn::order();
+    let mut keep = order.clone();
     keep.sort_by_key(|c| c.keep_rank(sorted)); // stable: left to right within a rank
     let mut used = 0u16;
     let mut chosen = Vec::new();
@@ -139,10 +136,7 @@ pub(super) fn fitting_columns(width: u16, sorted: Option<Column>) -> Vec<ViewCol
         used += need;
         chosen.push(column);
     }
-    ViewColumn::ORDER
-        .into_iter()
-        .filter(|c| chosen.contains(c))
-        .collect()
+    order.into_iter().filter(|c| chosen.contains(c)).collect()
 }
 
 /// Lines `text` takes wrapped at word boundaries to `width` columns (as
@@ -207,8 +201,8 @@ mod tests {
 
     #[test]
     fn a_narrow_screen_drops_whole_columns_keeping_the_sorted_one() {
-        assert_eq!(fitting_columns(120, None), ViewColumn::ORDER.to_vec());
-        let narrow = fitting_columns(58, Some(Column::TzfileStats));
+        assert_eq!(fitting_columns(120, None), ViewColumn::order());
+        let narrow = fitting_columns(58, Column::by_sort("tzstat"));
         let titles: Vec<&str> = narrow.iter().map(|c| c.title()).collect();
         // 7 + 1 + 15 + 5 + 8 (sorted) + 7 + 8, with the gaps: 57; no next column fits in 1
         assert_eq!(

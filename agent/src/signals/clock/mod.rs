@@ -18,7 +18,9 @@ use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters, sp_syscall_grou
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labels};
 use crate::flag_values::parse_duration;
 use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
-use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs};
+use crate::signals::{
+    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs, Top, TopColumn,
+};
 use crate::snapshot::Series;
 
 pub mod benchmark;
@@ -146,6 +148,23 @@ pub const SIGNAL: Signal = Signal {
         upkeep: None,
         map_sizes: None,
         left_out: None,
+    },
+    top: Top {
+        columns: &[TopColumn {
+            header: "CLOCK/s",
+            sort: "clock",
+            key: "clock_fallbacks",
+            family: &CLOCK_SYSCALLS,
+            only: Some(("fallback", "true")),
+            cost: EventCost::ClockRead,
+            cell: Cell::PerSecond,
+            common: true,
+        }],
+        timeouts: None,
+        not_shown: &[(
+            &CLOCKSOURCE_CHANGES,
+            "node-wide: the node line shows the clocksource",
+        )],
     },
 };
 

@@ -18,7 +18,10 @@ use crate::bpf::types::{sp_callsite_kind, sp_compaction_trigger, sp_counters};
 use crate::bpf::{slot, Hook, KernelBtf, RodataPatch};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs};
+use crate::signals::{
+    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs, Top,
+    TopColumn,
+};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 pub mod settings;
@@ -99,6 +102,42 @@ pub const SIGNAL: Signal = Signal {
         upkeep: None,
         map_sizes: Some(map_sizes),
         left_out: None,
+    },
+    top: Top {
+        columns: &[
+            TopColumn {
+                header: "THP/s",
+                sort: "thp",
+                key: "thp_faults",
+                family: &THP_ALLOCS,
+                only: None,
+                cost: EventCost::None,
+                cell: Cell::PerSecond,
+                common: false,
+            },
+            TopColumn {
+                header: "THPFB/s",
+                sort: "thp-fallback",
+                key: "thp_fallbacks",
+                family: &THP_FALLBACKS,
+                only: None,
+                cost: EventCost::None,
+                cell: Cell::PerSecond,
+                common: false,
+            },
+            TopColumn {
+                header: "COMPACT%",
+                sort: "compaction",
+                key: "compaction_seconds",
+                family: &COMPACTION_SECONDS,
+                only: None,
+                cost: EventCost::Seconds,
+                cell: Cell::Percent,
+                common: false,
+            },
+        ],
+        timeouts: None,
+        not_shown: &[(&COMPACTION_RUNS, "what a run costs is its time, COMPACT%")],
     },
 };
 

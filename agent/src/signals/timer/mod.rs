@@ -42,7 +42,9 @@ use crate::exposition::{
 };
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
-use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{
+    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal, Top, TopColumn,
+};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 pub mod kernel;
@@ -152,6 +154,26 @@ pub const SIGNAL: Signal = Signal {
         upkeep: Some(update_clock_offsets),
         map_sizes: None,
         left_out: Some(kernel::left_out),
+    },
+    top: Top {
+        columns: &[TopColumn {
+            header: "WAKEUP/s",
+            sort: "wakeup",
+            key: "timer_wakeups",
+            family: &TIMER_WAKEUPS,
+            only: None,
+            cost: EventCost::Gauge("slowpath_timer_wakeup_cost_seconds"),
+            cell: Cell::PerSecond,
+            common: true,
+        }],
+        timeouts: Some(&TIMER_REQUESTED),
+        not_shown: &[
+            (
+                &TIMER_WAITS,
+                "counted only for timer loops; what a wait costs is its wakeup, WAKEUP/s",
+            ),
+            (&NODE_TIMER_WAITS, "node-wide: no process"),
+        ],
     },
 };
 

@@ -21,7 +21,9 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, gauge, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
-use crate::signals::{KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal};
+use crate::signals::{
+    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal, Top, TopColumn,
+};
 use crate::sources::CauseBasis;
 use cost::TzfileCheckCost;
 use sources::{SOURCES, TZ_GAIN};
@@ -64,6 +66,20 @@ pub const SIGNAL: Signal = Signal {
         upkeep: None,
         map_sizes: None,
         left_out: None,
+    },
+    top: Top {
+        columns: &[TopColumn {
+            header: "TZSTAT/s",
+            sort: "tzstat",
+            key: "tzfile_stats",
+            family: &TZFILE_STATS,
+            only: None,
+            cost: EventCost::Gauge("slowpath_tzfile_check_seconds"),
+            cell: Cell::PerSecond,
+            common: false,
+        }],
+        timeouts: None,
+        not_shown: &[],
     },
 };
 

@@ -1,0 +1,162 @@
+//! How `slowpath top` shows each signal, declared by the signal
+//! ([`super::Signal::top`]): its columns (the header, the `--sort` value,
+//! the key in JSON frames, the counter summed, how one event is charged to
+//! the estimated CPU), the histogram of requested timeouts that feeds the
+//! `TIMEOUT` column, and its counters that have no column, each with why.
+//! `top` builds its columns, sort keys and CPU estimate from these alone, in
+//! [`super::SIGNALS`] order, so a new signal's counters reach it (or say why
+//! not) with no edit in `top/`; a unit test holds every counter family of
+//! every signal to one of the two.
+
+use crate::exposition::Family;
+
+/// A signal in `slowpath top`.
+pub struct Top {
+    /// Its rate columns, in display order.
+    pub columns: &'static [TopColumn],
+    /// A histogram of requested timeouts in seconds (per-process series)
+    /// whose buckets, with the other signals', give a row's median
+    /// requested timeout.
+    pub timeouts: Option<&'static Family>,
+    /// Its counter families that have no column, each with why (a
+    /// node-wide count, one shown through another signal's column, ...).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub not_shown: &'static [(&'static Family, &'static str)],
+}
+
+/// One column of `slowpath top`: a counter family of the signal, summed
+/// over a row's series (optionally only where one label has one value), as
+/// a rate per second between two reads.
+pub struct TopColumn {
+    /// Its header in the text frames and the full-screen table (at most 8
+    /// characters, e.g. `CLOCK/s`).
+    pub header: &'static str,
+    /// Its value of `slowpath top --sort`.
+    pub sort: &'static str,
+    /// Its key in the `rates` object of a JSON frame.
+    pub key: &'static str,
+    /// The counter summed.
+    pub family: &'static Family,
+    /// A label that must have this value for a series to count.
+    pub only: Option<(&'static str, &'static str)>,
+    /// What one counted event (or second) costs in the estimated CPU.
+    pub cost: EventCost,
+    /// How a cell shows the rate.
+    pub cell: Cell,
+    /// Kept before the rarer columns when the full-screen table is narrow.
+    pub common: bool,
+}
+
+/// How `top`'s estimated CPU charges a column's rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventCost {
+    /// Not charged: the event's CPU is not measured on the node (e.g. a
+    /// THP fault, whose cost is the page clearing the process would do
+    /// anyway).
+    None,
+    /// Each event costs the value of this gauge of the agent, in seconds,
+    /// measured on the node (e.g. `slowpath_syscall_seconds`).
+    Gauge(&'static str),
+    /// Each event costs one read of the clock in its `clock` label:
+    /// `slowpath_clock_read_seconds` of that clock where the canary saw
+    /// the agent's own reads of it fall back (`slowpath_vdso_fallback` 1),
+    /// else one system call (`slowpath_syscall_seconds`).
+    ClockRead,
+    /// The counter is itself in seconds: its rate is a share of a CPU.
+    Seconds,
+}
+
+/// How a column's cell shows its rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cell {
+    /// Events per second.
+    PerSecond,
+    /// A share of a CPU (seconds per second), in %.
+    Percent,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use prometheus::proto::MetricType;
+
+    use crate::signals::{families, top_columns, top_sort_names, EventCost, SIGNALS};
+
+    #[test]
+    fn every_counter_of_every_signal_has_a_column_or_says_why_not() {
+        for signal in SIGNALS {
+            let shown: Vec<&str> = signal.top.columns.iter().map(|c| c.family.name).collect();
+            let not_shown: Vec<&str> = signal.top.not_shown.iter().map(|(f, _)| f.name).collect();
+            for family in signal.families {
+                let (column, reason) = (
+                    shown.contains(&family.name),
+                    not_shown.contains(&family.name),
+                );
+                match family.kind {
+                    MetricType::COUNTER => assert!(
+                        column != reason,
+                        "{}: {} needs a top column or a reason in not_shown, not both",
+                        signal.name,
+                        family.name
+                    ),
+                    _ => assert!(!column && !reason, "{}: not a counter", family.name),
+                }
+            }
+            for name in shown.iter().chain(&not_shown) {
+                let own = signal.families.iter().any(|f| f.name == *name);
+                assert!(own, "{}: {name} is not one of its families", signal.name);
+            }
+            for (family, why) in signal.top.not_shown {
+                assert!(!why.is_empty(), "{}: no reason", family.name);
+            }
+            if let Some(timeouts) = signal.top.timeouts {
+                assert_eq!(timeouts.kind, MetricType::HISTOGRAM, "{}", timeouts.name);
+                assert!(signal.families.iter().any(|f| f.name == timeouts.name));
+            }
+        }
+    }
+
+    #[test]
+    fn columns_have_distinct_headers_sort_values_and_keys_that_fit() {
+        let columns: Vec<_> = top_columns().collect();
+        for (what, values) in [
+            (
+                "header",
+                columns.iter().map(|c| c.header).collect::<Vec<_>>(),
+            ),
+            ("key", columns.iter().map(|c| c.key).collect()),
+            ("sort", top_sort_names()),
+        ] {
+            let distinct: HashSet<_> = values.iter().collect();
+            assert_eq!(
+                distinct.len(),
+                values.len(),
+                "a {what} given twice: {values:?}"
+            );
+        }
+        for c in &columns {
+            assert!(c.header.len() <= 8, "{}: wider than a rate cell", c.header);
+            let kebab = |s: &str| s.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-');
+            assert!(kebab(c.sort), "{}", c.sort);
+        }
+    }
+
+    #[test]
+    fn every_cost_gauge_is_a_gauge_the_agent_exports() {
+        let gauges: HashSet<&str> = families()
+            .chain([&crate::metrics::SYSCALL_COST])
+            .filter(|f| f.kind == MetricType::GAUGE)
+            .map(|f| f.name)
+            .collect();
+        for column in top_columns() {
+            if let EventCost::Gauge(name) = column.cost {
+                assert!(
+                    gauges.contains(name),
+                    "{}: {name} is no gauge",
+                    column.header
+                );
+            }
+        }
+    }
+}
