@@ -68,6 +68,7 @@ fn main() -> ExitCode {
         Some(Command::Top(args)) => run_top(&cli, args),
         Some(Command::Completions(args)) => manuals::print_completions(args.shell),
         Some(Command::Man(args)) => manuals::write_man_pages(&args.dir),
+        Some(Command::Signals) => signals::declaration::print(),
         None => run(cli),
     };
     match result {

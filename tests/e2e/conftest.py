@@ -30,6 +30,7 @@ from helpers.agent import Agent  # noqa: E402
 from helpers.oracles import TRACEFS  # noqa: E402
 from helpers.paths import REPO, WORKLOAD_SRC  # noqa: E402
 from helpers.prometheus import prometheus_release  # noqa: E402
+from helpers.signals import agent_path  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -42,7 +43,7 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def agent_bin():
-    path = Path(os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"))
+    path = agent_path()
     assert path.exists(), f"{path} missing: build it with cargo build --release"
     return path
 

@@ -28,6 +28,7 @@ import pytest
 from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids, our_program_ids
 from helpers.oracles import vmstat, wait_ready
+from helpers.signals import declarations
 from helpers.workload import run_workload
 from test_doctor_sources import pretouch_class, pth_bin, thp_always  # noqa: F401
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA
@@ -160,6 +161,42 @@ def test_text_frames_put_the_busiest_process_first(agent_bin, workload_bin, tmp_
         assert "NOT ATTACHED" not in node, node
         assert columns.split()[:4] == ["PID", "COMM", "CPU%", "CLOCK/s"], frame
         assert first.split()[1] == "sp-workload", frame
+
+
+def declared_columns():
+    return [c for d in declarations() for c in d["top"]["columns"]]
+
+
+def test_every_signals_columns_are_in_top(agent_bin, workload_bin, tmp_path):
+    """The columns the signals declare (`slowpath signals`) are the text
+    frame's, in order, for every --sort value they declare, and the JSON
+    frames' rate keys. Beside the declaration: every per-process counter
+    family of a real scrape is a column's or one the signal says it does
+    not show (with why; the agent's unit tests hold each family to one)."""
+    columns = declared_columns()
+    agent = Agent(agent_bin, [], tmp_path / "agent.log")
+    load = subprocess.Popen([str(workload_bin), "clock-raw", "100000000"], stdout=subprocess.DEVNULL)
+    try:
+        run_workload(workload_bin, "raw-sigmask", 1000)
+        run_workload(workload_bin, "localtime", 1000)
+        counters = {s.name for s in agent.scrape().samples if s.name.endswith("_total") and "comm" in s.labels}
+        accounted = {c["family"] for c in columns} | {f for d in declarations() for f, _ in d["top"]["not_shown"]}
+        assert {"slowpath_rt_sigprocmask_calls_total", "slowpath_tzfile_stat_calls_total"} <= counters, counters
+        assert counters <= accounted, counters - accounted
+        for column in columns:
+            result = top(agent_bin, agent, "-n", "1", "-d", "0.2", "--sort", column["sort"])
+            assert result.returncode == 0, result.stderr
+            header = result.stdout.splitlines()[2].split()
+            assert header == ["PID", "COMM", "CPU%", *(c["header"] for c in columns), "TIMEOUT",
+                              "POD/UNIT/CGROUP", "FINDINGS"], header
+        frames = top(agent_bin, agent, "-n", "2", "-d", "0.5", "--json")
+        keys = {k for line in frames.stdout.splitlines() for k in json.loads(line)["rates"]}
+        clock = next(c["key"] for c in columns if c["family"] == "slowpath_clock_syscalls_total")
+        assert clock in keys and keys <= {c["key"] for c in columns}, keys
+    finally:
+        load.kill()
+        load.wait()
+        assert agent.stop() == 0, agent.log_text()
 
 
 def test_over_tls_with_basic_auth_and_one_line_without_the_password(agent_bin, tmp_path):

@@ -275,6 +275,11 @@ pub enum Command {
     /// slowpath-top.1, ...) into DIR: how the package gets them.
     #[command(hide = true)]
     Man(ManArgs),
+    /// Print every signal's declaration (collector, families, hooks,
+    /// syscalls, call kinds, top columns) as JSON: what the tests and doc
+    /// generators read instead of lists of their own.
+    #[command(hide = true)]
+    Signals,
 }
 
 /// Arguments of `slowpath completions`.

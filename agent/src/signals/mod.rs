@@ -33,6 +33,7 @@ pub use top::{Cell, EventCost, Top, TopColumn};
 
 pub mod clock;
 mod collectors;
+pub mod declaration;
 pub mod memory;
 pub mod sigmask;
 pub mod sleep;

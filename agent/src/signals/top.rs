@@ -20,7 +20,6 @@ pub struct Top {
     pub timeouts: Option<&'static Family>,
     /// Its counter families that have no column, each with why (a
     /// node-wide count, one shown through another signal's column, ...).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub not_shown: &'static [(&'static Family, &'static str)],
 }
 

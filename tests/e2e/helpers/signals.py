@@ -1,0 +1,34 @@
+"""The signals as the agent declares them (`slowpath signals`, hidden): the
+lists a test would otherwise keep by hand. A test that takes its rows from
+here checks them against the kernel or a real scrape beside, so the agent
+is not its own oracle."""
+
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from helpers.paths import REPO
+
+
+def agent_path():
+    """The agent under test: $SLOWPATH_BIN, else the release build."""
+    return Path(os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"))
+
+
+@functools.cache
+def declarations():
+    """Every signal's declaration, in the agent's order: [{name, families:
+    [{name, type, help}], hooks, syscalls (this architecture's), call_sites,
+    top: {columns, timeouts, not_shown}}]. Read at collection time too (for
+    parametrizing), hence a clear error when the agent is not built."""
+    path = agent_path()
+    if not path.exists():
+        raise RuntimeError(f"{path} missing: build it with cargo build --release")
+    out = subprocess.run([str(path), "signals"], check=True, capture_output=True, text=True, timeout=30)
+    return json.loads(out.stdout)
+
+
+def by_name():
+    return {d["name"]: d for d in declarations()}
