@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{Cell, EventCost, Signal, TopColumn, SIGNALS};
+use super::{Signal, Top, SIGNALS};
 use crate::bpf::syscalls_of;
 use crate::exposition::Family;
 
@@ -26,7 +26,7 @@ pub struct Declaration {
     /// Its call kinds' names in folded stacks and `/debug/callsites?kind=`.
     pub call_sites: Vec<&'static str>,
     /// How `slowpath top` shows it.
-    pub top: TopView,
+    pub top: &'static Top,
 }
 
 /// A family: name, Prometheus type (lower case) and help.
@@ -38,32 +38,6 @@ pub struct FamilyView {
     pub help: &'static str,
 }
 
-/// A signal's part of `slowpath top`.
-#[derive(Serialize)]
-pub struct TopView {
-    pub columns: Vec<ColumnView>,
-    /// The family of its requested timeouts, if it has one.
-    pub timeouts: Option<&'static str>,
-    /// Its counters with no column: (family, why).
-    pub not_shown: Vec<(&'static str, &'static str)>,
-}
-
-/// One column of `slowpath top`.
-#[derive(Serialize)]
-pub struct ColumnView {
-    pub header: &'static str,
-    pub sort: &'static str,
-    pub key: &'static str,
-    pub family: &'static str,
-    /// (label, value) a series must have to count.
-    pub only: Option<(&'static str, &'static str)>,
-    /// `none`, `gauge:<family>`, `clock_read` or `seconds` ([`EventCost`]).
-    pub cost: String,
-    /// `per_second` or `percent`.
-    pub cell: &'static str,
-    pub common: bool,
-}
-
 fn family(f: &Family) -> FamilyView {
     FamilyView {
         name: f.name,
@@ -72,44 +46,14 @@ fn family(f: &Family) -> FamilyView {
     }
 }
 
-fn column(c: &TopColumn) -> ColumnView {
-    ColumnView {
-        header: c.header,
-        sort: c.sort,
-        key: c.key,
-        family: c.family.name,
-        only: c.only,
-        cost: match c.cost {
-            EventCost::None => "none".into(),
-            EventCost::Gauge(gauge) => format!("gauge:{gauge}"),
-            EventCost::ClockRead => "clock_read".into(),
-            EventCost::Seconds => "seconds".into(),
-        },
-        cell: match c.cell {
-            Cell::PerSecond => "per_second",
-            Cell::Percent => "percent",
-        },
-        common: c.common,
-    }
-}
-
-fn declaration(signal: &Signal) -> Declaration {
-    let top = &signal.top;
+fn declaration(signal: &'static Signal) -> Declaration {
     Declaration {
         name: signal.name,
         families: signal.families.iter().map(|f| family(f)).collect(),
         hooks: signal.kernel.hooks.iter().map(|h| h.name).collect(),
         syscalls: syscalls_of(signal.kernel.syscall_groups),
         call_sites: signal.call_sites.iter().map(|(_, name)| *name).collect(),
-        top: TopView {
-            columns: top.columns.iter().map(column).collect(),
-            timeouts: top.timeouts.map(|f| f.name),
-            not_shown: top
-                .not_shown
-                .iter()
-                .map(|(f, why)| (f.name, *why))
-                .collect(),
-        },
+        top: &signal.top,
     }
 }
 

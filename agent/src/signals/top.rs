@@ -8,24 +8,46 @@
 //! not) with no edit in `top/`; a unit test holds every counter family of
 //! every signal to one of the two.
 
+use serde::{Serialize, Serializer};
+
 use crate::exposition::Family;
 
+/// A family by its name (`slowpath signals`).
+fn name_of<S: Serializer>(family: &&'static Family, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(family.name)
+}
+
+fn name_if_any<S: Serializer>(family: &Option<&'static Family>, s: S) -> Result<S::Ok, S::Error> {
+    family.map(|f| f.name).serialize(s)
+}
+
+fn names_with_why<S: Serializer>(
+    not_shown: &&'static [(&'static Family, &'static str)],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_seq(not_shown.iter().map(|(f, why)| (f.name, why)))
+}
+
 /// A signal in `slowpath top`.
+#[derive(Serialize)]
 pub struct Top {
     /// Its rate columns, in display order.
     pub columns: &'static [TopColumn],
     /// A histogram of requested timeouts in seconds (per-process series)
     /// whose buckets, with the other signals', give a row's median
     /// requested timeout.
+    #[serde(serialize_with = "name_if_any")]
     pub timeouts: Option<&'static Family>,
     /// Its counter families that have no column, each with why (a
     /// node-wide count, one shown through another signal's column, ...).
+    #[serde(serialize_with = "names_with_why")]
     pub not_shown: &'static [(&'static Family, &'static str)],
 }
 
 /// One column of `slowpath top`: a counter family of the signal, summed
 /// over a row's series (optionally only where one label has one value), as
 /// a rate per second between two reads.
+#[derive(Serialize)]
 pub struct TopColumn {
     /// Its header in the text frames and the full-screen table (at most 8
     /// characters, e.g. `CLOCK/s`).
@@ -35,6 +57,7 @@ pub struct TopColumn {
     /// Its key in the `rates` object of a JSON frame.
     pub key: &'static str,
     /// The counter summed.
+    #[serde(serialize_with = "name_of")]
     pub family: &'static Family,
     /// A label that must have this value for a series to count.
     pub only: Option<(&'static str, &'static str)>,
@@ -47,7 +70,8 @@ pub struct TopColumn {
 }
 
 /// How `top`'s estimated CPU charges a column's rate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EventCost {
     /// Not charged: the event's CPU is not measured on the node (e.g. a
     /// THP fault, whose cost is the page clearing the process would do
@@ -66,7 +90,8 @@ pub enum EventCost {
 }
 
 /// How a column's cell shows its rate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Cell {
     /// Events per second.
     PerSecond,
