@@ -20,6 +20,7 @@ import yaml
 from helpers.agent import Agent
 from helpers.paths import REPO
 from helpers.prometheus import prometheus_server
+from helpers.signals import declarations
 from test_runbook_links import DEFAULT_BASE as RUNBOOK_BASE  # the chart's default runbook
 
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
@@ -292,6 +293,23 @@ def test_recording_rules_cover_every_signal_at_every_level_and_the_tests_cover_b
         assert f":{signal}:" in tested, signal
     for level in LEVELS:
         assert f"{level}:" in tested, level
+
+
+def test_the_estimated_cpu_record_charges_what_top_charges():
+    """instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m adds one
+    term per top column the signals declare a cost for (`slowpath signals`),
+    each labelled slow_path=<its --sort value> (the clock's two: a read the
+    canary saw fall back, and a system call), and no other: a new signal's
+    column with a cost fails here until the record charges it too."""
+    expr = records()["instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m"]
+    terms = set(re.findall(r'"slow_path", "([a-z_-]+)"', expr))
+    want = set()
+    for column in (c for d in declarations() for c in d["top"]["columns"]):
+        if column["cost"] == "clock_read":
+            want |= {"clock_read", "clock_syscall"}
+        elif column["cost"] != "none":
+            want.add(column["sort"])
+    assert terms == want, (terms, want)
 
 
 # The doctor's finding behind each alert that reports one.
