@@ -22,6 +22,7 @@ about 3-4 minutes the first time). Without them the tests skip, except in CI
 import copy
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -29,6 +30,7 @@ import pytest
 import yaml
 
 from as_shipped import container_exec, image_binary, pod_prefix
+from helpers.signals import declarations
 from helpers.agent import Agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -427,6 +429,26 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
     assert {d["kind"] for d in docs}.isdisjoint({"ServiceAccount", "ClusterRole", "ClusterRoleBinding"})
     svc = only(docs, "Service")
     assert svc["spec"].get("clusterIP") != "None" and svc["spec"]["ports"][0]["port"] == 9100
+
+
+def test_the_chart_and_the_unit_name_every_collector_the_agent_declares(tools, tmp_path):
+    """The collectors of values.yaml (with their comments), the names the
+    DaemonSet template accepts and says in its error, and the switches of
+    the systemd unit's defaults file are the signals the agent declares
+    (`slowpath signals`), in its order; each one switched off in values
+    reaches the pod as its environment variable."""
+    names = [d["name"] for d in declarations()]
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["agent"]["collectors"]
+    assert list(values) == names
+    template = (CHART / "templates" / "daemonset.yaml").read_text()
+    accepted = re.search(r'has \$name \(list ((?:"\w+" ?)+)\)', template)[1].replace('"', "").split()
+    said = re.search(r"no such collector \(([^)]*)\)", template)[1].split(", ")
+    assert accepted == said == names
+    default = (REPO / "deploy" / "systemd" / "slowpath.default").read_text()
+    assert re.findall(r"^#?SLOWPATH_COLLECTOR_(\w+)=", default, re.M) == [n.upper() for n in names]
+    off = [arg for n in names for arg in ("--set", f"agent.collectors.{n}=false")]
+    env = env_of(container_of(docs_of(render_text(tools, tmp_path, "default", *off))))
+    assert {f"SLOWPATH_COLLECTOR_{n.upper()}" for n in names} <= set(env), env
 
 
 @pytest.mark.parametrize("collectors, error", [
