@@ -12,20 +12,16 @@ sleep and timer share nanosleep/clock_nanosleep: with sleep off the timer
 signal still reads the sleeps' requested lengths (its `wait="clock_nanosleep"`
 histograms), with timer off the sleep signal still does."""
 
-import ctypes
 import json
 import os
-import signal
 import subprocess
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids, our_program_ids, wait_unloaded
-from helpers.host import thp_enabled
+from helpers.signal_facts import declared, flat, producible
 from helpers.signals import by_name
 from helpers.workload import run_workload
 
@@ -46,7 +42,8 @@ SIGNALS = {
 }
 CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
 SYSCALL_SIGNALS = [name for name, d in DECLARED.items() if d["syscalls"]]
-N = 1000
+# What each signal's workloads do and leave (helpers/signal_facts/).
+FACTS = declared()
 
 
 @pytest.fixture(autouse=True)
@@ -103,68 +100,29 @@ def kernel_entry(agent, tgid):
     raise AssertionError("the agent holds no procs map")
 
 
-def flat(value):
-    if isinstance(value, list):
-        return sum(flat(v) for v in value)
-    return value
-
-
-libc = ctypes.CDLL(None, use_errno=True)
-SYS_clock_gettime = 228  # x86_64
-
-
 def own_syscalls():
-    """Make, in this process, calls each syscall signal counts: raw
-    clock_gettime, rt_sigprocmask, clock_nanosleep (time.sleep) and a futex
-    wait with a timeout that expires (threading.Event.wait)."""
-    ts = (ctypes.c_long * 2)()
-    for _ in range(N):
-        libc.syscall(SYS_clock_gettime, 1, ts)
-        signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    for _ in range(20):
-        time.sleep(0.001)
-        threading.Event().wait(0.001)
+    """Make, in this process, calls each syscall signal counts (its facts'
+    own_calls: raw clock_gettime, rt_sigprocmask, clock_nanosleep, a futex
+    wait with a timeout that expires)."""
+    for facts in FACTS.values():
+        if facts.own_calls is not None:
+            facts.own_calls()
 
 
 # What this process's own calls leave in its kernel entry, per signal.
-COUNTED = {
-    "clock": lambda c: c["clock_gettime"][1] >= N,  # monotonic
-    "sigmask": lambda c: flat(c["sigprocmask"]) >= N,
-    "sleep": lambda c: flat(c["sleep_calls"]) >= 20,
-    # timed futex waits (enum sp_wait 2) and timer wakeups
-    "timer": lambda c: c["timer_waits"][2] >= 20 and flat(c["timer_wakeups"]) > 0,
-}
+COUNTED = {name: facts.kernel_counted for name, facts in FACTS.items() if facts.kernel_counted is not None}
 
 
 def workload_counts(scrape_of, workload_bin):
-    """Run one workload per signal and return, per signal, whether the scrape
+    """Run each signal's workload and return, per signal, whether the scrape
     after it counted it: {signal: bool}."""
-    pids = {
-        "clock": run_workload(workload_bin, "clock-raw", N),
-        "sigmask": run_workload(workload_bin, "raw-sigmask", N // 2),
-        "sleep": run_workload(workload_bin, "sleep", 20, 1000),
-        "timer": run_workload(workload_bin, "wait", "futex", 20, 1000),
-        "tzfile": run_workload(workload_bin, "localtime", N),
-    }
-    pids["memory"] = run_workload(workload_bin, "thp", 64)
+    pids = {name: run_workload(workload_bin, *facts.WORKLOAD) for name, facts in FACTS.items()}
     scrape = scrape_of()
 
-    def own(name, signal, **labels):
-        return scrape.value(name, comm="sp-workload", pid=pids[signal], **labels)
+    def own(signal):
+        return lambda name, **labels: scrape.value(name, comm="sp-workload", pid=pids[signal], **labels)
 
-    return scrape, {
-        "clock": own("slowpath_clock_syscalls_total", "clock", syscall="clock_gettime") == N,
-        "sigmask": own("slowpath_rt_sigprocmask_calls_total", "sigmask") == N,
-        "sleep": own("slowpath_sleep_calls_total", "sleep") == 20
-        and own("slowpath_sleep_requested_seconds_count", "sleep") == 20,
-        # a few waits in 500 resume with no timer wakeup (test_timer_wakeups.py)
-        "timer": 15 <= own("slowpath_timer_wakeups_total", "timer", wait="futex") <= 20,
-        # one fault per 2 MiB of the 64 MiB region
-        "memory": own("slowpath_thp_fault_allocs_total", "memory")
-        + own("slowpath_thp_fault_fallbacks_total", "memory") == 32,
-        # every localtime() but the first, which reads the file (test_tzfile.py)
-        "tzfile": own("slowpath_tzfile_stat_calls_total", "tzfile") == N - 1,
-    }
+    return scrape, {name: facts.workload_counted(own(name)) for name, facts in FACTS.items()}
 
 
 @pytest.mark.parametrize("attach", ["probed", "raw-tp"])
@@ -218,7 +176,7 @@ def test_a_collector_switched_off(agent_bin, workload_bin, tmp_path, off, attach
             assert f"# HELP {family} " not in scrape.text
             assert not {n for n in families if n.startswith(family)}, family
         for name, ok in counted.items():
-            if name == "memory" and not thp_enabled():
+            if not producible(FACTS[name]):
                 continue
             assert ok == (name != off), (name, counted)
         if off == "sleep":  # the sleeps' lengths in the timer signal's histogram
@@ -234,14 +192,16 @@ def test_without_a_syscall_collector_there_is_no_syscall_hook(agent_bin, workloa
     try:
         programs, tracepoints = kernel_side(agent)
         assert not [p for p in programs if p.startswith("sys_enter")], programs
-        assert tracepoints == CORE_HOOKS | set(SIGNALS["memory"]["hooks"])
+        hooked = [name for name in SIGNALS if name not in SYSCALL_SIGNALS]
+        assert tracepoints == CORE_HOOKS | {h for name in hooked for h in SIGNALS[name]["hooks"]}
         scrape = agent.scrape()
         probes = {s.labels["probe"] for s in scrape.select("slowpath_probe_attached")}
         assert probes == tracepoints
         assert "no enabled collector counts syscalls: hook sys_enter not attached" in agent.log_text()
         scrape, counted = workload_counts(agent.scrape, workload_bin)
-        assert counted == {**dict.fromkeys(SYSCALL_SIGNALS, False), "memory": counted["memory"]}
-        assert counted["memory"] or not thp_enabled()
+        assert counted == {**dict.fromkeys(SYSCALL_SIGNALS, False), **{name: counted[name] for name in hooked}}
+        for name in hooked:
+            assert counted[name] or not producible(FACTS[name]), name
         assert scrape.select("slowpath_thp_settings_info")
     finally:
         assert agent.stop() == 0, agent.log_text()
