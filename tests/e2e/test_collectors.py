@@ -22,7 +22,7 @@ import pytest
 from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids, our_program_ids, wait_unloaded
 from helpers.signal_facts import declared, flat, producible
-from helpers.signals import by_name
+from helpers.signals import CORE_HOOKS, by_name
 from helpers.workload import run_workload
 
 # What only each signal asks of the kernel (on x86_64), and its families, as
@@ -40,7 +40,6 @@ SIGNALS = {
     }
     for name, d in DECLARED.items()
 }
-CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
 SYSCALL_SIGNALS = [name for name, d in DECLARED.items() if d["syscalls"]]
 # What each signal's workloads do and leave (helpers/signal_facts/).
 FACTS = declared()

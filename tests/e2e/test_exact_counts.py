@@ -12,6 +12,7 @@ import pytest
 
 from helpers.host import thp_enabled, cgroup2_root
 from helpers.oracles import populated_zones, vmstat
+from helpers.signals import every_hook
 from helpers.workload import run_workload
 
 CLOCK = "slowpath_clock_syscalls_total"
@@ -28,7 +29,8 @@ def own(scrape, name, pid, **labels):
 def test_probes_use_the_requested_attach_type(agent):
     scrape = agent.scrape()
     attached = scrape.select("slowpath_probe_attached")
-    assert len(attached) == 10
+    assert len(attached) == len(every_hook())
+    assert {s.labels["probe"] for s in attached} == every_hook()
     for sample in attached:
         assert sample.value == 1, sample
         assert sample.labels["attach_type"] == agent.attach_type

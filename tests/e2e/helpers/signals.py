@@ -32,3 +32,15 @@ def declarations():
 
 def by_name():
     return {d["name"]: d for d in declarations()}
+
+
+# The hooks the agent attaches whatever signals it collects: process exits
+# and execs, new cgroups.
+CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
+
+
+def every_hook():
+    """The probes of an agent with every collector on: the core's, the
+    syscall hook, and the hooks the signals declare."""
+    syscall = {"sys_enter"} if any(d["syscalls"] for d in declarations()) else set()
+    return CORE_HOOKS | syscall | {h for d in declarations() for h in d["hooks"]}
