@@ -40,7 +40,8 @@ from pathlib import Path
 import pytest
 
 from helpers.agent import Scrape
-from helpers.oracles import populated_zones
+from helpers.signal_facts import GuestRun, declared
+from helpers.signals import every_hook
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402
@@ -373,25 +374,12 @@ def test_agent_counts_the_runtimes_fallback_reads(runtimes):
         assert after.value(CLOCK, pid=pid, fallback="false") == 0
 
 
-# The exact-count workloads every kernel and architecture runs, then the
-# scrape `auto` (checked by assert_exact_counts) and the agent's stop.
-EXACT_WORKLOADS = f"""
-section w_raw sp-workload clock-raw {N}
-section w_ctx sp-workload context 5000
-section w_sleep sp-workload sleep 100 1000
-section w_cpu sp-workload cputime 2000
-section w_thr sp-workload threads 4 5000
-section w_churn sp-workload churn-par 200 10 8
-section w_wait sp-workload wait nanosleep 200 2000
-section w_fwait sp-workload wait futex 600 1000
-section w_tz sp-workload localtime 5000
-section w_tz_set env TZ=:/etc/localtime sp-workload localtime 5000
-section w_tz_raw sp-workload tz-stat 1000
-section vm_before cat /proc/vmstat
-section w_thp sp-workload thp 64
-section vm_after cat /proc/vmstat
-section zoneinfo cat /proc/zoneinfo
-section w_compact sh -c 'echo pid=$$; echo 1 > /proc/sys/vm/compact_memory'
+# What each signal's workloads do and leave (helpers/signal_facts/).
+FACTS = declared()
+# The exact-count workloads every kernel and architecture runs (each signal's
+# GUEST_WORKLOADS), then the scrape `auto` (checked by assert_exact_counts)
+# and the agent's stop.
+EXACT_WORKLOADS = "".join(facts.GUEST_WORKLOADS for facts in FACTS.values()) + """
 sleep 1.5
 scrape auto
 section agent_log cat /tmp/agent.log
@@ -400,43 +388,14 @@ agent_stop
 
 
 def assert_exact_counts(secs):
-    """The EXACT_WORKLOADS counts in scrape `auto`: raw clock syscalls,
-    getcontext/setcontext, sleeps, CPU-time clocks, threads, 200 short
-    processes, time-zone file checks with and without TZ, 200 timer wakeups of a 2 ms nanosleep (slack as in
-    test_timer_wakeups), 600 timed futex waits, THP against /proc/vmstat, a manual compaction."""
-    auto = Scrape(secs["auto"])
-    own = lambda name, section, **labels: auto.value(name, comm="sp-workload", pid=pid_of(secs, section), **labels)
-    assert own(CLOCK, "w_raw", clock="monotonic", fallback="true") == N
-    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="query") == 5000
-    assert own("slowpath_rt_sigprocmask_calls_total", "w_ctx", op="setmask") == 5000
-    assert own("slowpath_sleep_calls_total", "w_sleep", syscall="clock_nanosleep", mode="relative") == 100
-    for clock in ["process_cputime", "thread_cputime", "cpu_clock"]:
-        assert own(CLOCK, "w_cpu", clock=clock, fallback="false") == 2000
-    assert own(CLOCK, "w_thr") == 4 * 5000
-    assert auto.value("slowpath_rt_sigprocmask_calls_total", comm="sp-churnp") == 200 * 10
-    woken = own("slowpath_timer_wakeups_total", "w_wait", wait="nanosleep")
-    assert 198 <= woken <= 200, woken
-    # 600 timed futex waits of 1 ms: a timer loop (>= 200 wakeups in some
-    # second), so it has its own series; every wait counted, and a sample of
-    # their timeouts read (at most one per jiffy on each CPU: HZ differs
-    # between the guests' kernels, so only its bounds are checked)
-    assert own("slowpath_timer_waits_total", "w_fwait", wait="futex") == 600
-    read = own("slowpath_timer_requested_seconds_count", "w_fwait", wait="futex")
-    assert 0 < read <= 600, read
-    assert own("slowpath_timer_requested_seconds_bucket", "w_fwait", wait="futex", le="0.001") == read
-    # static glibc: its "/etc/localtime" literal and its stat wrapper are in
-    # the binary; every localtime() but the first (which reads the file)
-    # stats it, none with TZ set (the host tests check both against strace)
-    assert own("slowpath_tzfile_stat_calls_total", "w_tz") == 5000 - 1
-    assert auto.select("slowpath_tzfile_stat_calls_total", pid=pid_of(secs, "w_tz_set")) == []
-    # raw stat and lstat (x86_64's syscalls 4 and 6: sys_newstat, sys_newlstat)
-    assert own("slowpath_tzfile_stat_calls_total", "w_tz_raw") == 2 * 1000
-    assert_thp_matches_vmstat(secs)
-    # a manual compaction, by the shell that wrote compact_memory: one run per populated zone
-    compact = pid_of(secs, "w_compact")
-    assert auto.value("slowpath_compaction_runs_total", pid=compact, trigger="manual") == \
-        populated_zones(secs["zoneinfo"]) > 0
-    assert auto.value("slowpath_compaction_seconds_total", pid=compact, trigger="manual") > 0
+    """The EXACT_WORKLOADS counts in scrape `auto`, each signal's
+    (guest_exact: raw clock syscalls, getcontext/setcontext, sleeps,
+    CPU-time clocks, threads, 200 short processes, time-zone file checks
+    with and without TZ, 200 timer wakeups of a 2 ms nanosleep, 600 timed
+    futex waits, THP against /proc/vmstat, a manual compaction)."""
+    run = GuestRun(secs, Scrape(secs["auto"]))
+    for facts in FACTS.values():
+        facts.guest_exact(run)
 
 
 # fentry forced: on TCG the agent's own choice leaves it out (emulator.rs),
@@ -460,10 +419,6 @@ agent_stop
 @pytest.fixture(scope="module")
 def attach(agent_bin):
     return boot(agent_bin, ATTACH_SCENARIO, "tsc")
-
-
-def vmstat(text):
-    return {k: int(v) for k, v in (line.split() for line in text.strip().splitlines())}
 
 
 def test_fentry_where_forced_and_not_chosen_on_an_emulator(attach):
@@ -508,19 +463,6 @@ def test_exact_counts_with_fentry(attach):
     assert own("slowpath_sleep_requested_seconds_bucket", "w_sleep", le="0.0001") == 0
 
 
-def assert_thp_matches_vmstat(secs):
-    """The w_thp workload's THP faults in scrape `auto` equal the
-    /proc/vmstat deltas around it."""
-    auto = Scrape(secs["auto"])
-    before, after = vmstat(secs["vm_before"]), vmstat(secs["vm_after"])
-    pid = pid_of(secs, "w_thp")
-    allocs = after["thp_fault_alloc"] - before["thp_fault_alloc"]
-    fallbacks = after["thp_fault_fallback"] - before["thp_fault_fallback"]
-    assert allocs + fallbacks >= 32  # 64 MiB of MADV_HUGEPAGE memory
-    assert auto.value("slowpath_thp_fault_allocs_total", pid=pid) == allocs
-    assert auto.value("slowpath_thp_fault_fallbacks_total", pid=pid) == fallbacks
-
-
 def test_exact_counts_with_tp_btf(attach):
     forced = Scrape(attach["tp_btf"])
     assert forced.value(CLOCK, pid=pid_of(attach, "w_raw_tp"), fallback="true") == N
@@ -553,7 +495,7 @@ def test_agent_starts_and_reports_every_hook(other_kernel):
     assert release.startswith({"bullseye": "5.10.", "trixie": "6.12."}[other_kernel["suite"]]), release
     auto = Scrape(other_kernel["auto"])
     attached = {s.labels["probe"]: s.value for s in auto.select("slowpath_probe_attached")}
-    assert len(attached) == 10, attached
+    assert set(attached) == every_hook(), attached
     refused = {p for p, v in attached.items() if v == 0}
     assert refused == REFUSED[other_kernel["suite"]], (refused, other_kernel["agent_log"])
     log = other_kernel["agent_log"]
@@ -617,7 +559,7 @@ def test_without_btf_the_agent_names_the_flag_and_leaves_nothing(no_btf):
 def test_without_btf_every_hook_attaches_as_raw_tp_with_exact_counts(no_btf):
     auto = Scrape(no_btf["auto"])
     attached = {s.labels["probe"]: (s.labels["attach_type"], s.value) for s in auto.select("slowpath_probe_attached")}
-    assert len(attached) == 10 and set(attached.values()) == {("raw_tp", 1)}, (attached, no_btf["agent_log"])
+    assert set(attached) == every_hook() and set(attached.values()) == {("raw_tp", 1)}, (attached, no_btf["agent_log"])
     # acpi_pm: a real fallback
     assert auto.value(CLOCK, pid=pid_of(no_btf, "w_vdso"), clock="monotonic", fallback="true") == N
     assert_exact_counts(no_btf)
@@ -664,7 +606,7 @@ def test_arm64_agent_attaches_every_hook(arm64):
     assert arm64["uname"].split()[1] == "aarch64", arm64["uname"]
     auto = Scrape(arm64["auto"])
     attached = {s.labels["probe"]: (s.labels["attach_type"], s.value) for s in auto.select("slowpath_probe_attached")}
-    assert len(attached) == 10, attached
+    assert set(attached) == every_hook(), attached
     assert all(v == 1 for _, v in attached.values()), (attached, arm64["agent_log"])
     assert attached["sys_enter"][0] == ARM64_SYS_ENTER[arm64["suite"]], (attached, arm64["agent_log"])
     if arm64["suite"] == "bookworm":
