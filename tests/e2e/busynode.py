@@ -1,24 +1,21 @@
 """A busy node, as the series-budget test and the fleet simulation
-(scripts/fleet-sim.sh) make it: PODS cgroups, each running six programs
-under real program names (the comm is the name a program is run by), which
-between them hit every signal: a 2 ms futex ticker (a timer loop), 1 ms
-sleeps, getcontext/setcontext, raw clock reads, a burst of short-lived
-children, and local times formatted with TZ unset. 40 pods are 400
-processes."""
+(scripts/fleet-sim.sh) make it: PODS cgroups, each running a program per
+signal under real program names (the comm is the name a program is run
+by; each signal's BUSY_NODE in helpers/signal_facts/: raw clock reads,
+getcontext/setcontext, 1 ms sleeps, a 2 ms futex ticker (a timer loop),
+local times formatted with TZ unset) and a burst of short-lived children.
+40 pods are 400 processes."""
 
 import os
 import subprocess
 from pathlib import Path
 
+from helpers.signal_facts import every_module
+
 PODS = 40
-# (comm, sp-workload arguments)
-SERVICES = [
-    ("java", ["wait", "futex", "400", "2000"]),
-    ("python3", ["sleep", "100", "1000"]),
-    ("ruby", ["context", "3000"]),
-    ("envoy", ["clock-raw", "20000"]),
+# (comm, sp-workload arguments): every signal's program, and the churn
+SERVICES = [(f.BUSY_NODE.comm, list(f.BUSY_NODE.args)) for f in every_module().values() if f.BUSY_NODE] + [
     ("nginx", ["churn", "5", "100"]),
-    ("rsyslogd", ["localtime", "3000"]),
 ]
 PROCESSES_PER_POD = len(SERVICES) + 4  # nginx's five children besides it
 
