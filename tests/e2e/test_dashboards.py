@@ -28,9 +28,10 @@ import urllib.request
 import pytest
 
 from helpers.agent import Agent
-from helpers.host import thp_enabled, cgroup2_root
+from helpers.host import cgroup2_root
 from helpers.paths import REPO
 from helpers.prometheus import prometheus_server
+from helpers.signal_facts import declared, producible
 from helpers.workload import run_workload
 
 DASHBOARDS_DIR = REPO / "dashboards"
@@ -59,68 +60,40 @@ JOB = "slowpath"
 RATE_INTERVAL = "15s"  # what Grafana's $__rate_interval is with a 1 s scrape interval, rounded up
 RANGE = "1m"           # $__range: the test's "time range"
 
+# What each signal's workloads do and which of its panels stay empty or at
+# zero here (helpers/signal_facts/).
+FACTS = declared()
+WORKLOADS = [args for facts in FACTS.values() for args in facts.DASHBOARD_WORKLOADS]
+UNIT_WORKLOADS = [args for facts in FACTS.values() for args in facts.DASHBOARD_UNIT_WORKLOADS]
+
 # Panel queries that may return no data in this test, and why. Everything else
 # must return at least one finite sample. Keep this list short: each entry is a
-# signal the test machine cannot produce on demand.
-EMPTY_ALLOWED = {
-    # Direct compaction is an allocation stall on fragmented memory; with 20+ GiB
-    # free it does not happen here, and no workload can force it safely (manual
-    # compaction via /proc/sys/vm/compact_memory, which the test does, is
-    # trigger="manual"). The series appears on the first direct compaction only.
-    ("slowpath-overview", "Direct compaction stall time per process", "A"),
-    # The same on the fleet dashboard (`> 0` keeps only those that stall).
-    ("slowpath-fleet", "Direct compaction stalls: top systemd units", "A"),
-    ("slowpath-fleet", "Direct compaction stalls: top nodes", "A"),
-    # No THP fault falls back with this much free memory (`> 0`); the overview
-    # shows the same zero as a value.
-    ("slowpath-fleet", "THP fault fallbacks: top systemd units", "A"),
-    ("slowpath-fleet", "THP fault fallbacks: top nodes", "A"),
-    ("slowpath-fleet", "Slow-path calls per second, whole fleet", "D"),  # no fallback series at all
-}
+# signal the test machine cannot produce on demand (each signal's
+# DASHBOARD_EMPTY_ALLOWED says why).
+EMPTY_ALLOWED = {key for facts in FACTS.values() for key in facts.DASHBOARD_EMPTY_ALLOWED}
 # Namespaces and pods come from the Kubernetes API (--kubernetes.enabled),
 # which this host's agent does not have: the fleet dashboard's namespace and
 # pod tables stay empty here. promtool's cases (tests/prometheus) compute
 # those recorded levels from pod-labelled input, and the query text is the
 # same as for the unit and node tables, which do have data here.
-for _signal in ["Clock syscall fallbacks", "rt_sigprocmask calls", "Timer wakeups", "Direct compaction stalls",
-                "THP fault fallbacks", "Time-zone file checks"]:
-    for _level in ["namespaces", "pods"]:
-        EMPTY_ALLOWED.add(("slowpath-fleet", f"{_signal}: top {_level}", "A"))
+for _facts in FACTS.values():
+    for _title in _facts.DASHBOARD_FLEET_TITLES:
+        for _level in ["namespaces", "pods"]:
+            EMPTY_ALLOWED.add(("slowpath-fleet", f"{_title}: top {_level}", "A"))
+    # a signal this machine cannot produce (memory without THP): nothing to show
+    if not producible(_facts):
+        EMPTY_ALLOWED |= _facts.DASHBOARD_EMPTY_UNLESS_PRODUCIBLE
 
 # Queries whose normal value is 0 (health signals, fallbacks this machine does
-# not have). Every other query must show a positive value: data the workloads
-# produced, not just a stale series.
-ZERO_NORMAL = {
-    ("slowpath-overview", "Nodes on a non-vDSO clocksource", "A"),       # tsc here
-    ("slowpath-overview", "Nodes whose vDSO canary falls back", "A"),
-    ("slowpath-overview", "vDSO canary per node and clock", "A"),
-    ("slowpath-drilldown", "vDSO canary", "A"),
-    ("slowpath-overview", "THP fault allocations and fallbacks per node", "B"),  # 0 fallbacks
-    ("slowpath-overview", "THP fault fallback ratio per node", "A"),
-    ("slowpath-drilldown", "THP fault allocations and fallbacks", "B"),
-    ("slowpath-drilldown", "THP fault fallback ratio", "A"),
+# not have: each signal's DASHBOARD_ZERO_NORMAL). Every other query must show
+# a positive value: data the workloads produced, not just a stale series.
+ZERO_NORMAL = {key for facts in FACTS.values() for key in facts.DASHBOARD_ZERO_NORMAL} | {
     ("slowpath-overview", "Agents up / down", "B"),                      # none down
     ("slowpath-overview", "Lost events and scrape errors", "A"),
     ("slowpath-overview", "Lost events and scrape errors", "B"),
     ("slowpath-overview", "Lost events and scrape errors", "C"),  # no series limit reached
     ("slowpath-overview", "slowpath's own cost (% of a core)", "B"),  # 10 ms CPU-time ticks: an idle agent may show 0
-    ("slowpath-fleet", "Nodes on a clocksource the vDSO cannot read", "A"),
-    ("slowpath-fleet", "Nodes whose vDSO canary falls back", "A"),
 }
-
-
-if not thp_enabled():
-    # Without THP no huge page is ever allocated on a fault: nothing to show.
-    for _uid, _title in [
-        ("slowpath-overview", "THP fault allocations and fallbacks per node"),
-        ("slowpath-overview", "THP fault fallback ratio per node"),
-        ("slowpath-overview", "Top processes by THP fault allocations"),
-        ("slowpath-drilldown", "THP fault allocations"),
-        ("slowpath-drilldown", "THP fault allocations and fallbacks"),
-        ("slowpath-drilldown", "THP fault fallback ratio"),
-    ]:
-        for _ref in "AB":
-            EMPTY_ALLOWED.add((_uid, _title, _ref))
 
 
 def load(name):
@@ -361,7 +334,8 @@ def api(base, endpoint, **params):
 
 @pytest.fixture(scope="module")
 def live(prometheus, workload_bin, tmp_path_factory):
-    """Workloads that produce every signal, running while the queries run."""
+    """Workloads that produce every signal (each signal's
+    DASHBOARD_WORKLOADS), running while the queries run."""
     # Manual compaction by a process whose comm is the workload's: a bash
     # started through a symlink named sp-workload (comm is the exec'd name), so
     # the drill-down on comm=sp-workload has compaction data too.
@@ -391,17 +365,11 @@ def live(prometheus, workload_bin, tmp_path_factory):
                     break
                 if i % 10 == 5:
                     compact()  # again, so that rates and increases see it (a new series starts at its 1st count)
-                run_workload(workload_bin, "clock-raw", 20000)   # vDSO fallbacks (raw syscalls)
-                run_workload(workload_bin, "context", 20000)     # getcontext/setcontext: query + setmask
-                run_workload(workload_bin, "sleep", 200, 1000)   # the 1 ms ticker, ~0.2 s
-                run_workload(workload_bin, "sleep", 5, 50000)    # a few longer sleeps for the heatmap
-                run_workload(workload_bin, "wait", "futex", 1000, 1000)  # a timer loop in futex, ~1.1 s
-                run_workload(workload_bin, "thp", 16)            # 8 THP fault allocations
-                run_workload(workload_bin, "localtime", 20000)   # time-zone file checks (TZ unset)
-                in_unit("clock-raw", 5000)                       # the same signals in a systemd unit
-                in_unit("context", 5000)
-                in_unit("wait", "futex", 300, 1000)
-                in_unit("localtime", 5000)
+                # each signal's workloads, then some again in a systemd unit
+                for args in WORKLOADS:
+                    run_workload(workload_bin, *args)
+                for args in UNIT_WORKLOADS:
+                    in_unit(*args)
         except Exception as e:  # reported by the tests
             errors.append(e)
 
