@@ -3,12 +3,19 @@ and nothing else, and nothing imports it; what the tests share besides
 fixtures is the package helpers/. pytest loads conftest.py as a plugin: a
 test importing it by the name `conftest` relies on that name reaching this
 one file, which no longer holds beside a second conftest.py on sys.path or
-under --import-mode=importlib."""
+under --import-mode=importlib.
+
+helpers/__init__.py lists its modules; helpers/signal_facts/ holds one
+module per signal the agent declares, each defining every fact, and
+imports no test."""
 
 import ast
 from pathlib import Path
 
 import pytest
+
+from helpers import signal_facts
+from helpers.signals import declarations
 
 E2E = Path(__file__).resolve().parent
 CONFTEST = E2E / "conftest.py"
@@ -104,3 +111,55 @@ def test_the_conftest_check_tells_a_helper_from_a_fixture(source, why):
 ])
 def test_the_import_check_finds_conftest_anywhere(source, lines):
     assert imports_conftest(ast.parse(source)) == lines
+
+
+HELPERS = E2E / "helpers"
+
+
+def helper_modules():
+    """The modules and packages of helpers/, by name."""
+    return sorted({p.stem for p in HELPERS.glob("*.py") if p.stem != "__init__"}
+                  | {p.parent.name for p in HELPERS.glob("*/__init__.py")})
+
+
+def test_helpers_lists_its_modules():
+    doc = ast.get_docstring(ast.parse((HELPERS / "__init__.py").read_text()))
+    listed = {line.split()[0] for line in doc.splitlines() if line.startswith("  ") and not line.startswith("   ")}
+    assert set(helper_modules()) <= listed, f"helpers/__init__.py does not list {set(helper_modules()) - listed}"
+
+
+def test_signal_facts_is_a_package_of_modules_that_import_no_test():
+    facts = HELPERS / "signal_facts"
+    assert (facts / "__init__.py").exists()
+    assert not [p for p in facts.iterdir() if p.is_dir() and p.name != "__pycache__"], "one module a signal"
+    found = []
+    for path in sorted(facts.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.name}:{node.lineno} {n}" for n in names
+                      if n.split(".")[0].startswith("test_") or n.split(".")[0] in ("busynode", "conftest")]
+    assert not found, f"the facts are read by the tests, not the other way: {found}"
+
+
+def test_every_facts_module_defines_every_fact():
+    modules = signal_facts.every_module()  # raises, naming the module and the names it lacks
+    assert modules
+
+
+def test_every_declared_signal_has_a_facts_module_and_no_other():
+    declared = [d["name"] for d in declarations()]
+    assert signal_facts.mismatch(declared, signal_facts.module_names()) is None, \
+        signal_facts.mismatch(declared, signal_facts.module_names())
+    assert list(signal_facts.declared()) == declared
+
+
+@pytest.mark.parametrize("declared, modules, problem", [
+    (["clock", "timer"], ["clock", "timer"], None),
+    (["clock", "timer", "irq"], ["clock", "timer"],
+     "declared signal(s) without a facts module: irq (add tests/e2e/helpers/signal_facts/irq.py)"),
+    (["clock"], ["clock", "sleep"],
+     "facts module(s) naming no signal `slowpath signals` declares: tests/e2e/helpers/signal_facts/sleep.py"),
+])
+def test_the_facts_check_names_what_is_missing(declared, modules, problem):
+    assert signal_facts.mismatch(declared, modules) == problem

@@ -12,4 +12,10 @@ which defines nothing else). Import from the module by name:
               kernel
   tools       tools_cache: the tools install-tools.sh builds
   prometheus  prometheus_release, prometheus_server, prom_get, prom_query
+  signals     declarations, by_name, every_hook: the signals as the agent
+              declares them (`slowpath signals`)
+  signal_facts  a package, one module per declared signal: its workloads
+              and what they leave, read by the tests that cover every
+              signal (declared() checks the modules against the
+              declarations)
 """
