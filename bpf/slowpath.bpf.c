@@ -44,14 +44,9 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "core/twins.h"
 
 /* One file per signal: what it counts (at syscall entry, or at its own
- * hooks) and its fold groups, on top of the core alone. */
-#include "signals/clock.bpf.h"
-#include "signals/sigmask.bpf.h"
-#include "signals/sleep.bpf.h"
-#include "signals/timer.bpf.h"
-#include "signals/tzfile.bpf.h"
-#include "signals/timer_wakeups.bpf.h"
-#include "signals/memory.bpf.h"
+ * hooks) and its fold groups, on top of the core alone; signals/all.h
+ * lists them. */
+#include "signals/all.h"
 
 /* What is made from the core and the signals together: the slots' folds,
  * the syscall path (from the table and the signals' gate and count

@@ -16,26 +16,11 @@
 #include "core/stats.h"
 #include "core/syscall_table.h"
 #include "core/timeouts.h"
-#include "signals/clock.bpf.h"
-#include "signals/sigmask.bpf.h"
-#include "signals/sleep.bpf.h"
-#include "signals/timer_wakeups.bpf.h"
-#include "signals/tzfile.bpf.h"
-
-/* The fold groups of a combining slot: the dirty bits each fold function
- * (in its signal's file, or core/ for the shared ones) clears, in the order
- * fold_dirty() runs them. Every dirty bit of the table must be one of
- * them: checked at build time below. */
-#define SP_FOLD_GROUPS(X)                                                      \
-	X(SP_DIRTY_CLOCK | SP_DIRTY_TOD, fold_clock_reads)                     \
-	X(SP_DIRTY_SIGMASK, fold_sigmask)                                      \
-	X(SP_DIRTY_SLEEP_CALLS_ALL, fold_sleep_calls)                          \
-	X(SP_DIRTY_TIMEOUTS_ALL, fold_timeouts)                                \
-	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)                                \
-	X(SP_DIRTY_TZFILE, fold_tzfile)
+#include "signals/all.h"
 
 /* Fold the groups `dirty` names from counters `from` into `to`: each fold
- * group of SP_FOLD_GROUPS in turn. */
+ * group of SP_FOLD_GROUPS (core/counting.h, which checks that they cover
+ * every dirty bit once) in turn. */
 #define SP_FOLD_GROUP(mask, fold) fold(from, to, dirty);
 static __always_inline void fold_dirty(struct sp_counters *from, struct sp_counters *to,
 				       __u64 dirty)
@@ -50,14 +35,6 @@ static __always_inline void fold_dirty(struct sp_counters *from, struct sp_count
 #define SP_GROUP_MASK(mask, fold) | (mask)
 _Static_assert(((0 SP_COUNTED_SYSCALLS(SP_ROW_DIRTY)) & ~(0 SP_FOLD_GROUPS(SP_GROUP_MASK))) == 0,
 	       "a dirty bit of the syscall table has no fold group in SP_FOLD_GROUPS");
-/* Nor does any bit of enum sp_dirty_bit go unfolded (the wakeups' bit is no
- * table row's), and no two fold functions clear one bit. */
-#define SP_GROUP_BITS(mask, fold) +__builtin_popcount(mask)
-_Static_assert((0 SP_FOLD_GROUPS(SP_GROUP_MASK)) == (1 << SP_DIRTY_BIT_COUNT) - 1,
-	       "a bit of enum sp_dirty_bit has no fold group in SP_FOLD_GROUPS");
-_Static_assert((0 SP_FOLD_GROUPS(SP_GROUP_BITS)) == SP_DIRTY_BIT_COUNT,
-	       "two fold groups of SP_FOLD_GROUPS fold one dirty bit");
-#undef SP_GROUP_BITS
 #undef SP_ROW_DIRTY
 #undef SP_GROUP_MASK
 

@@ -20,11 +20,7 @@
 #include "core/syscalls.h"
 #include "core/timeouts.h"
 #include "compose/slots.h"
-#include "signals/clock.bpf.h"
-#include "signals/sigmask.bpf.h"
-#include "signals/sleep.bpf.h"
-#include "signals/timer.bpf.h"
-#include "signals/tzfile.bpf.h"
+#include "signals/all.h"
 
 /* The gate of the syscalls counted at every call. */
 static __always_inline bool gate_always(struct pt_regs *regs, const bool btf)

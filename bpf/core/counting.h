@@ -33,7 +33,7 @@
  * only the groups an image touched (a clock-reading process: 14 words, not
  * all SP_SLOT_WORDS). Each counted syscall names its groups in the table
  * (core/syscall_table.h); each group has one fold function
- * (SP_FOLD_GROUPS in compose/slots.h).
+ * (SP_FOLD_GROUPS, below).
  *
  * The bits are numbered here, each group after the one before, so that a
  * group that grows (a wait more, a sleep syscall more) moves the ones after
@@ -73,22 +73,31 @@ _Static_assert(SP_DIRTY_BIT_COUNT <= 8 * sizeof(((struct sp_slot *)0)->dirty),
 	       "more fold-group bits than sp_slot.dirty holds");
 _Static_assert(SP_DIRTY_BIT_COUNT <= 31, "a fold-group bit past an int's: widen enum sp_dirty");
 
+/* The fold groups of a combining slot: the dirty bits each fold function
+ * (in its signal's file, or core/ for the shared ones) clears, in the order
+ * fold_dirty() (compose/slots.h) runs them. Named here, beside the bits, so
+ * that a new group is one place; the functions are only called where
+ * compose/slots.h expands the list, after every signal. */
+#define SP_FOLD_GROUPS(X)                                                      \
+	X(SP_DIRTY_CLOCK | SP_DIRTY_TOD, fold_clock_reads)                     \
+	X(SP_DIRTY_SIGMASK, fold_sigmask)                                      \
+	X(SP_DIRTY_SLEEP_CALLS_ALL, fold_sleep_calls)                          \
+	X(SP_DIRTY_TIMEOUTS_ALL, fold_timeouts)                                \
+	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)                                \
+	X(SP_DIRTY_TZFILE, fold_tzfile)
+
 /* The groups share no bit and leave none out: their bits, counted one group
  * at a time, are as many as in all of them together, and that is every bit
- * below SP_DIRTY_BIT_COUNT. */
-#define SP_DIRTY_GROUP_MASKS(X)                                                \
-	X(SP_DIRTY_CLOCK) X(SP_DIRTY_TOD) X(SP_DIRTY_SIGMASK)                  \
-	X(SP_DIRTY_SLEEP_CALLS_ALL) X(SP_DIRTY_TIMEOUTS_ALL)                   \
-	X(SP_DIRTY_WAKEUPS) X(SP_DIRTY_TZFILE)
-#define SP_DIRTY_BITS_OF(mask) +__builtin_popcount(mask)
-#define SP_DIRTY_OR(mask) | (mask)
-_Static_assert((0 SP_DIRTY_GROUP_MASKS(SP_DIRTY_BITS_OF)) ==
-		       __builtin_popcount(0 SP_DIRTY_GROUP_MASKS(SP_DIRTY_OR)),
-	       "two fold groups share a dirty bit");
-_Static_assert((0 SP_DIRTY_GROUP_MASKS(SP_DIRTY_OR)) == (1 << SP_DIRTY_BIT_COUNT) - 1,
-	       "a dirty bit belongs to no fold group");
-#undef SP_DIRTY_BITS_OF
-#undef SP_DIRTY_OR
+ * below SP_DIRTY_BIT_COUNT. A bit no group folds would stay in the slot and
+ * go to the next image. */
+#define SP_GROUP_BITS(mask, fold) +__builtin_popcount(mask)
+#define SP_GROUP_MASK(mask, fold) | (mask)
+_Static_assert((0 SP_FOLD_GROUPS(SP_GROUP_BITS)) == __builtin_popcount(0 SP_FOLD_GROUPS(SP_GROUP_MASK)),
+	       "two fold groups of SP_FOLD_GROUPS fold one dirty bit");
+_Static_assert((0 SP_FOLD_GROUPS(SP_GROUP_MASK)) == (1 << SP_DIRTY_BIT_COUNT) - 1,
+	       "a bit of enum sp_dirty_bit has no fold group in SP_FOLD_GROUPS");
+#undef SP_GROUP_BITS
+#undef SP_GROUP_MASK
 
 /* Add the non-zero words of `from` to `to` (atomic: other CPUs add there
  * too) and zero them; `n` is a constant, so the loop unrolls. */
