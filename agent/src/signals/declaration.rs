@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{Signal, Top, SIGNALS};
+use super::{Recorded, Signal, Top, SIGNALS};
 use crate::bpf::syscalls_of;
 use crate::exposition::Family;
 
@@ -16,6 +16,8 @@ use crate::exposition::Family;
 pub struct Declaration {
     /// Its name: `--no-collector.<name>` switches it off.
     pub name: &'static str,
+    /// What it watches, in one line.
+    pub summary: &'static str,
     /// Every family it exports.
     pub families: Vec<FamilyView>,
     /// The tracepoints only it hooks, in report order.
@@ -27,6 +29,8 @@ pub struct Declaration {
     pub call_sites: Vec<&'static str>,
     /// How `slowpath top` shows it.
     pub top: &'static Top,
+    /// The rates of its counters the chart's recording rules record.
+    pub recorded: &'static [Recorded],
 }
 
 /// A family: name, Prometheus type (lower case) and help.
@@ -49,11 +53,13 @@ fn family(f: &Family) -> FamilyView {
 fn declaration(signal: &'static Signal) -> Declaration {
     Declaration {
         name: signal.name,
+        summary: signal.summary,
         families: signal.families.iter().map(|f| family(f)).collect(),
         hooks: signal.kernel.hooks.iter().map(|h| h.name).collect(),
         syscalls: syscalls_of(signal.kernel.syscall_groups),
         call_sites: signal.call_sites.iter().map(|(_, name)| *name).collect(),
         top: &signal.top,
+        recorded: signal.recorded,
     }
 }
 

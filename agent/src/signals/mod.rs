@@ -29,12 +29,14 @@ use crate::node::{Fact, NodeFacts, SettingsReader};
 use crate::snapshot::{Series, Snapshot};
 
 pub use collectors::{log_left_out, Collectors};
+pub use recorded::Recorded;
 pub use top::{Cell, EventCost, Top, TopColumn};
 
 pub mod clock;
 mod collectors;
 pub mod declaration;
 pub mod memory;
+mod recorded;
 pub mod sigmask;
 pub mod sleep;
 pub mod timer;
@@ -73,6 +75,9 @@ impl<'a> Scrape<'a> {
 pub struct Signal {
     /// Short name, as in the collector flags of docs/flags.md.
     pub name: &'static str,
+    /// What it watches, in one line (the comment of its collector switch in
+    /// the chart's values and the systemd unit's defaults).
+    pub summary: &'static str,
     /// Every family [`export`](Self::export) may produce.
     pub families: &'static [&'static Family],
     /// This signal's metric families for one scrape (empty ones included).
@@ -97,6 +102,10 @@ pub struct Signal {
     /// How `slowpath top` shows it: its columns, the histogram of
     /// requested timeouts it adds to, its counters with no column and why.
     pub top: Top,
+    /// The rates of its counters the chart's recording rules record, per
+    /// process and per node, which its alerts, the dashboards and the
+    /// estimated-CPU record read.
+    pub recorded: &'static [Recorded],
 }
 
 /// What a signal reads or measures about the node as a whole; each result

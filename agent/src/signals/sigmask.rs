@@ -18,7 +18,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Scrape, Signal, Top, TopColumn,
+    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top, TopColumn,
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -44,8 +44,16 @@ const SIGPROCMASK: Family = Family {
     kind: MetricType::COUNTER,
 };
 
+// The rates the chart's recording rules record.
+const CALLS: Recorded = Recorded {
+    name: "slowpath_rt_sigprocmask_calls",
+    family: &SIGPROCMASK,
+    only: None,
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "sigmask",
+    summary: "rt_sigprocmask calls",
     families: &[&SIGPROCMASK],
     export,
     diagnose,
@@ -69,12 +77,14 @@ pub const SIGNAL: Signal = Signal {
             family: &SIGPROCMASK,
             only: None,
             cost: EventCost::Gauge("slowpath_syscall_seconds"),
+            recorded: Some(&CALLS),
             cell: Cell::PerSecond,
             common: true,
         }],
         timeouts: None,
         not_shown: &[],
     },
+    recorded: &[CALLS],
 };
 
 const RUBY_GAIN: &str =

@@ -17,7 +17,9 @@ use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, CLOCK_COUNT, CLOCK_NAMES};
-use crate::signals::{KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs, Top};
+use crate::signals::{
+    KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, SignalArgs, Top,
+};
 
 const SYSCALL_COUNT: usize = slot!(sp_sleep_syscall::SP_SLEEP_SYSCALL_COUNT);
 const MODE_COUNT: usize = slot!(sp_sleep_mode::SP_SLEEP_MODE_COUNT);
@@ -49,8 +51,16 @@ const SLEEP_REQUESTED: Family = Family {
     kind: MetricType::HISTOGRAM,
 };
 
+// The rates the chart's recording rules record.
+const CALLS: Recorded = Recorded {
+    name: "slowpath_sleep_calls",
+    family: &SLEEP_CALLS,
+    only: None,
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "sleep",
+    summary: "nanosleep/clock_nanosleep calls and requested lengths",
     families: &[&SLEEP_CALLS, &SLEEP_REQUESTED],
     export,
     diagnose,
@@ -74,6 +84,7 @@ pub const SIGNAL: Signal = Signal {
             "a sleep that expires is a timer wakeup: the timer signal's WAKEUP/s counts it, at the cost of one",
         )],
     },
+    recorded: &[CALLS],
 };
 
 /// Switch on the counting of the sleeps' calls by clock and mode

@@ -10,6 +10,7 @@
 
 use serde::{Serialize, Serializer};
 
+use super::Recorded;
 use crate::exposition::Family;
 
 /// A family by its name (`slowpath signals`).
@@ -19,6 +20,10 @@ fn name_of<S: Serializer>(family: &&'static Family, s: S) -> Result<S::Ok, S::Er
 
 fn name_if_any<S: Serializer>(family: &Option<&'static Family>, s: S) -> Result<S::Ok, S::Error> {
     family.map(|f| f.name).serialize(s)
+}
+
+fn recorded_name<S: Serializer>(r: &Option<&'static Recorded>, s: S) -> Result<S::Ok, S::Error> {
+    r.map(|r| r.name).serialize(s)
 }
 
 fn names_with_why<S: Serializer>(
@@ -63,6 +68,10 @@ pub struct TopColumn {
     pub only: Option<(&'static str, &'static str)>,
     /// What one counted event (or second) costs in the estimated CPU.
     pub cost: EventCost,
+    /// The signal's recorded rate of this column's counter that the chart's
+    /// estimated-CPU record charges at `cost` (`None` when `cost` is none).
+    #[serde(serialize_with = "recorded_name")]
+    pub recorded: Option<&'static Recorded>,
     /// How a cell shows the rate.
     pub cell: Cell,
     /// Kept before the rarer columns when the full-screen table is narrow.

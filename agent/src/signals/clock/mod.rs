@@ -19,7 +19,8 @@ use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labe
 use crate::flag_values::parse_duration;
 use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Scrape, Signal, SignalArgs, Top, TopColumn,
+    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Recorded, Scrape, Signal, SignalArgs, Top,
+    TopColumn,
 };
 use crate::snapshot::Series;
 
@@ -116,8 +117,16 @@ const CLOCK_READ: Family = Family {
     kind: MetricType::GAUGE,
 };
 
+// The rates the chart's recording rules record.
+const FALLBACKS: Recorded = Recorded {
+    name: "slowpath_clock_fallbacks",
+    family: &CLOCK_SYSCALLS,
+    only: Some(("fallback", "true")),
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "clock",
+    summary: "vDSO fallbacks (clock syscalls), the clocksource, the vDSO canary",
     families: &[
         &CLOCK_SYSCALLS,
         &CLOCKSOURCE_CURRENT,
@@ -157,6 +166,7 @@ pub const SIGNAL: Signal = Signal {
             family: &CLOCK_SYSCALLS,
             only: Some(("fallback", "true")),
             cost: EventCost::ClockRead,
+            recorded: Some(&FALLBACKS),
             cell: Cell::PerSecond,
             common: true,
         }],
@@ -166,6 +176,7 @@ pub const SIGNAL: Signal = Signal {
             "node-wide: the node line shows the clocksource",
         )],
     },
+    recorded: &[FALLBACKS],
 };
 
 /// The clock signal's flags.

@@ -19,8 +19,8 @@ use crate::bpf::{slot, Hook, KernelBtf, RodataPatch};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Scrape, Signal, SignalArgs, Top,
-    TopColumn,
+    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, SignalArgs,
+    Top, TopColumn,
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -72,8 +72,26 @@ const THP_SETTINGS: Family = Family {
     kind: MetricType::GAUGE,
 };
 
+// The rates the chart's recording rules record.
+const FAULT_ALLOCS: Recorded = Recorded {
+    name: "slowpath_thp_fault_allocs",
+    family: &THP_ALLOCS,
+    only: None,
+};
+const FAULT_FALLBACKS: Recorded = Recorded {
+    name: "slowpath_thp_fault_fallbacks",
+    family: &THP_FALLBACKS,
+    only: None,
+};
+const DIRECT_COMPACTION: Recorded = Recorded {
+    name: "slowpath_direct_compaction_seconds",
+    family: &COMPACTION_SECONDS,
+    only: Some(("trigger", "direct")),
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "memory",
+    summary: "THP faults and compaction (hooks mm_page_alloc, mm_compaction_begin/end)",
     families: &[
         &THP_ALLOCS,
         &THP_FALLBACKS,
@@ -112,6 +130,7 @@ pub const SIGNAL: Signal = Signal {
                 family: &THP_ALLOCS,
                 only: None,
                 cost: EventCost::None,
+                recorded: None,
                 cell: Cell::PerSecond,
                 common: false,
             },
@@ -122,6 +141,7 @@ pub const SIGNAL: Signal = Signal {
                 family: &THP_FALLBACKS,
                 only: None,
                 cost: EventCost::None,
+                recorded: None,
                 cell: Cell::PerSecond,
                 common: false,
             },
@@ -132,6 +152,7 @@ pub const SIGNAL: Signal = Signal {
                 family: &COMPACTION_SECONDS,
                 only: None,
                 cost: EventCost::Seconds,
+                recorded: Some(&DIRECT_COMPACTION),
                 cell: Cell::Percent,
                 common: false,
             },
@@ -139,6 +160,7 @@ pub const SIGNAL: Signal = Signal {
         timeouts: None,
         not_shown: &[(&COMPACTION_RUNS, "what a run costs is its time, COMPACT%")],
     },
+    recorded: &[FAULT_ALLOCS, FAULT_FALLBACKS, DIRECT_COMPACTION],
 };
 
 /// The memory signal's flags.

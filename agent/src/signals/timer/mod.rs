@@ -43,7 +43,8 @@ use crate::exposition::{
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal, Top, TopColumn,
+    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
+    TopColumn,
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -118,8 +119,16 @@ const NODE_TIMER_REQUESTED: Family = Family {
     kind: MetricType::HISTOGRAM,
 };
 
+// The rates the chart's recording rules record.
+const WAKEUPS: Recorded = Recorded {
+    name: "slowpath_timer_wakeups",
+    family: &TIMER_WAKEUPS,
+    only: None,
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "timer",
+    summary: "timer wakeups (hrtimer_expire_entry/exit, sched_waking) and timed waits",
     families: &[
         &TIMER_WAKEUPS,
         &TIMER_WAITS,
@@ -163,6 +172,7 @@ pub const SIGNAL: Signal = Signal {
             family: &TIMER_WAKEUPS,
             only: None,
             cost: EventCost::Gauge("slowpath_timer_wakeup_cost_seconds"),
+            recorded: Some(&WAKEUPS),
             cell: Cell::PerSecond,
             common: true,
         }],
@@ -175,6 +185,7 @@ pub const SIGNAL: Signal = Signal {
             (&NODE_TIMER_WAITS, "node-wide: no process"),
         ],
     },
+    recorded: &[WAKEUPS],
 };
 
 /// The timer signal's flags.

@@ -22,7 +22,8 @@ use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, gauge, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Scrape, Signal, Top, TopColumn,
+    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
+    TopColumn,
 };
 use crate::sources::CauseBasis;
 use cost::TzfileCheckCost;
@@ -43,8 +44,16 @@ const TZFILE_CHECK_COST: Family = Family {
     kind: MetricType::GAUGE,
 };
 
+// The rates the chart's recording rules record.
+const STAT_CALLS: Recorded = Recorded {
+    name: "slowpath_tzfile_stat_calls",
+    family: &TZFILE_STATS,
+    only: None,
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "tzfile",
+    summary: "stats of /etc/localtime (glibc's localtime() and friends with TZ unset)",
     families: &[&TZFILE_STATS, &TZFILE_CHECK_COST],
     export,
     diagnose,
@@ -75,12 +84,14 @@ pub const SIGNAL: Signal = Signal {
             family: &TZFILE_STATS,
             only: None,
             cost: EventCost::Gauge("slowpath_tzfile_check_seconds"),
+            recorded: Some(&STAT_CALLS),
             cell: Cell::PerSecond,
             common: false,
         }],
         timeouts: None,
         not_shown: &[],
     },
+    recorded: &[STAT_CALLS],
 };
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
