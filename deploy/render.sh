@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates the plain manifests from the Helm chart with its default values:
 #
-#   deploy/render.sh          writes deploy/kubernetes/slowpath.yaml and
+#   deploy/render.sh          first writes what the chart, its values and the
+#                             systemd defaults say about each signal from the
+#                             agent's declarations (deploy/signals.py: runs
+#                             `slowpath signals` of $SLOWPATH_BIN, else
+#                             target/release/slowpath, so build it first), then
+#                             deploy/kubernetes/slowpath.yaml and
 #                             deploy/prometheus/slowpath-rules.yaml (the
 #                             chart's PrometheusRule spec as a plain rules file)
 #   deploy/render.sh -        prints the manifests (tests/e2e/test_helm.py
@@ -144,6 +149,7 @@ fi
 if [[ $out == - ]]; then
   render
 else
+  python3 "$here/signals.py"
   tmp=$(mktemp "$out.XXXXXX")
   trap 'rm -f "$tmp"' EXIT
   render >"$tmp"

@@ -30,7 +30,7 @@ import pytest
 import yaml
 
 from as_shipped import container_exec, image_binary, pod_prefix
-from helpers.signals import declarations
+from helpers.signals import agent_path, declarations
 from helpers.agent import Agent
 
 REPO = Path(__file__).resolve().parents[2]
@@ -432,23 +432,38 @@ def test_custom_values_reach_the_daemonset(tools, tmp_path):
 
 
 def test_the_chart_and_the_unit_name_every_collector_the_agent_declares(tools, tmp_path):
-    """The collectors of values.yaml (with their comments), the names the
-    DaemonSet template accepts and says in its error, and the switches of
+    """The collectors of values.yaml (each with its summary as comment), the
+    names the DaemonSet accepts and says in its error, and the switches of
     the systemd unit's defaults file are the signals the agent declares
     (`slowpath signals`), in its order; each one switched off in values
     reaches the pod as its environment variable."""
-    names = [d["name"] for d in declarations()]
-    values = yaml.safe_load((CHART / "values.yaml").read_text())["agent"]["collectors"]
+    decls = declarations()
+    names = [d["name"] for d in decls]
+    text = (CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)["agent"]["collectors"]
     assert list(values) == names
-    template = (CHART / "templates" / "daemonset.yaml").read_text()
-    accepted = re.search(r'has \$name \(list ((?:"\w+" ?)+)\)', template)[1].replace('"', "").split()
-    said = re.search(r"no such collector \(([^)]*)\)", template)[1].split(", ")
-    assert accepted == said == names
+    for d in decls:
+        assert f"    # {d['summary']}\n    {d['name']}: true\n" in text, d["name"]
+    res = run([tools.helm, "template", "slowpath", CHART, "--namespace", NAMESPACE,
+               "--set", "agent.collectors.nosuch=false"])
+    said = re.search(r"agent.collectors.nosuch: no such collector \(([^)]*)\)", res.stderr)
+    assert res.returncode != 0 and said, res.stderr
+    assert said[1].split(", ") == names
     default = (REPO / "deploy" / "systemd" / "slowpath.default").read_text()
     assert re.findall(r"^#?SLOWPATH_COLLECTOR_(\w+)=", default, re.M) == [n.upper() for n in names]
     off = [arg for n in names for arg in ("--set", f"agent.collectors.{n}=false")]
     env = env_of(container_of(docs_of(render_text(tools, tmp_path, "default", *off))))
     assert {f"SLOWPATH_COLLECTOR_{n.upper()}" for n in names} <= set(env), env
+
+
+def test_the_signal_files_are_what_the_agent_declares():
+    """deploy/helm/slowpath/files/signals.json (the chart's collectors,
+    recorded rates and estimated-CPU terms) and the generated collector
+    blocks of values.yaml and the systemd defaults are what deploy/signals.py
+    makes of `slowpath signals` now: a signal added, renamed or given another
+    recorded rate fails here until deploy/render.sh runs."""
+    res = run(["python3", REPO / "deploy" / "signals.py", "--check", "--bin", agent_path()])
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 @pytest.mark.parametrize("collectors, error", [

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Writes what the deploy files say about each signal from the agent's
+declarations (`slowpath signals`), so that no list of the signals is kept
+by hand in deploy/:
+
+  deploy/helm/slowpath/files/signals.json
+      each signal's collector name and summary, its recorded rates (the
+      recording rules of templates/prometheusrule.yaml) and its top columns
+      with a cost (the estimated-CPU record's terms); the DaemonSet template
+      takes the accepted collector names from it
+  deploy/helm/slowpath/values.yaml
+      agent.collectors: one switch per signal, its summary as its comment
+  deploy/systemd/slowpath.default
+      #SLOWPATH_COLLECTOR_<NAME>=true per signal, its summary above it
+
+The two hand-written files keep everything outside their
+`generated:collectors begin` / `generated:collectors end` comment lines.
+deploy/render.sh runs this before it renders the chart. --check rewrites
+nothing and exits 1 naming the stale files (tests/e2e/test_helm.py).
+
+  deploy/signals.py [--bin target/release/slowpath] [--check]
+"""
+
+import argparse
+import difflib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHART = REPO / "deploy" / "helm" / "slowpath"
+SIGNALS_JSON = CHART / "files" / "signals.json"
+VALUES = CHART / "values.yaml"
+DEFAULTS = REPO / "deploy" / "systemd" / "slowpath.default"
+REGENERATE = "deploy/render.sh (or deploy/signals.py --bin target/release/slowpath)"
+
+
+def declarations(binary):
+    if not Path(binary).exists():
+        raise SystemExit(f"{binary} missing: build it with cargo build --release (or pass --bin)")
+    out = subprocess.run([str(binary), "signals"], check=True, capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)
+
+
+def selector(only):
+    """A recorded rate's or column's label selector: `label="value"`, or ""."""
+    return f'{only[0]}="{only[1]}"' if only else ""
+
+
+def cost_terms(signal):
+    """The signal's top columns with a cost, as the estimated-CPU record
+    charges them: kind clock_read (the clock's two terms, read from the
+    counter itself: they need its clock label), gauge (the recorded rate
+    times the gauge, per node) or seconds (the recorded rate)."""
+    recorded = {r["name"]: r for r in signal["recorded"]}
+    terms = []
+    for column in signal["top"]["columns"]:
+        cost = column["cost"]
+        if cost == "none":
+            continue
+        kind, gauge = (("gauge", cost["gauge"]) if isinstance(cost, dict) else (cost, ""))
+        r = recorded[column["recorded"]]
+        terms.append({"slow_path": column["sort"], "kind": kind, "gauge": gauge, "recorded": r["name"],
+                      "family": r["family"], "selector": selector(r["only"])})
+    return terms
+
+
+def signals_json(decls):
+    doc = {
+        "generated": "by deploy/render.sh from the agent's declarations (slowpath signals): do not edit",
+        "signals": [{
+            "name": d["name"],
+            "summary": d["summary"],
+            "recorded": [{"name": r["name"], "family": r["family"], "selector": selector(r["only"])}
+                         for r in d["recorded"]],
+            "cost": cost_terms(d),
+        } for d in decls],
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def replace_block(path, text, indent, body):
+    """`text` with the lines between its generated:collectors markers (at
+    `indent`) replaced by `body`."""
+    begin = f"{indent}# generated:collectors begin (deploy/render.sh, from the agent's signals: do not edit)\n"
+    end = f"{indent}# generated:collectors end\n"
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise SystemExit(f"{path.relative_to(REPO)}: no generated:collectors markers (or more than one)")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    return head + begin + body + end + tail
+
+
+def values_yaml(decls, text):
+    body = "".join(f"    # {d['summary']}\n    {d['name']}: true\n" for d in decls)
+    return replace_block(VALUES, text, "    ", body)
+
+
+def defaults_file(decls, text):
+    body = "".join(f"# {d['name']}: {d['summary']}\n#SLOWPATH_COLLECTOR_{d['name'].upper()}=true\n"
+                   for d in decls)
+    return replace_block(DEFAULTS, text, "", body)
+
+
+def generated(decls):
+    """{path: its text as the declarations give it}."""
+    return {
+        SIGNALS_JSON: signals_json(decls),
+        VALUES: values_yaml(decls, VALUES.read_text()),
+        DEFAULTS: defaults_file(decls, DEFAULTS.read_text()),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bin", default=os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"),
+                        help="the agent (default: $SLOWPATH_BIN, else target/release/slowpath)")
+    parser.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 if a file is stale")
+    args = parser.parse_args()
+    stale = []
+    for path, text in generated(declarations(args.bin)).items():
+        old = path.read_text() if path.exists() else ""
+        if old == text:
+            continue
+        rel = str(path.relative_to(REPO))
+        if args.check:
+            stale.append(rel)
+            sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), rel, rel))
+        else:
+            path.write_text(text)
+            print(f"signals.py: wrote {rel}", file=sys.stderr)
+    if stale:
+        print(f"\nstale: {', '.join(stale)}: regenerate with {REGENERATE}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
