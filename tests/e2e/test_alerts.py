@@ -266,9 +266,10 @@ def test_grafana_alert_queries_run_on_real_prometheus(stack):
             assert json.load(resp)["status"] == "success", expr
 
 
-SIGNALS = ["slowpath_clock_fallbacks", "slowpath_rt_sigprocmask_calls", "slowpath_timer_wakeups",
-           "slowpath_sleep_calls", "slowpath_thp_fault_allocs", "slowpath_thp_fault_fallbacks",
-           "slowpath_direct_compaction_seconds", "slowpath_tzfile_stat_calls"]
+# Every signal's recorded rates, as the agent declares them (`slowpath
+# signals`); test_recorded_rates_read_what_the_agent_exports holds them to the
+# golden exposition.
+SIGNALS = [r["name"] for d in declarations() for r in d["recorded"]]
 LEVELS = ["instance_cgroup_comm", "instance", "namespace_pod", "namespace", "instance_unit", "cluster"]
 
 
@@ -293,6 +294,31 @@ def test_recording_rules_cover_every_signal_at_every_level_and_the_tests_cover_b
         assert f":{signal}:" in tested, signal
     for level in LEVELS:
         assert f"{level}:" in tested, level
+
+
+def test_recorded_rates_read_what_the_agent_exports():
+    """Each signal's recording rule reads a counter the agent really
+    exports, with the label value it selects: the golden exposition of a busy
+    node (agent/tests/golden/metrics-plain.prom, written by the exporter, not
+    by the declarations) has the family as a counter and a series with that
+    label pair; and each level's rule sums exactly that selection."""
+    exposition = (REPO / "agent" / "tests" / "golden" / "metrics-plain.prom").read_text()
+    counters = set(re.findall(r"^# TYPE (\w+) counter$", exposition, re.M))
+    recs = records()
+    assert SIGNALS, "no recorded rate declared"
+    for d in declarations():
+        for r in d["recorded"]:
+            assert r["family"] in counters, r
+            selector = ""
+            if r["only"]:
+                label, value = r["only"]
+                selector = f'{{{label}="{value}"}}'
+                series = re.findall(rf"^{r['family']}{{([^}}]*)}} ", exposition, re.M)
+                assert any(re.search(rf'(^|,){label}="{value}"(,|$)', s) for s in series), r
+            rate = f"rate({r['family']}{selector}[5m])"
+            assert recs[f"instance_cgroup_comm:{r['name']}:rate5m"] == \
+                f"sum by (instance, namespace, pod, container, unit, cgroup, comm) ({rate})", r
+            assert recs[f"instance:{r['name']}:rate5m"] == f"sum by (instance) ({rate})", r
 
 
 def test_the_estimated_cpu_record_charges_what_top_charges():
