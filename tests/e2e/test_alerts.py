@@ -325,8 +325,9 @@ def test_the_estimated_cpu_record_charges_what_top_charges():
     """instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m adds one
     term per top column the signals declare a cost for (`slowpath signals`),
     each labelled slow_path=<its --sort value> (the clock's two: a read the
-    canary saw fall back, and a system call), and no other: a new signal's
-    column with a cost fails here until the record charges it too."""
+    canary saw fall back, and a system call), and no other. The chart makes
+    the terms from files/signals.json: this holds the rendered rules to the
+    agent now; promtool's cases (tests/prometheus) check what they add up to."""
     expr = records()["instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m"]
     terms = set(re.findall(r'"slow_path", "([a-z_-]+)"', expr))
     want = set()
