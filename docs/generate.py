@@ -9,8 +9,10 @@ table is written twice by hand:
                    type, help, file), read from agent/src (`Family` constants
                    and the prometheus crate's `*::new("slowpath_...", "help")`)
   docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
-  README.md        cases: each case's families (from agent/src) and the alerts
-                   that read them (from the rules, through the recording rules)
+  README.md        cases: each case's families (from agent/src; a signal's
+                   case has the families `slowpath signals` declares for it)
+                   and the alerts that read them (from the rules, through the
+                   recording rules)
   docs/security.md privileges: the agent container's securityContext and the
                    pod's hostPID, from the chart rendered by `helm template`
                    with each VALUE_SETS entry; privileges-systemd: the
@@ -23,6 +25,7 @@ diff when a block differs from what its source gives.
 
 import argparse
 import difflib
+import json
 import os
 import re
 import subprocess
@@ -174,21 +177,31 @@ def alerts_table():
 
 # --- README: the families of each case, and the alerts that read them -------------
 
-# (case, what it shows, families: a regex on the name). A family goes to the
-# first case it matches; the last case takes the rest.
+# (case, what it shows, families): a signal's case has the families the
+# agent declares for that signal (`slowpath signals`), in this table's order;
+# the other cases take the rest by a regex on the name, the first that
+# matches, the last the rest. Every declared signal needs its row.
 CASES = [
-    ("vDSO fallback", "clock reads that enter the kernel, the clocksource, its switches, the canary",
-     r"slowpath_(clock|clocksource|vdso)_"),
-    ("rt_sigprocmask storms", "`rt_sigprocmask` calls by operation", r"slowpath_rt_sigprocmask_"),
-    ("time-zone file checks", "stats of `/etc/localtime` with `TZ` unset, and the node's cost of one",
-     r"slowpath_tzfile_"),
-    ("sleeps", "sleep calls and their requested lengths", r"slowpath_sleep_"),
-    ("timer loops", "timer wakeups per process and the timeouts asked for", r"slowpath_(node_)?timer_"),
-    ("THP faults and compaction", "huge-page faults, their fallbacks, compaction runs and stalls",
-     r"slowpath_(thp|compaction)_"),
-    ("findings", "the agent's own diagnosis, per process", r"slowpath_finding"),
-    ("the agent itself", "probes, lost events, own cost, scrapes, HTTP, Kubernetes", r"slowpath_"),
+    ("vDSO fallback", "clock reads that enter the kernel, the clocksource, its switches, the canary", "clock"),
+    ("rt_sigprocmask storms", "`rt_sigprocmask` calls by operation", "sigmask"),
+    ("time-zone file checks", "stats of `/etc/localtime` with `TZ` unset, and the node's cost of one", "tzfile"),
+    ("sleeps", "sleep calls and their requested lengths", "sleep"),
+    ("timer loops", "timer wakeups per process and the timeouts asked for", "timer"),
+    ("THP faults and compaction", "huge-page faults, their fallbacks, compaction runs and stalls", "memory"),
+    ("findings", "the agent's own diagnosis, per process", re.compile(r"slowpath_finding")),
+    ("the agent itself", "probes, lost events, own cost, scrapes, HTTP, Kubernetes", re.compile(r"slowpath_")),
 ]
+
+
+def signal_families(binary):
+    """{signal name: [its family names]}, as the agent declares them."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    declared = {d["name"]: [f["name"] for f in d["families"]] for d in json.loads(out.stdout)}
+    rows = {signal for _, _, signal in CASES if isinstance(signal, str)}
+    if rows != set(declared):
+        raise SystemExit(f"docs/generate.py CASES: a row per signal the agent declares: {sorted(declared)}, "
+                         f"not {sorted(rows)}")
+    return declared
 
 
 def names_read(expr, recorded):
@@ -203,25 +216,29 @@ def names_read(expr, recorded):
     return seen
 
 
-def case_of(name):
-    return next(i for i, (_, _, regex) in enumerate(CASES) if re.match(regex, name))
+def case_of(name, declared):
+    for i, (_, _, families) in enumerate(CASES):
+        if name in declared.get(families, []) if isinstance(families, str) else families.match(name):
+            return i
+    raise SystemExit(f"{name}: in no case of docs/generate.py CASES")
 
 
-def readme_cases_table():
+def readme_cases_table(binary):
+    declared = signal_families(binary)
     groups = yaml.safe_load(RULES.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     recorded = {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
     families = metric_families()
     alerts = [[] for _ in CASES]
     for rule in alert_rules():
-        read = sorted(case_of(n) for n in names_read(rule["expr"], recorded) if n in families)
+        read = sorted(case_of(n, declared) for n in names_read(rule["expr"], recorded) if n in families)
         case = alerts[read[0] if read else len(CASES) - 1]
         # An alert split into rules per severity is named once.
         if f"`{rule['alert']}`" not in case:
             case.append(f"`{rule['alert']}`")
     rows = ["| case | what | families | alerts |", "| --- | --- | --- | --- |"]
     for i, (case, what, _) in enumerate(CASES):
-        names = ", ".join(f"`{n}`" for n in families if case_of(n) == i)
+        names = ", ".join(f"`{n}`" for n in families if case_of(n, declared) == i)
         rows.append(f"| {case} | {what} | {names} | {', '.join(alerts[i]) or '-'} |")
     return "\n".join(rows) + "\n"
 
@@ -357,7 +374,7 @@ def blocks(binary, helm):
         ("docs/flags.md", "top-flags"): lambda: flags_table(help_text(binary, "top")),
         ("docs/metrics.md", "families"): families_table,
         ("docs/alerts.md", "alerts"): alerts_table,
-        ("README.md", "cases"): readme_cases_table,
+        ("README.md", "cases"): lambda: readme_cases_table(binary),
         ("docs/security.md", "privileges"): lambda: privileges_table(helm),
         ("docs/security.md", "privileges-systemd"): systemd_privileges_table,
     }
