@@ -177,31 +177,22 @@ def alerts_table():
 
 # --- README: the families of each case, and the alerts that read them -------------
 
-# (case, what it shows, families): a signal's case has the families the
-# agent declares for that signal (`slowpath signals`), in this table's order;
-# the other cases take the rest by a regex on the name, the first that
-# matches, the last the rest. Every declared signal needs its row.
-CASES = [
-    ("vDSO fallback", "clock reads that enter the kernel, the clocksource, its switches, the canary", "clock"),
-    ("rt_sigprocmask storms", "`rt_sigprocmask` calls by operation", "sigmask"),
-    ("time-zone file checks", "stats of `/etc/localtime` with `TZ` unset, and the node's cost of one", "tzfile"),
-    ("sleeps", "sleep calls and their requested lengths", "sleep"),
-    ("timer loops", "timer wakeups per process and the timeouts asked for", "timer"),
-    ("THP faults and compaction", "huge-page faults, their fallbacks, compaction runs and stalls", "memory"),
+# (case, what it shows, families): one row per signal, as the agent declares
+# it (`slowpath signals`: its case, its summary, its families), in the
+# agent's order, then the cases below, which take the other families by a
+# regex on the name, the first that matches, the last the rest.
+NOT_SIGNALS = [
     ("findings", "the agent's own diagnosis, per process", re.compile(r"slowpath_finding")),
     ("the agent itself", "probes, lost events, own cost, scrapes, HTTP, Kubernetes", re.compile(r"slowpath_")),
 ]
 
 
-def signal_families(binary):
-    """{signal name: [its family names]}, as the agent declares them."""
+def cases_of(binary):
+    """[(case, what, families)]: each declared signal's row (families: the
+    names it declares), then NOT_SIGNALS (families: a regex)."""
     out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
-    declared = {d["name"]: [f["name"] for f in d["families"]] for d in json.loads(out.stdout)}
-    rows = {signal for _, _, signal in CASES if isinstance(signal, str)}
-    if rows != set(declared):
-        raise SystemExit(f"docs/generate.py CASES: a row per signal the agent declares: {sorted(declared)}, "
-                         f"not {sorted(rows)}")
-    return declared
+    return [(d["case"], d["summary"], [f["name"] for f in d["families"]]) for d in json.loads(out.stdout)] \
+        + NOT_SIGNALS
 
 
 def names_read(expr, recorded):
@@ -216,29 +207,29 @@ def names_read(expr, recorded):
     return seen
 
 
-def case_of(name, declared):
-    for i, (_, _, families) in enumerate(CASES):
-        if name in declared.get(families, []) if isinstance(families, str) else families.match(name):
+def case_of(name, cases):
+    for i, (_, _, families) in enumerate(cases):
+        if name in families if isinstance(families, list) else families.match(name):
             return i
-    raise SystemExit(f"{name}: in no case of docs/generate.py CASES")
+    raise SystemExit(f"{name}: in no case of docs/generate.py")
 
 
 def readme_cases_table(binary):
-    declared = signal_families(binary)
+    cases = cases_of(binary)
     groups = yaml.safe_load(RULES.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     recorded = {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
     families = metric_families()
-    alerts = [[] for _ in CASES]
+    alerts = [[] for _ in cases]
     for rule in alert_rules():
-        read = sorted(case_of(n, declared) for n in names_read(rule["expr"], recorded) if n in families)
-        case = alerts[read[0] if read else len(CASES) - 1]
+        read = sorted(case_of(n, cases) for n in names_read(rule["expr"], recorded) if n in families)
+        case = alerts[read[0] if read else len(cases) - 1]
         # An alert split into rules per severity is named once.
         if f"`{rule['alert']}`" not in case:
             case.append(f"`{rule['alert']}`")
     rows = ["| case | what | families | alerts |", "| --- | --- | --- | --- |"]
-    for i, (case, what, _) in enumerate(CASES):
-        names = ", ".join(f"`{n}`" for n in families if case_of(n, declared) == i)
+    for i, (case, what, _) in enumerate(cases):
+        names = ", ".join(f"`{n}`" for n in families if case_of(n, cases) == i)
         rows.append(f"| {case} | {what} | {names} | {', '.join(alerts[i]) or '-'} |")
     return "\n".join(rows) + "\n"
 

@@ -18,6 +18,8 @@ pub struct Declaration {
     pub name: &'static str,
     /// What it watches, in one line.
     pub summary: &'static str,
+    /// The slow path's name in the README's table of cases.
+    pub case: &'static str,
     /// Every family it exports.
     pub families: Vec<FamilyView>,
     /// The tracepoints only it hooks, in report order.
@@ -54,6 +56,7 @@ fn declaration(signal: &'static Signal) -> Declaration {
     Declaration {
         name: signal.name,
         summary: signal.summary,
+        case: signal.case,
         families: signal.families.iter().map(|f| family(f)).collect(),
         hooks: signal.kernel.hooks.iter().map(|h| h.name).collect(),
         syscalls: syscalls_of(signal.kernel.syscall_groups),

@@ -78,6 +78,9 @@ pub struct Signal {
     /// What it watches, in one line (the comment of its collector switch in
     /// the chart's values and the systemd unit's defaults).
     pub summary: &'static str,
+    /// The slow path's name in the README's table of cases (docs/generate.py,
+    /// which takes `summary` for the row's "what").
+    pub case: &'static str,
     /// Every family [`export`](Self::export) may produce.
     pub families: &'static [&'static Family],
     /// This signal's metric families for one scrape (empty ones included).

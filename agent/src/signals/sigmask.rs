@@ -53,7 +53,8 @@ const CALLS: Recorded = Recorded {
 
 pub const SIGNAL: Signal = Signal {
     name: "sigmask",
-    summary: "rt_sigprocmask calls",
+    summary: "rt_sigprocmask calls by operation",
+    case: "rt_sigprocmask storms",
     families: &[&SIGPROCMASK],
     export,
     diagnose,

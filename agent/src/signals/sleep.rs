@@ -60,7 +60,8 @@ const CALLS: Recorded = Recorded {
 
 pub const SIGNAL: Signal = Signal {
     name: "sleep",
-    summary: "nanosleep/clock_nanosleep calls and requested lengths",
+    summary: "nanosleep/clock_nanosleep calls and their requested lengths",
+    case: "sleeps",
     families: &[&SLEEP_CALLS, &SLEEP_REQUESTED],
     export,
     diagnose,

@@ -126,7 +126,8 @@ const FALLBACKS: Recorded = Recorded {
 
 pub const SIGNAL: Signal = Signal {
     name: "clock",
-    summary: "vDSO fallbacks (clock syscalls), the clocksource, the vDSO canary",
+    summary: "clock reads that enter the kernel (clock syscalls), the clocksource and its switches, the vDSO canary",
+    case: "vDSO fallback",
     families: &[
         &CLOCK_SYSCALLS,
         &CLOCKSOURCE_CURRENT,

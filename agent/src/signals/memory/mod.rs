@@ -91,7 +91,8 @@ const DIRECT_COMPACTION: Recorded = Recorded {
 
 pub const SIGNAL: Signal = Signal {
     name: "memory",
-    summary: "THP faults and compaction (hooks mm_page_alloc, mm_compaction_begin/end)",
+    summary: "huge-page faults, their fallbacks, compaction runs and stalls (hooks mm_page_alloc, mm_compaction_begin/end)",
+    case: "THP faults and compaction",
     families: &[
         &THP_ALLOCS,
         &THP_FALLBACKS,

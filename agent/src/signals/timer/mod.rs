@@ -128,7 +128,8 @@ const WAKEUPS: Recorded = Recorded {
 
 pub const SIGNAL: Signal = Signal {
     name: "timer",
-    summary: "timer wakeups (hrtimer_expire_entry/exit, sched_waking) and timed waits",
+    summary: "timer wakeups per process (hrtimer_expire_entry/exit, sched_waking) and the timeouts of timed waits",
+    case: "timer loops",
     families: &[
         &TIMER_WAKEUPS,
         &TIMER_WAITS,

@@ -53,7 +53,8 @@ const STAT_CALLS: Recorded = Recorded {
 
 pub const SIGNAL: Signal = Signal {
     name: "tzfile",
-    summary: "stats of /etc/localtime (glibc's localtime() and friends with TZ unset)",
+    summary: "stats of /etc/localtime with TZ unset (glibc's localtime() and friends), and the node's cost of one",
+    case: "time-zone file checks",
     families: &[&TZFILE_STATS, &TZFILE_CHECK_COST],
     export,
     diagnose,
