@@ -20,9 +20,10 @@ horizontally scalable backend (scripts/fleetstack.py).
    - both: the two at once, on the same targets.
    After --minutes it reads every component's own metrics (series, samples
    appended per second, memory and CPU per component, rule evaluation time,
-   missed evaluations, remote-write lag) and times the fleet dashboard's
-   queries (all 30, and the top 10 pods by timer wakeups on the recorded
-   series and on the raw counters) through the backend's query API.
+   missed evaluations, remote-write lag; every backend over the same 30 s)
+   and times the fleet dashboard's queries (all 30, and the top 10 pods by
+   timer wakeups on the recorded series and on the raw counters) through
+   the backend's query API.
 3. With both backends it runs every fleet dashboard query on each at the same
    instant and compares the answers (the same series with values within
    1 %, ties of a topk compared by value); --check exits 1 when they differ,
@@ -155,6 +156,23 @@ def serve(page):
     return server, server.server_address[1]
 
 
+class Thanos(fleetstack.Thanos):
+    def stop(self):
+        """The agents first, while the receivers still take their last
+        remote writes: stopped with them, an agent retries its flush for
+        the whole minute of its flush deadline."""
+        agents = [proc for name, proc in self.procs if name.startswith("agent-") and proc.poll() is None]
+        for proc in agents:
+            proc.send_signal(signal.SIGTERM)
+        for proc in agents:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        super().stop()
+
+
 def fleet_queries():
     """[(panel title, PromQL)] of every query of the fleet dashboard, with its
     variable at "All" (namespace=~".*")."""
@@ -231,7 +249,24 @@ def start(backend, workdir, targets, args):
     rules = RULES.read_text()
     if backend == "prometheus":
         return fleetstack.Single(workdir, args.prometheus, targets, rules)
-    return fleetstack.Thanos(workdir, args.prometheus, args.thanos, targets, rules)
+    return Thanos(workdir, args.prometheus, args.thanos, targets, rules)
+
+
+def measure_all(stacks):
+    """Each stack's measure() over the same 2 * INTERVAL, side by side."""
+    rows = [None] * len(stacks)
+
+    def one(i):
+        rows[i] = stacks[i].measure(2 * INTERVAL)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(stacks))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if None in rows:
+        sys.exit("fleet-sim: measuring a backend failed")
+    return rows
 
 
 def one_fleet(nodes, target_port, args):
@@ -244,10 +279,10 @@ def one_fleet(nodes, target_port, args):
         for b in backends:
             stacks.append(start(b, args.out / f"{b}-{nodes}", targets, args))
         time.sleep(60 * args.minutes)
-        for stack in stacks:
+        for stack, measured in zip(stacks, measure_all(stacks)):
             up = query(stack.query_url, 'count(up{job="slowpath"} == 1) or vector(0)')[1]["result"]
             row = {"backend": stack.name, "nodes": nodes, "targets_up": int(float(up[0]["value"][1]))}
-            row |= stack.measure(2 * INTERVAL)
+            row |= measured
             row |= time_queries(stack.query_url)
             failures, rules = rule_health(stack)
             row["rule_failures"], row["rules"] = failures, rules
