@@ -4,7 +4,7 @@ scrapes them, on one machine, for a single Prometheus and for a sharded,
 horizontally scalable backend (scripts/fleetstack.py).
 
     scripts/fleet-sim.sh [--backend prometheus|thanos|both] [--nodes 10,100,1000]
-                         [--minutes 3] [--out DIR] [--check]
+                         [--minutes 3] [--backfill MINUTES] [--out DIR] [--check]
 
 1. Records a busy node: the real agent (no pid label, as a fleet runs it)
    while tests/e2e/busynode.py runs 400 processes in 40 cgroups hitting every
@@ -18,20 +18,36 @@ horizontally scalable backend (scripts/fleetstack.py).
      thanos receive (one hashring), thanos query over them, thanos rule
      evaluating the rules through that query;
    - both: the two at once, on the same targets.
-   After --minutes it reads every component's own metrics (series, samples
-   appended per second, memory and CPU per component, rule evaluation time,
-   missed evaluations, remote-write lag; every backend over the same 30 s)
-   and times the fleet dashboard's queries (all 30, and the top 10 pods by
-   timer wakeups on the recorded series and on the raw counters) through
-   the backend's query API.
+   The nodes answer 503 until every backend is up, and with --backfill M
+   until every backend has also been given the same M minutes of each
+   node's history: a sample every 15 s up to 15 s before, on the very line
+   the live counters then continue (no counter resets), in the labels a
+   scrape gives (job, instance), remote-written to the single Prometheus
+   (its remote-write receiver) and to the thanos receivers the agents write
+   to (their hashring stores each series where the agents' samples of it
+   go). Live scraping then appends to the same series.
+   After --minutes of scraping it reads every component's own metrics
+   (series, samples appended per second, memory and CPU per component,
+   rule evaluation time, missed evaluations, remote-write lag; every
+   backend over the same 30 s) and times the fleet dashboard's queries
+   (all of them, and the top 10 pods by timer wakeups on the recorded
+   series and on the raw counters) through the backend's query API.
 3. With both backends it runs every fleet dashboard query on each at the same
    instant and compares the answers (the same series with values within
    1 %, ties of a topk compared by value); --check exits 1 when they differ,
-   a rule fails to evaluate, or a component dies. Answers agree once every
-   rate window is full: --minutes 6 or more.
+   a rule fails to evaluate, a target is down or a component dies. Answers
+   agree once every 5-minute rate window is full: after --minutes 6, or
+   after a short run with --backfill 6, whose history fills every window
+   from the first scrape on. Either way the counters grow linearly and a
+   full window's rate() is their slope exactly, whenever each backend took
+   its samples, so the backends agree to rounding; a backend that lost its
+   live samples would answer lower rates (rate() extrapolates at most half
+   an interval past its last sample) and differ.
 4. Writes DIR/fleet.csv and DIR/fleet.png (gnuplot), prints a table with the
    projection to 10,000 nodes (linear in N, from the largest run).
 
+--backfill is for checks on a few nodes: the history is encoded here, in
+Python (a few seconds for 20 nodes of 1,500 series and 6 minutes).
 Loopback only. Needs Prometheus 3, Thanos and gnuplot (scripts/setup.sh
 --test, tests/deploy/install-tools.sh)."""
 
@@ -42,11 +58,14 @@ import json
 import math
 import re
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,8 +127,9 @@ class Page:
             base = float(value)
             rate = base / 600 if self.COUNTER.search(name) else 0.0
             self.lines.append((prefix + " ", base, rate))
-        self.start = time.monotonic()
+        self.start, self.start_wall = time.monotonic(), time.time()
         self.series = sum(1 for x in self.lines if isinstance(x, tuple))
+        self.serving = threading.Event()  # until set, every node answers 503 (not up yet)
 
     @classmethod
     def with_pod_labels(cls, prefix):
@@ -122,6 +142,19 @@ class Page:
         pod = (f'namespace="team-{int(m.group(1)) % 8}",pod="service-{m.group(1)}",container="main"'
                if m else 'namespace="",pod="",container=""')
         return prefix[:-1] + "," + pod + "}"
+
+    def history(self, instance, times):
+        """Remote-write series ([(sorted labels, [(ms, value)])]) of one node,
+        as scraped by job slowpath at each of `times` (Unix seconds, before
+        the page started): the values `render` would have given then."""
+        out = []
+        for x in self.lines:
+            if isinstance(x, tuple):
+                prefix, base, rate = x
+                labels = parse_series(prefix.rstrip()) + [("instance", instance), ("job", "slowpath")]
+                out.append((sorted(labels), [(round(t * 1000), base + rate * (t - self.start_wall))
+                                             for t in times]))
+        return out
 
     def render(self):
         t = time.monotonic() - self.start
@@ -140,6 +173,9 @@ def serve(page):
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
+            if not page.serving.is_set():
+                self.send_error(503)
+                return
             body = page.render()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")
@@ -156,7 +192,107 @@ def serve(page):
     return server, server.server_address[1]
 
 
+LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def parse_series(prefix):
+    """[(label, value)] of an exposition line's `name{labels}`, with __name__
+    and without empty labels (a scrape drops them)."""
+    name, _, rest = prefix.partition("{")
+    labels = [("__name__", name)]
+    rest = rest.rstrip("}")
+    for m in LABEL.finditer(rest):
+        value = re.sub(r"\\(.)", lambda e: "\n" if e.group(1) == "n" else e.group(1), m.group(2))
+        if value:
+            labels.append((m.group(1), value))
+    return labels
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def field(number, payload):
+    """A length-delimited protobuf field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def write_request(series):
+    """A remote-write 1.0 WriteRequest (prompb) of `series`, snappy-framed as
+    the protocol asks: as literals only, which every snappy decoder reads."""
+    stamps = {}  # ms -> its encoded Sample field but the value
+
+    def sample(ms, value):
+        if ms not in stamps:
+            ts = b"\x10" + varint(ms)
+            stamps[ms] = (varint(2 << 3 | 2) + varint(9 + len(ts)) + b"\x09", ts)
+        head, ts = stamps[ms]
+        return head + struct.pack("<d", value) + ts
+
+    body = b"".join(field(1, b"".join(
+        [field(1, field(1, k.encode()) + field(2, v.encode())) for k, v in labels]
+        + [sample(ms, v) for ms, v in samples]))
+        for labels, samples in series)
+    out = bytearray(varint(len(body)))
+    for i in range(0, len(body), 65536):
+        chunk = body[i:i + 65536]
+        out += bytes([61 << 2]) + (len(chunk) - 1).to_bytes(2, "little") + chunk
+    return bytes(out)
+
+
+def remote_write(url, body):
+    req = urllib.request.Request(url, data=body, method="POST", headers={
+        "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
+        "X-Prometheus-Remote-Write-Version": "0.1.0"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            resp.read()
+    except urllib.error.HTTPError as e:
+        sys.exit(f"fleet-sim: {url} refused the backfill: {e.code} {e.read().decode()[:500]}")
+
+
+def backfill(stacks, page, targets, minutes):
+    """Gives every backend the same `minutes` of each node's history before
+    the nodes answer their first scrape: a sample every INTERVAL up to one
+    INTERVAL ago, on the line the live counters continue, remote-written to
+    the single Prometheus (its remote-write receiver) and to the thanos
+    receivers the agents write to (their hashring routes each series).
+    Nothing was scraped yet, so no series has a newer sample that would make
+    these out of order."""
+    now = time.time()
+    steps = int(minutes * 60 // INTERVAL)
+    times = [now - INTERVAL * k for k in range(steps, 0, -1)]
+    urls = [stack.write_urls() for stack in stacks]
+    for i, (_, instance) in enumerate(targets):
+        body = write_request(page.history(instance, times))
+        for u in urls:
+            remote_write(u[i % len(u)], body)
+    print(f"fleet-sim: backfilled {minutes:g} minutes ({steps} samples a series) of {len(targets)} nodes "
+          f"into {', '.join(s.name for s in stacks)} in {time.time() - now:.0f} s", flush=True)
+
+
+class Single(fleetstack.Single):
+    """fleetstack's single Prometheus, with its remote-write receiver on for
+    the backfill."""
+
+    def spawn(self, name, argv, ready_url):
+        return super().spawn(name, [*argv, "--web.enable-remote-write-receiver"], ready_url)
+
+    def write_urls(self):
+        return [f"{self.query_url}/api/v1/write"]
+
+
 class Thanos(fleetstack.Thanos):
+    def write_urls(self):
+        """The receivers' remote-write URLs, from the agents' configurations."""
+        return [json.loads((self.workdir / f"agent-{i}.yml").read_text())["remote_write"][0]["url"]
+                for i in range(fleetstack.SHARDS)]
+
     def stop(self):
         """The agents first, while the receivers still take their last
         remote writes: stopped with them, an agent retries its flush for
@@ -248,7 +384,7 @@ def rule_health(stack):
 def start(backend, workdir, targets, args):
     rules = RULES.read_text()
     if backend == "prometheus":
-        return fleetstack.Single(workdir, args.prometheus, targets, rules)
+        return Single(workdir, args.prometheus, targets, rules)
     return Thanos(workdir, args.prometheus, args.thanos, targets, rules)
 
 
@@ -269,15 +405,19 @@ def measure_all(stacks):
     return rows
 
 
-def one_fleet(nodes, target_port, args):
+def one_fleet(nodes, page, target_port, args):
     """Each chosen backend scraping `nodes` copies of the target, at once
-    (step 2); returns (rows, problems)."""
+    (step 2), after the backfill if asked; returns (rows, problems)."""
     targets = [(f"127.0.0.1:{target_port}", f"node-{i:05d}") for i in range(nodes)]
     backends = ["prometheus", "thanos"] if args.backend == "both" else [args.backend]
     stacks, rows, problems = [], [], []
+    page.serving.clear()
     try:
         for b in backends:
             stacks.append(start(b, args.out / f"{b}-{nodes}", targets, args))
+        if args.backfill:
+            backfill(stacks, page, targets, args.backfill)
+        page.serving.set()
         time.sleep(60 * args.minutes)
         for stack, measured in zip(stacks, measure_all(stacks)):
             up = query(stack.query_url, 'count(up{job="slowpath"} == 1) or vector(0)')[1]["result"]
@@ -365,7 +505,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=["prometheus", "thanos", "both"], default="prometheus")
     ap.add_argument("--nodes", default="10,100,1000")
-    ap.add_argument("--minutes", type=float, default=3)
+    ap.add_argument("--minutes", type=float, default=3, help="how long the backends scrape before measuring")
+    ap.add_argument("--backfill", type=float, default=0, metavar="MINUTES",
+                    help="remote-write this much of every node's history into each backend before its "
+                         "first scrape (see step 2)")
     ap.add_argument("--out", type=Path, default=Path("fleet-out"))
     ap.add_argument("--check", action="store_true", help="exit 1 on a problem (see step 3)")
     ap.add_argument("--agent", type=Path, default=REPO / "target" / "release" / "slowpath")
@@ -374,6 +517,8 @@ def main():
     ap.add_argument("--prometheus", type=Path, default=TOOLS / "prometheus3" / "bin" / "prometheus")
     ap.add_argument("--thanos", type=Path, default=TOOLS / "thanos" / "bin" / "thanos")
     args = ap.parse_args()
+    if not 0 <= args.backfill < 10:
+        ap.error("--backfill: under 10 minutes (the page's counters count from 10 minutes before it)")
     args.out.mkdir(parents=True, exist_ok=True)
     text = args.page.read_text() if args.page else record_busy_node(args.agent, args.workload, args.out)
     page = Page(text)
@@ -382,7 +527,7 @@ def main():
     rows, problems = [], []
     try:
         for n in [int(x) for x in args.nodes.split(",")]:
-            got, found = one_fleet(n, port, args)
+            got, found = one_fleet(n, page, port, args)
             rows += got
             problems += found
     finally:
