@@ -53,6 +53,7 @@ Loopback only. Needs Prometheus 3, Thanos and gnuplot (scripts/setup.sh
 
 import argparse
 import csv
+import decimal
 import http.server
 import json
 import math
@@ -117,8 +118,12 @@ class Page:
 
     def __init__(self, text):
         self.lines = []  # (prefix, base, per second) or a literal line
+        self.types = {}  # metric family -> its # TYPE
         for line in text.splitlines():
             if not line or line.startswith("#"):
+                if line.startswith("# TYPE "):
+                    _, _, family, kind = line.split(" ", 3)
+                    self.types[family] = kind.strip()
                 self.lines.append(line)
                 continue
             prefix, value = line.rsplit(" ", 1)
@@ -151,10 +156,20 @@ class Page:
         for x in self.lines:
             if isinstance(x, tuple):
                 prefix, base, rate = x
-                labels = parse_series(prefix.rstrip()) + [("instance", instance), ("job", "slowpath")]
+                labels = self.as_scraped(parse_series(prefix.rstrip())) + [("instance", instance),
+                                                                           ("job", "slowpath")]
                 out.append((sorted(labels), [(round(t * 1000), base + rate * (t - self.start_wall))
                                              for t in times]))
         return out
+
+    def as_scraped(self, labels):
+        """`labels` as Prometheus 3 stores them when it scrapes them: the
+        le of a histogram's buckets and the quantile of a summary as floats
+        in its own notation (le="1" is le="1.0", le="0.000001" le="1e-06")."""
+        name = labels[0][1]
+        key = ("le" if self.types.get(name.removesuffix("_bucket")) == "histogram" else
+               "quantile" if self.types.get(name) == "summary" else None)
+        return [(k, go_float(v) if k == key else v) for k, v in labels]
 
     def render(self):
         t = time.monotonic() - self.start
@@ -206,6 +221,26 @@ def parse_series(prefix):
         if value:
             labels.append((m.group(1), value))
     return labels
+
+
+def go_float(text):
+    """The float `text` as Go's strconv.FormatFloat(f, 'g', -1, 64) writes it,
+    with ".0" added when that has neither a point nor an exponent."""
+    f = float(text)
+    if math.isinf(f) or math.isnan(f):
+        return {math.inf: "+Inf", -math.inf: "-Inf"}.get(f, "NaN")
+    if f == 0:
+        return "0.0"
+    d = decimal.Decimal(repr(abs(f))).normalize()
+    _, digits, exp = d.as_tuple()
+    power = len(digits) - 1 + exp
+    if power < -4 or power >= 6:  # shortest: exponent notation outside [1e-4, 1e6)
+        mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+        out = f"{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+    else:
+        out = format(d, "f")
+        out += "" if "." in out else ".0"
+    return ("-" if f < 0 else "") + out
 
 
 def varint(n):
