@@ -7,7 +7,8 @@ by hand in deploy/:
       each signal's collector name and summary, its recorded rates (the
       recording rules of templates/prometheusrule.yaml) and its top columns
       with a cost (the estimated-CPU record's terms); the DaemonSet template
-      takes the accepted collector names from it
+      takes the accepted collector names from it, and the fleet dashboard
+      (dashboards/src/fleet.py) its rows: each recorded rate's fleet row
   deploy/helm/slowpath/values.yaml
       agent.collectors: one switch per signal, its summary as its comment
   deploy/systemd/slowpath.default
@@ -73,7 +74,8 @@ def signals_json(decls):
         "signals": [{
             "name": d["name"],
             "summary": d["summary"],
-            "recorded": [{"name": r["name"], "family": r["family"], "selector": selector(r["only"])}
+            "recorded": [{"name": r["name"], "family": r["family"], "selector": selector(r["only"]),
+                          "fleet": r["fleet"]}
                          for r in d["recorded"]],
             "cost": cost_terms(d),
         } for d in decls],

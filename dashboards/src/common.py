@@ -5,6 +5,9 @@ no datasource uid is hard-coded, so the JSON imports into any Grafana whose
 Prometheus scrapes slowpath.
 """
 
+import json
+from pathlib import Path
+
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import heatmap, prometheus, stat, statetimeline, table, timeseries
@@ -15,13 +18,18 @@ from grafana_foundation_sdk.models import prometheus as pm
 
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
+# The agents' signals as the chart lists them (deploy/render.sh writes the
+# file from `slowpath signals`): collector names, recorded rates, fleet rows.
+SIGNALS = json.loads(
+    (Path(__file__).resolve().parents[2] / "deploy" / "helm" / "slowpath" / "files" / "signals.json").read_text()
+)["signals"]
+
 # Counters that carry the per-process labels (comm, cgroup, unit; namespace,
 # pod, container with Kubernetes; pid with --metrics.pid-label): the variables
-# of the per-process filters take their values from these series.
-PER_PROCESS_METRICS = (
-    "slowpath_(clock_syscalls|rt_sigprocmask_calls|tzfile_stat_calls|sleep_calls|timer_wakeups|thp_fault_allocs"
-    "|thp_fault_fallbacks|compaction_runs|compaction_seconds)_total"
-)
+# of the per-process filters take their values from these series, the
+# counters of every signal's recorded rates (a recording rule keeps those
+# labels).
+PER_PROCESS_METRICS = "({})".format("|".join(sorted({r["family"] for s in SIGNALS for r in s["recorded"]})))
 
 # Time-zone file checks (stats of /etc/localtime, glibc's localtime() and
 # friends with TZ unset) per second of one process above which the doctor's

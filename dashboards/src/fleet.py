@@ -9,29 +9,22 @@ from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, SINCE, Ids, dashboard, data_link,
+from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, SIGNALS, SINCE, Ids, dashboard, data_link,
                     datasource_variable, findings_expr, link, query_variable, row, stat_panel, table_panel,
                     target, timeseries_panel)
 
 UID = "slowpath-fleet"
 NS = 'namespace=~"$namespace"'
 
-# (recorded metric, what it counts, unit, why it matters)
-SIGNALS = [
-    ("slowpath_clock_fallbacks", "Clock syscall fallbacks", OPS,
-     "clock reads per second that entered the kernel although the vDSO could have served them"),
-    ("slowpath_rt_sigprocmask_calls", "rt_sigprocmask calls", OPS,
-     "signal-mask changes per second (getcontext/setcontext coroutines, signal-safe sections)"),
-    ("slowpath_tzfile_stat_calls", "Time-zone file checks", OPS,
-     "stats of /etc/localtime per second (glibc's localtime(), mktime(), strftime() with TZ unset; "
-     "TZ=:/etc/localtime removes them)"),
-    ("slowpath_timer_wakeups", "Timer wakeups", OPS,
-     "wakeups per second by an expiring timer, whatever the wait (sleeps, futex, epoll, timerfd)"),
-    ("slowpath_direct_compaction_seconds", "Direct compaction stalls", SECONDS,
-     "seconds per second spent compacting memory inside allocations"),
-    ("slowpath_thp_fault_fallbacks", "THP fault fallbacks", OPS,
-     "huge-page faults per second that fell back to 4 KiB pages"),
-]
+
+def fleet_rows():
+    """[(recorded metric, title, unit, what one unit is and why it matters)]:
+    each signal's recorded rates that declare a fleet row, in the agents'
+    order of signals."""
+    return [(r["name"], r["fleet"]["title"], SECONDS if r["family"].endswith("_seconds_total") else OPS,
+             r["fleet"]["meaning"])
+            for s in SIGNALS for r in s["recorded"] if r["fleet"]]
+
 
 TO_NODE = data_link(
     "Node ${__data.fields.instance} in the overview",
@@ -68,7 +61,7 @@ def top_table(pid, level, metric, title, unit, description, links, ns=True):
 
 
 def signal_rows(d, ids):
-    for metric, name, unit, meaning in SIGNALS:
+    for metric, name, unit, meaning in fleet_rows():
         d = d.with_row(row(ids(), name))
         why = f"{name}: {meaning}, as a 5-minute rate from the recording rules."
         d = d.with_panel(top_table(

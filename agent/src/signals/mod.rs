@@ -29,7 +29,7 @@ use crate::node::{Fact, NodeFacts, SettingsReader};
 use crate::snapshot::{Series, Snapshot};
 
 pub use collectors::{log_left_out, Collectors};
-pub use recorded::Recorded;
+pub use recorded::{FleetRow, Recorded};
 pub use top::{Cell, EventCost, Top, TopColumn};
 
 pub mod clock;

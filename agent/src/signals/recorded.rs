@@ -25,6 +25,22 @@ pub struct Recorded {
     pub family: &'static Family,
     /// A label that must have this value for a series to count.
     pub only: Option<(&'static str, &'static str)>,
+    /// Its row in the fleet dashboard (dashboards/src/fleet.py: the top
+    /// namespaces, pods, systemd units and nodes by this rate), or `None`
+    /// for a rate the fleet view leaves out (an ordinary figure such as
+    /// sleep calls, or the half of a ratio another row shows).
+    pub fleet: Option<FleetRow>,
+}
+
+/// A recorded rate's row in the fleet dashboard: its unit is the counter's
+/// (seconds per second for a `_seconds_total`, else per second).
+#[derive(Serialize)]
+pub struct FleetRow {
+    /// The row's title, e.g. "Clock syscall fallbacks".
+    pub title: &'static str,
+    /// What one unit of the rate is and why it matters, in the panels'
+    /// descriptions: "clock reads per second that entered the kernel ...".
+    pub meaning: &'static str,
 }
 
 #[cfg(test)]

@@ -18,7 +18,8 @@ use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top, TopColumn,
+    Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
+    TopColumn,
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -49,6 +50,10 @@ const CALLS: Recorded = Recorded {
     name: "slowpath_rt_sigprocmask_calls",
     family: &SIGPROCMASK,
     only: None,
+    fleet: Some(FleetRow {
+        title: "rt_sigprocmask calls",
+        meaning: "signal-mask changes per second (getcontext/setcontext coroutines, signal-safe sections)",
+    }),
 };
 
 pub const SIGNAL: Signal = Signal {

@@ -56,6 +56,7 @@ const CALLS: Recorded = Recorded {
     name: "slowpath_sleep_calls",
     family: &SLEEP_CALLS,
     only: None,
+    fleet: None,
 };
 
 pub const SIGNAL: Signal = Signal {

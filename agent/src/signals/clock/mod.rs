@@ -19,8 +19,8 @@ use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labe
 use crate::flag_values::parse_duration;
 use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Recorded, Scrape, Signal, SignalArgs, Top,
-    TopColumn,
+    Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Recorded, Scrape, Signal,
+    SignalArgs, Top, TopColumn,
 };
 use crate::snapshot::Series;
 
@@ -122,6 +122,10 @@ const FALLBACKS: Recorded = Recorded {
     name: "slowpath_clock_fallbacks",
     family: &CLOCK_SYSCALLS,
     only: Some(("fallback", "true")),
+    fleet: Some(FleetRow {
+        title: "Clock syscall fallbacks",
+        meaning: "clock reads per second that entered the kernel although the vDSO could have served them",
+    }),
 };
 
 pub const SIGNAL: Signal = Signal {

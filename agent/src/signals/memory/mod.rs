@@ -19,8 +19,8 @@ use crate::bpf::{slot, Hook, KernelBtf, RodataPatch};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, SignalArgs,
-    Top, TopColumn,
+    Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal,
+    SignalArgs, Top, TopColumn,
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -77,16 +77,25 @@ const FAULT_ALLOCS: Recorded = Recorded {
     name: "slowpath_thp_fault_allocs",
     family: &THP_ALLOCS,
     only: None,
+    fleet: None,
 };
 const FAULT_FALLBACKS: Recorded = Recorded {
     name: "slowpath_thp_fault_fallbacks",
     family: &THP_FALLBACKS,
     only: None,
+    fleet: Some(FleetRow {
+        title: "THP fault fallbacks",
+        meaning: "huge-page faults per second that fell back to 4 KiB pages",
+    }),
 };
 const DIRECT_COMPACTION: Recorded = Recorded {
     name: "slowpath_direct_compaction_seconds",
     family: &COMPACTION_SECONDS,
     only: Some(("trigger", "direct")),
+    fleet: Some(FleetRow {
+        title: "Direct compaction stalls",
+        meaning: "seconds per second spent compacting memory inside allocations",
+    }),
 };
 
 pub const SIGNAL: Signal = Signal {

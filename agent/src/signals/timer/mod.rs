@@ -43,8 +43,8 @@ use crate::exposition::{
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
-    TopColumn,
+    Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
+    Signal, Top, TopColumn,
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
@@ -124,6 +124,10 @@ const WAKEUPS: Recorded = Recorded {
     name: "slowpath_timer_wakeups",
     family: &TIMER_WAKEUPS,
     only: None,
+    fleet: Some(FleetRow {
+        title: "Timer wakeups",
+        meaning: "wakeups per second by an expiring timer, whatever the wait (sleeps, futex, epoll, timerfd)",
+    }),
 };
 
 pub const SIGNAL: Signal = Signal {

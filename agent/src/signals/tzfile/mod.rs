@@ -22,8 +22,8 @@ use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, gauge, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::{
-    Cell, EventCost, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
-    TopColumn,
+    Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
+    Signal, Top, TopColumn,
 };
 use crate::sources::CauseBasis;
 use cost::TzfileCheckCost;
@@ -49,6 +49,10 @@ const STAT_CALLS: Recorded = Recorded {
     name: "slowpath_tzfile_stat_calls",
     family: &TZFILE_STATS,
     only: None,
+    fleet: Some(FleetRow {
+        title: "Time-zone file checks",
+        meaning: "stats of /etc/localtime per second (glibc's localtime(), mktime(), strftime() with TZ unset; TZ=:/etc/localtime removes them)",
+    }),
 };
 
 pub const SIGNAL: Signal = Signal {
