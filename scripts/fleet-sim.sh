@@ -2,10 +2,12 @@
 # Fleet simulation: a recorded busy node served as N nodes to a real metrics
 # backend (one Prometheus 3, or Prometheus agents remote-writing to Thanos);
 # series, ingest, memory and CPU per component, rule evaluation and the fleet
-# dashboard's query times per N, into DIR/fleet.csv and DIR/fleet.png (about
-# 3.5 minutes per N and backend on 2 cores, after a first build of the tools).
+# dashboard's query times per N, into DIR/fleet.csv and DIR/fleet.png (the
+# scrape minutes plus about a minute of start and measurement per N and
+# backend on 2 cores, after a first build of the tools; --backfill 6 fills
+# every 5-minute rate window at once, so --minutes 0.5 is enough to compare).
 #   scripts/fleet-sim.sh [--backend prometheus|thanos|both] [--nodes 10,100,1000]
-#                        [--minutes 3] [--out fleet-out] [--check]
+#                        [--minutes 3] [--backfill MINUTES] [--out fleet-out] [--check]
 # See scripts/fleet-sim.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
