@@ -201,7 +201,12 @@ mod tests {
 
     #[test]
     fn a_narrow_screen_drops_whole_columns_keeping_the_sorted_one() {
-        assert_eq!(fitting_columns(120, None), ViewColumn::order());
+        // every column fits where their widths and the gaps between them do
+        // (however many columns the signals declare), and one less does not
+        let all = ViewColumn::order();
+        let wide = all.iter().map(|c| c.min_width()).sum::<u16>() + all.len() as u16 - 1;
+        assert_eq!(fitting_columns(wide, None), all);
+        assert!(fitting_columns(wide - 1, None).len() < all.len());
         let narrow = fitting_columns(58, Column::by_sort("tzstat"));
         let titles: Vec<&str> = narrow.iter().map(|c| c.title()).collect();
         // 7 + 1 + 15 + 5 + 8 (sorted) + 7 + 8, with the gaps: 57; no next column fits in 1
