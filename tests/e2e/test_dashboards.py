@@ -32,6 +32,7 @@ from helpers.host import cgroup2_root
 from helpers.paths import REPO
 from helpers.prometheus import prometheus_server
 from helpers.signal_facts import declared, producible
+from helpers.signals import declarations
 from helpers.workload import run_workload
 
 DASHBOARDS_DIR = REPO / "dashboards"
@@ -76,10 +77,11 @@ EMPTY_ALLOWED = {key for facts in FACTS.values() for key in facts.DASHBOARD_EMPT
 # pod tables stay empty here. promtool's cases (tests/prometheus) compute
 # those recorded levels from pod-labelled input, and the query text is the
 # same as for the unit and node tables, which do have data here.
+# The fleet rows are the signals' declared ones (`slowpath signals`).
+for _title in (r["fleet"]["title"] for d in declarations() for r in d["recorded"] if r["fleet"]):
+    for _level in ["namespaces", "pods"]:
+        EMPTY_ALLOWED.add(("slowpath-fleet", f"{_title}: top {_level}", "A"))
 for _facts in FACTS.values():
-    for _title in _facts.DASHBOARD_FLEET_TITLES:
-        for _level in ["namespaces", "pods"]:
-            EMPTY_ALLOWED.add(("slowpath-fleet", f"{_title}: top {_level}", "A"))
     # a signal this machine cannot produce (memory without THP): nothing to show
     if not producible(_facts):
         EMPTY_ALLOWED |= _facts.DASHBOARD_EMPTY_UNLESS_PRODUCIBLE

@@ -39,8 +39,6 @@ FACTS = {
     # test_dashboards.py
     "DASHBOARD_WORKLOADS": "sp-workload argument lists run over and over while the panels are queried",
     "DASHBOARD_UNIT_WORKLOADS": "the same, run in a systemd unit's cgroup (the fleet's per-unit tables)",
-    "DASHBOARD_FLEET_TITLES": "fleet dashboard titles 'T' whose 'T: top namespaces' and 'T: top pods' "
-                              "tables stay empty without Kubernetes",
     "DASHBOARD_EMPTY_ALLOWED": "(uid, title, refId) queries this machine leaves empty, besides those",
     "DASHBOARD_EMPTY_UNLESS_PRODUCIBLE": "(uid, title, refId) queries empty where PRODUCIBLE() is False",
     "DASHBOARD_ZERO_NORMAL": "(uid, title, refId) queries whose normal value here is 0",

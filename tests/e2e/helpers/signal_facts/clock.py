@@ -53,7 +53,6 @@ BUSY_NODE = BusyService("envoy", ("clock-raw", "20000"), CLOCK)
 
 DASHBOARD_WORKLOADS = [["clock-raw", 20000]]  # vDSO fallbacks (raw syscalls)
 DASHBOARD_UNIT_WORKLOADS = [["clock-raw", 5000]]
-DASHBOARD_FLEET_TITLES = ["Clock syscall fallbacks"]
 DASHBOARD_EMPTY_ALLOWED = set()
 DASHBOARD_EMPTY_UNLESS_PRODUCIBLE = set()
 DASHBOARD_ZERO_NORMAL = {  # this machine's clocksource (tsc) is vDSO-capable

@@ -55,7 +55,6 @@ BUSY_NODE = None
 # like the workload), which no sp-workload mode does.
 DASHBOARD_WORKLOADS = [["thp", 16]]  # 8 THP fault allocations
 DASHBOARD_UNIT_WORKLOADS = []
-DASHBOARD_FLEET_TITLES = ["Direct compaction stalls", "THP fault fallbacks"]
 DASHBOARD_EMPTY_ALLOWED = {
     # Direct compaction is an allocation stall on fragmented memory; with 20+ GiB
     # free it does not happen here, and no workload can force it safely (manual

@@ -43,7 +43,6 @@ BUSY_NODE = BusyService("ruby", ("context", "3000"), SIGMASK)
 
 DASHBOARD_WORKLOADS = [["context", 20000]]  # getcontext/setcontext: query + setmask
 DASHBOARD_UNIT_WORKLOADS = [["context", 5000]]
-DASHBOARD_FLEET_TITLES = ["rt_sigprocmask calls"]
 DASHBOARD_EMPTY_ALLOWED = set()
 DASHBOARD_EMPTY_UNLESS_PRODUCIBLE = set()
 DASHBOARD_ZERO_NORMAL = set()

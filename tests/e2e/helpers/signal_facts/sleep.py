@@ -41,7 +41,6 @@ DASHBOARD_WORKLOADS = [
     ["sleep", 5, 50000],   # a few longer sleeps for the heatmap
 ]
 DASHBOARD_UNIT_WORKLOADS = []
-DASHBOARD_FLEET_TITLES = []  # the fleet dashboard has no sleep tables
 DASHBOARD_EMPTY_ALLOWED = set()
 DASHBOARD_EMPTY_UNLESS_PRODUCIBLE = set()
 DASHBOARD_ZERO_NORMAL = set()

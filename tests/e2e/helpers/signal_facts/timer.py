@@ -54,7 +54,6 @@ BUSY_NODE = BusyService("java", ("wait", "futex", "400", "2000"), WAKEUPS,
 
 DASHBOARD_WORKLOADS = [["wait", "futex", 1000, 1000]]  # a timer loop in futex, ~1.1 s
 DASHBOARD_UNIT_WORKLOADS = [["wait", "futex", 300, 1000]]
-DASHBOARD_FLEET_TITLES = ["Timer wakeups"]
 DASHBOARD_EMPTY_ALLOWED = set()
 DASHBOARD_EMPTY_UNLESS_PRODUCIBLE = set()
 DASHBOARD_ZERO_NORMAL = set()

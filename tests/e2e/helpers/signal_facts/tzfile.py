@@ -41,7 +41,6 @@ BUSY_NODE = BusyService("rsyslogd", ("localtime", "3000"), TZ)
 
 DASHBOARD_WORKLOADS = [["localtime", 20000]]  # time-zone file checks (TZ unset)
 DASHBOARD_UNIT_WORKLOADS = [["localtime", 5000]]
-DASHBOARD_FLEET_TITLES = ["Time-zone file checks"]
 DASHBOARD_EMPTY_ALLOWED = set()
 DASHBOARD_EMPTY_UNLESS_PRODUCIBLE = set()
 DASHBOARD_ZERO_NORMAL = set()
