@@ -433,13 +433,17 @@ def test_standalone_the_view_loads_the_programs_shows_a_finding_and_detaches(age
 # rt_sigprocmask calls of the Pth storm (syscall tracepoints), and the
 # timer wakeups (an expiring hrtimer_sleeper's task) of the Python and JDK
 # 1 ms loops: how test_timer_runtimes counts them.
+# Counts per whole second since bpftrace started (`elapsed` is in ns): the
+# two burners share one CPU, so their split moves from second to second, and
+# the view's one-second rate is held to the seconds around it, not to the
+# window's mean.
 REAL_ORACLE = """
-tracepoint:raw_syscalls:sys_enter /pid == CLOCK_PID && args->id == SYSCALL_NR/ { @clock = count(); }
-tracepoint:syscalls:sys_enter_rt_sigprocmask /pid == PTH_PID/ { @sigmask = count(); }
+tracepoint:raw_syscalls:sys_enter /pid == CLOCK_PID && args->id == SYSCALL_NR/ { @clock[elapsed / 1000000000] = count(); }
+tracepoint:syscalls:sys_enter_rt_sigprocmask /pid == PTH_PID/ { @sigmask[elapsed / 1000000000] = count(); }
 tracepoint:timer:hrtimer_expire_entry /args->function == kaddr("hrtimer_wakeup")/ {
   $t = ((struct hrtimer_sleeper *)args->hrtimer)->task;
-  if ($t->tgid == PY_PID) { @python = count(); }
-  if ($t->tgid == JVM_PID) { @java = count(); }
+  if ($t->tgid == PY_PID) { @python[elapsed / 1000000000] = count(); }
+  if ($t->tgid == JVM_PID) { @java[elapsed / 1000000000] = count(); }
 }
 BEGIN { printf("ready\\n"); }
 interval:s:WINDOW_SECONDS { exit(); }
@@ -469,12 +473,13 @@ def test_real_runtimes_are_the_first_rows_at_the_rates_bpftrace_counts(agent_bin
     its own comm, under a 120x32 view of an agent with --metrics.pid-label:
     the four are the first rows within two refreshes of the view's start,
     and a frame read inside a bpftrace window shows each one's rate within
-    10 % of bpftrace's (the view's rates have two or three significant
-    figures: 1.8M, 939)."""
+    10 % of the range of bpftrace's counts per whole second (the view's
+    rates have two or three significant figures: 1.8M, 939)."""
     (tmp_path / "TimerLoop.java").write_text(TIMER_LOOP_JAVA)
     # The two loops that burn a CPU share the last one: the 1 ms loops, the
-    # agent and the view keep the others, so the loops' rates are as steady
-    # over the view's 1 s as over bpftrace's 5 s.
+    # agent and the view keep the others. Their split of that CPU still moves
+    # from second to second (a CI run saw the clock loop at 1.5M in the view's
+    # second against a 1.74M mean over five).
     burner = ["taskset", "-c", str(os.cpu_count() - 1)] if os.cpu_count() > 1 else []
     agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
     loads, view = [], None
@@ -513,14 +518,22 @@ def test_real_runtimes_are_the_first_rows_at_the_rates_bpftrace_counts(agent_bin
         time.sleep(3.5)
         screen = view.screen()
         out, err = bt.communicate(timeout=60)
-        counted = {k: int(v) / 5 for k, v in re.findall(r"@(\w+): (\d+)", out)}
+        per_second = {}  # {name: [count of each whole second 0..4]}
+        for name, second, count in re.findall(r"@(\w+)\[(\d+)\]: (\d+)", out):
+            if int(second) < 5:  # the sixth key, if any, is the part-second before exit
+                per_second.setdefault(name, []).append(int(count))
+        counted = {name: sum(counts) / 5 for name, counts in per_second.items()}
         rows = {l.split()[0]: view_rates(l) for l in table_rows(screen) if l.split()[0] in want}
         shown = {"clock": rows[str(pids["clock"])]["clock"], "sigmask": rows[str(pids["pth"])]["sigmask"],
                  "python": rows[str(pids["python"])]["wakeups"], "java": rows[str(pids["java"])]["wakeups"]}
         assert set(counted) == set(shown), (out, err)
         assert 700 < counted["python"] < 1200 and 700 < counted["java"] < 1200, counted  # 1 ms loops
         for key in shown:
-            assert shown[key] == pytest.approx(counted[key], rel=0.10), (key, shown, counted, screen)
+            # the view's second lies inside bpftrace's window, so its rate is
+            # within the range of bpftrace's whole seconds (10 % for the view's
+            # rounding and the seconds' edges)
+            low, high = min(per_second[key]), max(per_second[key])
+            assert 0.9 * low <= shown[key] <= 1.1 * high, (key, shown, per_second, screen)
         view.keys("q")
         view.wait_for(lambda s: "EXIT=0" in s, what="exit 0")
     finally:
