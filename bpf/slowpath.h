@@ -112,7 +112,8 @@ enum sp_syscall_group {
 	SP_SYSCALLS_SLEEPS = 2,	     /* nanosleep, clock_nanosleep */
 	SP_SYSCALLS_TIMED_WAITS = 3, /* futex, epoll, poll, select */
 	SP_SYSCALLS_TZFILE_CHECKS = 4, /* stat, lstat, newfstatat, statx */
-	SP_SYSCALL_GROUP_COUNT = 5,
+	SP_SYSCALLS_FD_CLOSES = 5,     /* close */
+	SP_SYSCALL_GROUP_COUNT = 6,
 };
 
 /* Indexes of the lost-event counters (the `lost` per-CPU array). */
@@ -171,6 +172,9 @@ struct sp_counters {
 	/* stat-family calls on the default time-zone file, /etc/localtime,
 	 * whose path is in the calling code's own image (signals/tzfile.bpf.h) */
 	__u64 tzfile_stats;
+	/* close() of a descriptor the process does not have open (EBADF): the
+	 * close sweep up to the open-files limit (signals/fdclose.bpf.h) */
+	__u64 fd_close_unopened;
 	/* 1 s windows (HZ jiffies; 2^30 ns without HZ) in which the process was woken by timers at
 	 * least `timer_hot_wakeups` times: non-zero marks a timer loop, whose
 	 * requested timeouts get per-process series. */
@@ -276,7 +280,8 @@ enum sp_callsite_kind {
 	SP_CALLSITE_SLEEP = 2,	   /* nanosleep, clock_nanosleep, and timed futex/epoll/poll/select waits */
 	SP_CALLSITE_THP_FAULT = 3, /* a THP fault allocation (the user code that touched the page) */
 	SP_CALLSITE_TZFILE = 4,	   /* a stat of /etc/localtime (localtime, mktime, tzset) */
-	SP_CALLSITE_KIND_COUNT = 5,
+	SP_CALLSITE_FD_CLOSE = 5,  /* a close() of a descriptor that is not open */
+	SP_CALLSITE_KIND_COUNT = 6,
 };
 
 /* Key of the `callsites` map: one user stack of one process doing one kind

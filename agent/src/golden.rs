@@ -65,6 +65,8 @@ fn recorded() -> Vec<Proc> {
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_SETMASK)] = 2_000_000;
     // its logger formats local times with TZ unset: one check of /etc/localtime each
     ruby.tzfile_stats = 60_000;
+    // it daemonizes its workers with a close of every descriptor up to nofile
+    ruby.fd_close_unopened = 1_048_573;
     let mut mosn = sp_counters::default();
     mosn.sleep_calls[CLOCK_NANOSLEEP][slot!(sp_clock::SP_CLOCK_MONOTONIC)][RELATIVE] = 10_000;
     mosn.timeout_buckets[CLOCK_NANOSLEEP][slot!(sp_sleep_bucket::SP_SLEEP_BUCKET_1MS)] = 10_000;

@@ -112,6 +112,24 @@ pub fn selected_choice(text: &str) -> Option<String> {
     Some(text[start..start + len].to_string())
 }
 
+/// Seconds one call of `call` takes: `slices` timed slices of `per_slice`
+/// calls each, the median of the slices' means, so that one slice that lost
+/// the CPU does not raise the figure (the signals' own small measurements
+/// of a syscall, taken off the scrape path).
+pub fn median_seconds_per_call(slices: u32, per_slice: u32, mut call: impl FnMut()) -> f64 {
+    let mut means: Vec<f64> = (0..slices.max(1))
+        .map(|_| {
+            let start = std::time::Instant::now();
+            for _ in 0..per_slice {
+                call();
+            }
+            start.elapsed().as_secs_f64() / f64::from(per_slice.max(1))
+        })
+        .collect();
+    means.sort_by(f64::total_cmp);
+    means[means.len() / 2]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -95,7 +95,11 @@
 	X(newfstatat,      262, 79,  ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
 	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
 	X(statx,           332, 291, ANY,      TZFILE_CHECKS, gate_tz_arg2,   \
-	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)
+	  count_tz_check, SP_DIRTY_TZFILE, SP_CALLSITE_TZFILE, SP_WAIT_OTHER)   \
+	/* closes of descriptors that are not open (signals/fdclose.bpf.h) */  \
+	X(close,           3,   57,  ANY,      FD_CLOSES,   gate_fd_unopened, \
+	  count_fd_close, SP_DIRTY_FD_CLOSE, SP_CALLSITE_FD_CLOSE,             \
+	  SP_WAIT_OTHER)
 /* clang-format on */
 
 /* SP_IF_<arches>(...): the row's code where the syscall exists. */

@@ -14,6 +14,7 @@
 #include "signals/sleep.bpf.h"
 #include "signals/timer.bpf.h"
 #include "signals/tzfile.bpf.h"
+#include "signals/fdclose.bpf.h"
 #include "signals/timer_wakeups.bpf.h"
 #include "signals/memory.bpf.h"
 

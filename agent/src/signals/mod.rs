@@ -35,6 +35,7 @@ pub use top::{Cell, EventCost, Top, TopColumn};
 pub mod clock;
 mod collectors;
 pub mod declaration;
+pub mod fdclose;
 pub mod memory;
 mod recorded;
 pub mod sigmask;
@@ -272,13 +273,14 @@ impl SignalArgs {
 }
 
 /// Every signal, in the order the doctor runs their rules.
-pub const SIGNALS: [&Signal; 6] = [
+pub const SIGNALS: [&Signal; 7] = [
     &clock::SIGNAL,
     &sigmask::SIGNAL,
     &sleep::SIGNAL,
     &timer::SIGNAL,
     &memory::SIGNAL,
     &tzfile::SIGNAL,
+    &fdclose::SIGNAL,
 ];
 
 /// Every column of `slowpath top`, in display order: each signal's, in

@@ -5,9 +5,9 @@
 //! programs on it, which differ by CPU, mitigations and file system).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::node::{Fact, NodeFact};
+use crate::node::{median_seconds_per_call, Fact, NodeFact};
 use crate::signals::{KernelView, SignalArgs};
 
 /// Seconds one `stat("/etc/localtime")` costs on this node, when the file
@@ -55,18 +55,9 @@ pub fn measure() -> Option<f64> {
     if !stat_once() {
         return None;
     }
-    let per_slice = BATCH / SLICES;
-    let mut means: Vec<f64> = (0..SLICES)
-        .map(|_| {
-            let start = Instant::now();
-            for _ in 0..per_slice {
-                stat_once();
-            }
-            start.elapsed().as_secs_f64() / f64::from(per_slice)
-        })
-        .collect();
-    means.sort_by(f64::total_cmp);
-    Some(means[means.len() / 2])
+    Some(median_seconds_per_call(SLICES, BATCH / SLICES, || {
+        stat_once();
+    }))
 }
 
 #[cfg(test)]

@@ -1,0 +1,245 @@
+//! Close sweeps (hook `sys_enter`, or fentry on close): `close()` of a
+//! descriptor the process does not have open, which returns EBADF. Code that
+//! closes "every descriptor that might be open" before it execs or
+//! daemonizes loops up to `sysconf(_SC_OPEN_MAX)`, the soft
+//! `RLIMIT_NOFILE`: a syscall per descriptor, a second or minutes per spawn
+//! at a container's limit of 1,048,576 or 1,073,741,816. Counted in the
+//! kernel (`bpf/signals/fdclose.bpf.h`) from the caller's file table at
+//! entry: a close of an open descriptor is not counted.
+//!
+//! Doctor rule: a process closing more than [`CLOSES_PER_SEC`] descriptors a
+//! second that it does not have open, with its soft limit read from the live
+//! process ([`limit`]), the sweeps a second that makes, their CPU from the
+//! node's measured syscall cost ([`cost`]), its call sites matched to
+//! [`sources::SOURCES`] and the fix for each way the limit is set.
+
+pub mod cost;
+pub mod limit;
+pub mod sources;
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
+use crate::exposition::{family, push_nonzero, Family};
+use crate::finding::{Compose, Finding, Severity};
+use crate::signals::{
+    Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
+    Signal, Top, TopColumn,
+};
+use crate::sources::CauseBasis;
+use cost::SyscallCost;
+use sources::{SOURCES, SWEEP_GAIN};
+
+/// Doctor and in-agent threshold: closes of descriptors that are not open,
+/// per second of one process. At ~150 ns a close that is 1.5 ms of CPU a
+/// second, and at a limit of 1,048,576 one sweep every 105 s, each a 0.16 s
+/// stall of the spawn it precedes: worth a look; below it a sweep at a
+/// limit of 1,024 ten times a second costs too little to page anyone.
+pub const CLOSES_PER_SEC: f64 = 10_000.0;
+
+const FD_CLOSE_UNOPENED: Family = Family {
+    name: "slowpath_fd_close_unopened_calls_total",
+    help: "close() calls on a descriptor the process does not have open (raw_syscalls:sys_enter, or fentry on close; told from the process's file table at entry: fd >= fdt->max_fds or its open_fds bit clear), which return EBADF: the loop of close(fd) up to the open-files limit that code runs before it execs or daemonizes",
+    kind: MetricType::COUNTER,
+};
+
+// The rates the chart's recording rules record.
+const UNOPENED_CLOSES: Recorded = Recorded {
+    name: "slowpath_fd_close_unopened_calls",
+    family: &FD_CLOSE_UNOPENED,
+    only: None,
+    fleet: Some(FleetRow {
+        title: "Close sweeps",
+        meaning: "closes of descriptors that are not open, per second (close(fd) up to the open-files limit before exec or daemonizing; close_range() or a sane nofile removes them)",
+    }),
+};
+
+pub const SIGNAL: Signal = Signal {
+    name: "fdclose",
+    summary: "close() of descriptors that are not open: sweeps up to the open-files limit before exec or daemonizing",
+    case: "close sweeps",
+    families: &[&FD_CLOSE_UNOPENED],
+    export,
+    diagnose,
+    enrich: Some(limit::enrich),
+    sources: SOURCES,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_FD_CLOSE, "fd_close")],
+    node: NodeNeeds {
+        settings: None,
+        check: Some(NodeCheck {
+            every: cost::every,
+            run: cost::check,
+        }),
+        measure: None,
+    },
+    kernel: KernelNeeds {
+        hooks: &[],
+        syscall_groups: &[sp_syscall_group::SP_SYSCALLS_FD_CLOSES],
+        rodata: None,
+        upkeep: None,
+        map_sizes: None,
+        left_out: None,
+    },
+    top: Top {
+        columns: &[TopColumn {
+            header: "EBADF/s",
+            sort: "ebadf",
+            key: "fd_close_unopened",
+            family: &FD_CLOSE_UNOPENED,
+            only: None,
+            cost: EventCost::Gauge("slowpath_syscall_seconds"),
+            recorded: Some(&UNOPENED_CLOSES),
+            cell: Cell::PerSecond,
+            common: false,
+        }],
+        timeouts: None,
+        not_shown: &[],
+    },
+    recorded: &[UNOPENED_CLOSES],
+};
+
+fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
+    let mut calls = Vec::new();
+    for (key, series) in scrape.series() {
+        push_nonzero(
+            &mut calls,
+            key.clone(),
+            series.counters.fd_close_unopened as f64,
+        );
+    }
+    vec![family(&FD_CLOSE_UNOPENED, calls)]
+}
+
+fn diagnose(obs: &Observation<'_>) -> Vec<Finding> {
+    sweep_finding(obs).into_iter().collect()
+}
+
+/// The fix, for every way a process gets its open-files limit.
+pub const FIX: &str = "Close only what is open: close_range(3, ~0U, 0) (Linux 5.9+) or \
+    closefrom(3) (glibc 2.34+) in place of the loop, O_CLOEXEC/FD_CLOEXEC on the descriptors \
+    the program opens so that exec closes them, or a walk of /proc/self/fd. Where the code \
+    cannot change, lower the soft open-files limit it sweeps to. systemd: LimitNOFILE=1024:524288 \
+    in the unit's [Service] section (LimitNOFILE=infinity gives fs.nr_open: 1,048,576 by default, \
+    1,073,741,816 with systemd 240 and later). Containers inherit the runtime's limit: \
+    containerd before 2.0 and Docker before 25.0 ship LimitNOFILE=infinity in their units \
+    (systemctl show containerd -p LimitNOFILE tells), later releases keep systemd's 1024:524288; \
+    podman/docker run --ulimit nofile=1024:524288. Kubernetes has no per-pod rlimit: pods get \
+    the runtime's, so set it in the runtime's unit (a drop-in with LimitNOFILE) or with ulimit \
+    -n in the container's entrypoint.";
+
+/// A finding's title: the process, its rate and, when read, its limit.
+pub(crate) fn title(comm: &str, per_second: f64, limit: Option<f64>) -> String {
+    match limit {
+        Some(limit) => format!(
+            "{comm} closes descriptors it does not have open {per_second:.0} times/s: a sweep \
+             to its open-files limit, {limit:.0}"
+        ),
+        None => format!("{comm} closes descriptors it does not have open {per_second:.0} times/s"),
+    }
+}
+
+fn sweep_finding(obs: &Observation<'_>) -> Option<Finding> {
+    let cost = obs.node.get::<SyscallCost>().map(|c| c.0);
+    let processes = obs.ranked(|d| {
+        let rate = d.c.fd_close_unopened as f64 / obs.secs;
+        if rate < CLOSES_PER_SEC {
+            return None;
+        }
+        let mut detail = BTreeMap::from([("unopened_closes_per_second".to_string(), rate)]);
+        if let Some(cost) = cost {
+            detail.insert("estimated_cpu_percent".into(), rate * cost * 100.0);
+            detail.insert("cpu_seconds_per_close".into(), cost);
+        }
+        Some((rate, detail))
+    });
+    let top = processes.first()?;
+    let mut evidence = BTreeMap::from([(
+        "threshold_closes_per_second".to_string(),
+        format!("{CLOSES_PER_SEC}"),
+    )]);
+    if let Some(cost) = cost {
+        evidence.insert(
+            "cpu_seconds_per_close".into(),
+            format!("{cost:.2e} (one system call, measured on this node)"),
+        );
+    }
+    Some(Finding {
+        id: "fd_close_sweep",
+        severity: Severity::Warning,
+        title: title(&top.identity.comm, top.per_second, None),
+        evidence,
+        processes,
+        cause: "The process closes every descriptor that might be open, one close() per \
+                number up to its soft open-files limit (sysconf(_SC_OPEN_MAX)), before it \
+                execs a child or daemonizes. Almost none are open, so each call is a system \
+                call that returns EBADF, and the loop is as long as the limit: microseconds at \
+                1,024, a second or minutes at a container's 1,048,576 or 1,073,741,816."
+            .into(),
+        fix: FIX.into(),
+        expected_gain: Some(SWEEP_GAIN.into()),
+        cause_basis: CauseBasis::Guess {
+            from: "closes of descriptors the process does not have open (no sampled frame \
+                   matches a known source)"
+                .into(),
+        },
+        call_sites: Some(sp_callsite_kind::SP_CALLSITE_FD_CLOSE),
+        sources: Some((SOURCES, Compose::AfterRule)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::node::NodeFacts;
+    use crate::signals::test_support::{delta, export_one_of, observe, observe_on};
+
+    #[test]
+    fn a_sweeping_process_gets_the_finding_with_its_cpu() {
+        let daemon = delta("perl", |c| c.fd_close_unopened = 2_000_000);
+        let shell = delta("sh", |c| c.fd_close_unopened = 500);
+        let mut node = NodeFacts::default();
+        node.extend([std::sync::Arc::new(SyscallCost(1.5e-7)) as _]);
+        let f = observe_on(&node, &[daemon, shell], sweep_finding).unwrap();
+        assert_eq!(f.id, "fd_close_sweep");
+        assert_eq!(f.processes.len(), 1, "only the sweeping process");
+        let p = &f.processes[0];
+        assert_eq!(p.identity.comm, "perl");
+        let cpu = p.detail["estimated_cpu_percent"];
+        assert!((cpu - p.per_second * 1.5e-5).abs() < 1e-9, "{cpu}");
+        assert!(f.fix.contains("close_range") && f.fix.contains("LimitNOFILE="));
+        assert!(f.title.starts_with("perl closes descriptors"));
+    }
+
+    #[test]
+    fn below_the_threshold_there_is_no_finding() {
+        let rare = delta("sh", |c| c.fd_close_unopened = 1);
+        assert!(observe(&[rare], sweep_finding).is_none());
+    }
+
+    #[test]
+    fn the_title_names_the_limit_once_read() {
+        let t = title("erl_child_setup", 20_000.0, Some(1_048_576.0));
+        assert!(
+            t.ends_with("a sweep to its open-files limit, 1048576"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn the_counter_is_exported_per_process() {
+        let d = delta("perl", |c| c.fd_close_unopened = 19_996);
+        let families = export_one_of(&SIGNAL, d);
+        assert_eq!(families[0].name(), FD_CLOSE_UNOPENED.name);
+        assert_eq!(
+            families[0].get_metric()[0].get_counter().get_value(),
+            19_996.0
+        );
+    }
+
+    #[test]
+    fn every_known_source_matches_its_example_first() {
+        crate::sources::tests::check_table(SOURCES);
+    }
+}
