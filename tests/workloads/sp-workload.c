@@ -77,6 +77,15 @@
  *                         without and with AT_SYMLINK_NOFOLLOW): checks when
  *                         this binary is static (the literal and the syscall
  *                         instruction in one image), none with a shared libc
+ *   fd-sweep N LIMIT      close sweeps at a soft nofile of LIMIT (set, at most
+ *                         the hard limit), after close_range(3, ~0U) (none
+ *                         counted): N sweeps of close(fd) for fd 3..LIMIT-1
+ *                         past the file table's size; then every descriptor
+ *                         up to the limit opened (dup) and closed (none
+ *                         counted); one sweep more inside the grown table; 100
+ *                         opened and closed by close_range (none counted).
+ *                         Prints "unopened=<(N+1)*(LIMIT-3)>", the closes
+ *                         that return EBADF
  *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
  *                         thread in 50 ms futex timeouts, one in 100 ms
  *                         epoll_wait timeouts (~30 timer wakeups/s in all)
@@ -691,6 +700,59 @@ static int run_tz_stat(long n)
 	return 0;
 }
 
+#ifndef SYS_close_range
+#define SYS_close_range 436 /* the same on x86_64 and arm64 */
+#endif
+
+/* close(fd) for every fd from 3 up to sysconf(_SC_OPEN_MAX), the sweep of
+ * code that closes "every descriptor that might be open"; returns the
+ * closes that failed with EBADF. */
+static long close_sweep(void)
+{
+	long max = sysconf(_SC_OPEN_MAX), bad = 0;
+
+	for (long fd = 3; fd < max; fd++)
+		bad += close((int)fd) < 0 && errno == EBADF;
+	return bad;
+}
+
+static int run_fd_sweep(long n, long limit)
+{
+	struct rlimit rl;
+	long bad = 0, opened = 0;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || (rlim_t)limit > rl.rlim_max || limit < 4) {
+		fprintf(stderr, "fd-sweep: LIMIT must be 4..%lu (the hard nofile)\n",
+			(unsigned long)rl.rlim_max);
+		return 2;
+	}
+	rl.rlim_cur = (rlim_t)limit;
+	for (int fd = 0; fd < 3; fd++) /* a sweep starts at 3: keep 0-2 open */
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) != fd)
+			return 1;
+	if (setrlimit(RLIMIT_NOFILE, &rl) || syscall(SYS_close_range, 3U, ~0U, 0U))
+		return 1;
+	for (long i = 0; i < n; i++)
+		bad += close_sweep();
+	while (dup(0) >= 0) /* up to the limit: the table grows to it */
+		opened++;
+	for (long fd = 3; fd < 3 + opened; fd++)
+		if (close((int)fd))
+			return 1;
+	bad += close_sweep();
+	for (int i = 0; i < 100; i++)
+		if (dup(0) < 0)
+			return 1;
+	if (syscall(SYS_close_range, 3U, ~0U, 0U))
+		return 1;
+	if (bad != (n + 1) * (limit - 3) || opened != limit - 3) {
+		fprintf(stderr, "fd-sweep: %ld EBADF, %ld opened\n", bad, opened);
+		return 1;
+	}
+	printf("unopened=%ld\n", bad);
+	return 0;
+}
+
 static int run_idle_runtime(long seconds)
 {
 	struct timespec timeout = ts_of_usec(50000);
@@ -830,6 +892,8 @@ int main(int argc, char **argv)
 		return run_mktime(n);
 	if (!strcmp(mode, "tz-stat"))
 		return run_tz_stat(n);
+	if (!strcmp(mode, "fd-sweep") && argc > 3)
+		return run_fd_sweep(n, m);
 	if (!strcmp(mode, "idle-runtime"))
 		return run_idle_runtime(n);
 	if (!strcmp(mode, "wait-early") && argc > 3)
