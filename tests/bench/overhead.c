@@ -25,6 +25,12 @@
  *                      large allocations): read and compared, then not
  *                      counted, the worst case of the tzfile signal's
  *                      distance test
+ *   close_open         dup(0), then close() of that descriptor, per pair: a
+ *                      close the fdclose signal reads the file table for
+ *                      and does not count (and an untraced dup); run.sh
+ *                      takes getppid's figure off for the close alone
+ *   close_unopened     close() of a descriptor number past the file table,
+ *                      as a close sweep makes it (EBADF): counted
  *   clock_gettime_raw_tall  the traced syscall in T threads of this process
  *                      at once, each pinned to its own CPU (T = every CPU
  *                      this process may use): the median of the threads'
@@ -89,6 +95,24 @@ static double bench_getppid(void)
 
 	for (int i = 0; i < SYSCALL_CALLS; i++)
 		syscall(SYS_getppid);
+	return (now_ns() - t0) / SYSCALL_CALLS;
+}
+
+static double bench_close_open(void)
+{
+	double t0 = now_ns();
+
+	for (int i = 0; i < SYSCALL_CALLS; i++)
+		close(dup(0));
+	return (now_ns() - t0) / SYSCALL_CALLS;
+}
+
+static double bench_close_unopened(void)
+{
+	double t0 = now_ns();
+
+	for (int i = 0; i < SYSCALL_CALLS; i++)
+		close(1 << 20); /* past any table of this process: EBADF */
 	return (now_ns() - t0) / SYSCALL_CALLS;
 }
 
@@ -316,7 +340,7 @@ int main(int argc, char **argv)
 	}
 
 	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000], ta[1000];
-	double lt[1000], so[1000], sn[1000];
+	double lt[1000], so[1000], sn[1000], co[1000], cu[1000];
 
 	unsetenv("TZ"); /* glibc checks /etc/localtime on every localtime() */
 	near_buf = map_near_libc();
@@ -335,6 +359,8 @@ int main(int argc, char **argv)
 	bench_localtime();
 	bench_stat_other_stack();
 	bench_stat_other_near();
+	bench_close_open();
+	bench_close_unopened();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
@@ -346,6 +372,8 @@ int main(int argc, char **argv)
 		lt[r] = bench_localtime();
 		so[r] = bench_stat_other_stack();
 		sn[r] = bench_stat_other_near();
+		co[r] = bench_close_open();
+		cu[r] = bench_close_unopened();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
@@ -357,6 +385,8 @@ int main(int argc, char **argv)
 	printf("localtime_tz_unset %.1f\n", median(lt, reps));
 	printf("stat_other_paths %.1f\n", median(so, reps));
 	printf("stat_other_near %.1f\n", median(sn, reps));
+	printf("close_open %.1f\n", median(co, reps));
+	printf("close_unopened %.1f\n", median(cu, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
@@ -366,6 +396,8 @@ int main(int argc, char **argv)
 	printf("localtime_tz_unset_min %.1f\n", lt[0]);
 	printf("stat_other_paths_min %.1f\n", so[0]);
 	printf("stat_other_near_min %.1f\n", sn[0]);
+	printf("close_open_min %.1f\n", co[0]);
+	printf("close_unopened_min %.1f\n", cu[0]);
 	printf("threads %d\n", n_allowed);
 	return 0;
 }
