@@ -19,10 +19,12 @@
  * concurrent growth of the table leaves this read on the old table, still
  * valid under RCU, which holds the state before that open.
  *
- * Cost on a close of an open descriptor: a sweep mostly passes the first
- * test (a process with few descriptors has max_fds 64): with BTF, three
- * loads (task->files->fdt, max_fds) and, below max_fds, one 8-byte probe
- * read of the bitmap word; raw_tp reads each with a probe read. Its
+ * Cost on a close: a sweep mostly passes the first test (a process with few
+ * descriptors has max_fds 64). With BTF, one helper call for the task and
+ * three loads (task->files->fdt, max_fds); below max_fds, the bitmap word
+ * is one more load from the table embedded in files_struct (max_fds 64), or
+ * an 8-byte probe read from a grown table. raw_tp reads each with a probe
+ * read. Its
  * syscall and its columns are in core/syscall_table.h (group FD_CLOSES).
  */
 #ifndef SP_SIGNALS_FDCLOSE_H
@@ -56,13 +58,20 @@ static __always_inline bool gate_fd_unopened(struct pt_regs *regs, const bool bt
 	unsigned int max_fds;
 
 	if (btf) {
+		struct files_struct *files = bpf_get_current_task_btf()->files;
+
 		/* BTF pointer walks: plain loads the JIT guards */
-		fdt = bpf_get_current_task_btf()->files->fdt;
+		fdt = files->fdt;
 		if (!fdt)
 			return false;
 		max_fds = fdt->max_fds;
 		if (fd >= max_fds)
 			return true;
+		/* A table of one word is the one embedded in files_struct
+		 * (dup_fd(); a table alloc_fdtable() makes holds 128 or more,
+		 * fs/file.c): its bitmap is a plain load, no helper call. */
+		if (max_fds <= SP_BITS_PER_LONG)
+			return !(files->open_fds_init[0] & (1UL << fd));
 		return fd_bit_clear((unsigned long)fdt->open_fds, fd);
 	}
 	fdt = BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), files, fdt);
