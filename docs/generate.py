@@ -195,6 +195,18 @@ def cases_of(binary):
         + NOT_SIGNALS
 
 
+def recorded_list(binary):
+    """Every declared signal's recorded rates, each with the counter it is
+    the rate of (and the one label it keeps, if any), in the agent's order."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    items = []
+    for d in json.loads(out.stdout):
+        for r in d["recorded"]:
+            only = f'{{{r["only"][0]}="{r["only"][1]}"}}' if r["only"] else ""
+            items.append(f"`{r['name']}` (`{r['family']}{only}`)")
+    return "  for each signal: " + ", ".join(items) + ",\n"
+
+
 def names_read(expr, recorded):
     """Every series name an expression reads, through recording rules."""
     seen, todo = set(), set(re.findall(r"[a-zA-Z_:][\w:]*", expr))
@@ -365,6 +377,7 @@ def blocks(binary, helm):
         ("docs/flags.md", "top-flags"): lambda: flags_table(help_text(binary, "top")),
         ("docs/metrics.md", "families"): families_table,
         ("docs/alerts.md", "alerts"): alerts_table,
+        ("docs/alerts.md", "recorded"): lambda: recorded_list(binary),
         ("README.md", "cases"): lambda: readme_cases_table(binary),
         ("docs/security.md", "privileges"): lambda: privileges_table(helm),
         ("docs/security.md", "privileges-systemd"): systemd_privileges_table,

@@ -14,9 +14,13 @@ from helpers.agent import Agent, Scrape
 from helpers.host import cgroup2_root
 from helpers.paths import REPO
 from helpers.signal_facts import declared
+from helpers.signals import declarations
 
 # Each declared signal's program on the busy node (helpers/signal_facts/).
 BUSY = {name: facts.BUSY_NODE for name, facts in declared().items() if facts.BUSY_NODE}
+# The counters of the signals with no busy-node program: the busy node's
+# processes never make their events, so they must add none of their series.
+QUIET = {r["family"]: d["name"] for d in declarations() for r in d["recorded"] if d["name"] not in BUSY}
 
 
 def budget_from_readme():
@@ -62,6 +66,9 @@ def test_a_busy_node_stays_under_the_budget(agent_bin, workload_bin, pods, tmp_p
             assert len(cg(service.family, service.comm)) == busynode.PODS, name
             for family in service.also:
                 assert scrape.select(family, comm=service.comm), (name, family)
+        for family, name in QUIET.items():
+            assert not any("/slowpath-busy-node-" in s.labels["cgroup"] for s in scrape.select(family)), \
+                f"{name}: {family} has series of busy-node processes, which never make its events"
         budget = budget_from_readme()
         report = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
         print(f"busy node: {processes} processes in {busynode.PODS} cgroups: {total} series ({report})")
