@@ -204,7 +204,7 @@ def recorded_list(binary):
         for r in d["recorded"]:
             only = f'{{{r["only"][0]}="{r["only"][1]}"}}' if r["only"] else ""
             items.append(f"`{r['name']}` (`{r['family']}{only}`)")
-    return "  for each signal: " + ", ".join(items) + ",\n"
+    return "  for each signal: " + ", ".join(items) + ",\n  "  # the end marker is indented too
 
 
 def names_read(expr, recorded):
