@@ -21,8 +21,9 @@ import pytest
 from test_findings import check_storm, stack, started  # noqa: F401
 
 FDCLOSE = "slowpath_fd_close_unopened_calls_total"
-# pid, then a close that failed with EBADF (strace -f -o: "PID close(N) = -1 EBADF ...")
-EBADF_CLOSE = re.compile(r"^(\d+) +close\(\d+\) += -1 EBADF", re.M)
+# pid, then a close that failed with EBADF (strace -f -o: "PID close(N) = -1 EBADF ...", or, when
+# another process's event came between its entry and exit, "PID <... close resumed>) = -1 EBADF")
+EBADF_CLOSE = re.compile(r"^(\d+) +(?:close\(\d+\)|<\.\.\. close resumed>\)) += -1 EBADF", re.M)
 
 
 def traced(argv, log):
