@@ -413,7 +413,11 @@ agent_start
 scrape chosen
 section chosen_log cat /tmp/agent.log
 agent_stop
-"""
+""" + "".join(f"""agent_start --bpf.attach-type=tp-btf
+scrape tp_btf_again{i}
+section tp_btf_again{i}_log cat /tmp/agent.log
+agent_stop
+""" for i in range(2))
 
 
 @pytest.fixture(scope="module")
@@ -441,18 +445,28 @@ def test_only_a_tracepoint_syscall_hook_charges_a_dispatch(attach):
     """With fentry an untraced syscall takes the fast path: the agent charges
     no dispatch, and its own timing of one (right after attaching less right
     before) is below the tp_btf agent's, whose hook sends every syscall
-    through the traced path (x1.48 of no BPF under TCG, docs/cost.md). The
-    size of the tp_btf agent's dispatch is not held here: one timing on each
-    side of the attach, in an emulator on a shared host, once read no
-    dispatch at all (the agent says so in its log); test_self_cost holds it
-    against the benchmark on the host, over three starts."""
+    through the traced path (x1.48 of no BPF under TCG, docs/cost.md).
+
+    The guest runs its two vCPUs in one host thread (tcg,thread=single), so
+    work on the other vCPU (the previous agent's programs being freed, the
+    agent's own threads) slows the timing thread's CPU clock as well: one
+    start's timing read no dispatch at all (a slow "before"), and the agent
+    said so in its log. So the tp_btf agent starts three times and the
+    largest of its timings is held against the fentry agent's; every start
+    that read none must have said so. The size of the dispatch is not held
+    here: test_self_cost holds it against the benchmark on the host."""
     fentry, tp_btf = Scrape(attach["auto"]), Scrape(attach["tp_btf"])
     assert not fentry.select("slowpath_probe_dispatch_seconds_total")
     assert tp_btf.select("slowpath_probe_dispatch_seconds_total", probe="sys_enter"), attach["tp_btf_log"]
-    added = {name: s.select("slowpath_untraced_syscall_added_seconds") for name, s in
-             (("fentry", fentry), ("tp_btf", tp_btf))}
-    assert all(len(v) == 1 for v in added.values()), added
-    assert added["fentry"][0].value < added["tp_btf"][0].value, (added, attach["tp_btf_log"])
+    [fentry_added] = fentry.select("slowpath_untraced_syscall_added_seconds")
+    starts = ["tp_btf", "tp_btf_again0", "tp_btf_again1"]
+    added = {}
+    for name in starts:
+        [sample] = Scrape(attach[name]).select("slowpath_untraced_syscall_added_seconds")
+        added[name] = sample.value
+        if sample.value == 0:
+            assert "timed no slower with sys_enter's tracepoint attached" in attach[f"{name}_log"], name
+    assert fentry_added.value < max(added.values()), (fentry_added.value, added)
 
 
 def test_exact_counts_with_fentry(attach):
