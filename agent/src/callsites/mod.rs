@@ -194,8 +194,7 @@ fn frame_pointer_frames(
     // the first stack-top word that is code (just after a call: a
     // function's first byte is data that happens to be a function pointer)
     let words = site.stack_top.map(|w| w.saturating_sub(1));
-    let top = symbolizer
-        .symbolize(src, Input::AbsAddr(&words))?
+    let top = symbolize_addrs(symbolizer, src, &words)?
         .iter()
         .zip(words)
         .map(|(sym, addr)| frame(sym, addr, STACK_TOP))
@@ -259,7 +258,7 @@ fn symbolize_stack(
         .enumerate()
         .map(|(i, &a)| if i == 0 { a } else { a.saturating_sub(1) })
         .collect();
-    let symbols = symbolizer.symbolize(src, Input::AbsAddr(&lookup))?;
+    let symbols = symbolize_addrs(symbolizer, src, &lookup)?;
     let mut frames: Vec<Frame> = symbols
         .iter()
         .zip(&lookup)
@@ -273,7 +272,7 @@ fn symbolize_stack(
         return Ok(frames);
     }
     let at: Vec<u64> = retry.iter().map(|&i| addrs[i]).collect();
-    if let Ok(symbols) = symbolizer.symbolize(src, Input::AbsAddr(&at)) {
+    if let Ok(symbols) = symbolize_addrs(symbolizer, src, &at) {
         for ((&i, sym), &addr) in retry.iter().zip(&symbols).zip(&at) {
             if matches!(sym, Symbolized::Sym(_)) {
                 frames[i] = frame(sym, addr, recovered_by(i));
@@ -281,6 +280,38 @@ fn symbolize_stack(
         }
     }
     Ok(frames)
+}
+
+/// blazesym's symbols of `addrs`, where an address in a mapped file it
+/// cannot read costs that frame alone, not the stack: blazesym fails a whole
+/// batch on such a file (a frame-pointer walk through JIT code, or a
+/// stack-top word, lands in a JVM's class-data archive, `classes.jsa`, which
+/// is mapped but not ELF: "unexpected e_ident"), so on any error but the
+/// process's own (gone, no access) each address is looked up alone, and one
+/// that still fails is unknown.
+fn symbolize_addrs<'s>(
+    symbolizer: &'s Symbolizer,
+    src: &Source<'_>,
+    addrs: &[u64],
+) -> Result<Vec<Symbolized<'s>>, blazesym::Error> {
+    match symbolizer.symbolize(src, Input::AbsAddr(addrs)) {
+        Err(err)
+            if !matches!(
+                err.kind(),
+                ErrorKind::NotFound | ErrorKind::PermissionDenied
+            ) =>
+        {
+            Ok(addrs
+                .iter()
+                .map(|&addr| {
+                    symbolizer
+                        .symbolize_single(src, Input::AbsAddr(addr))
+                        .unwrap_or(Symbolized::Unknown(Reason::IgnoredError))
+                })
+                .collect())
+        }
+        result => result,
+    }
 }
 
 /// How far a stack reaches, to compare two walks of it.
