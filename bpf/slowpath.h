@@ -102,6 +102,18 @@ enum sp_compaction_trigger {
 	SP_COMPACTION_TRIGGER_COUNT = 3,
 };
 
+/* What else the CPU had to run when a thread called sched_yield(2): its
+ * runqueue's nr_running at the call, the caller included (read from the
+ * caller's CFS runqueue, task->se.cfs_rq->rq: signals/sched_yield.bpf.h). */
+enum sp_yield_runnable {
+	SP_YIELD_RUNNABLE_NONE = 0,   /* the caller alone: the yield returns at once */
+	SP_YIELD_RUNNABLE_OTHERS = 1, /* another task was runnable on that CPU */
+	/* not told: a kernel without CONFIG_FAIR_GROUP_SCHED (no se.cfs_rq),
+	 * or a runqueue that could not be read */
+	SP_YIELD_RUNNABLE_UNKNOWN = 2,
+	SP_YIELD_RUNNABLE_COUNT = 3,
+};
+
 /* Groups of counted syscalls (bpf/core/syscall_table.h), each switched on
  * by the signals that count it (count_syscalls[group] in the object's
  * read-only data). The syscalls of a group reach the agent through the
@@ -113,7 +125,8 @@ enum sp_syscall_group {
 	SP_SYSCALLS_TIMED_WAITS = 3, /* futex, epoll, poll, select */
 	SP_SYSCALLS_TZFILE_CHECKS = 4, /* stat, lstat, newfstatat, statx */
 	SP_SYSCALLS_FD_CLOSES = 5,     /* close */
-	SP_SYSCALL_GROUP_COUNT = 6,
+	SP_SYSCALLS_YIELDS = 6,	       /* sched_yield */
+	SP_SYSCALL_GROUP_COUNT = 7,
 };
 
 /* Indexes of the lost-event counters (the `lost` per-CPU array). */
@@ -175,6 +188,9 @@ struct sp_counters {
 	/* close() of a descriptor the process does not have open (EBADF): the
 	 * close sweep up to the open-files limit (signals/fdclose.bpf.h) */
 	__u64 fd_close_unopened;
+	/* sched_yield(2) calls by enum sp_yield_runnable: a spin that yields
+	 * with nothing else to run burns its CPU (signals/sched_yield.bpf.h) */
+	__u64 sched_yield[SP_YIELD_RUNNABLE_COUNT];
 	/* 1 s windows (HZ jiffies; 2^30 ns without HZ) in which the process was woken by timers at
 	 * least `timer_hot_wakeups` times: non-zero marks a timer loop, whose
 	 * requested timeouts get per-process series. */
@@ -281,7 +297,8 @@ enum sp_callsite_kind {
 	SP_CALLSITE_THP_FAULT = 3, /* a THP fault allocation (the user code that touched the page) */
 	SP_CALLSITE_TZFILE = 4,	   /* a stat of /etc/localtime (localtime, mktime, tzset) */
 	SP_CALLSITE_FD_CLOSE = 5,  /* a close() of a descriptor that is not open */
-	SP_CALLSITE_KIND_COUNT = 6,
+	SP_CALLSITE_SCHED_YIELD = 6, /* a sched_yield() with nothing else runnable */
+	SP_CALLSITE_KIND_COUNT = 7,
 };
 
 /* Key of the `callsites` map: one user stack of one process doing one kind
@@ -413,6 +430,7 @@ struct sp_enums {
 	enum sp_wait wait;
 	enum sp_timer_fn timer_fn;
 	enum sp_compaction_trigger compaction_trigger;
+	enum sp_yield_runnable yield_runnable;
 	enum sp_lost_reason lost_reason;
 	enum sp_proc_flag proc_flag;
 	enum sp_proc_key proc_key;

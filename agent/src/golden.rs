@@ -16,7 +16,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 
 use crate::bpf::types::{
     sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
-    sp_sleep_syscall, sp_wait,
+    sp_sleep_syscall, sp_wait, sp_yield_runnable,
 };
 use crate::bpf::{slot, AttachType, Calibration, ProbeCost, ProbeStatus};
 use crate::labels::PodLabels;
@@ -60,6 +60,9 @@ fn recorded() -> Vec<Proc> {
     java.thp_fault_fallback = 300;
     java.compaction_runs[slot!(sp_compaction_trigger::SP_COMPACTION_DIRECT)] = 50;
     java.compaction_ns[slot!(sp_compaction_trigger::SP_COMPACTION_DIRECT)] = 900_000_000;
+    // a Disruptor consumer on YieldingWaitStrategy, its ring empty
+    java.sched_yield[slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_NONE)] = 3_000_000;
+    java.sched_yield[slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_OTHERS)] = 2_000;
     let mut ruby = sp_counters::default();
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_QUERY)] = 2_000_000;
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_SETMASK)] = 2_000_000;

@@ -99,6 +99,10 @@
 	/* closes of descriptors that are not open (signals/fdclose.bpf.h) */  \
 	X(close,           3,   57,  ANY,      FD_CLOSES,   gate_fd_unopened, \
 	  count_fd_close, SP_DIRTY_FD_CLOSE, SP_CALLSITE_FD_CLOSE,             \
+	  SP_WAIT_OTHER)                                                       \
+	/* yields, by what else was runnable (signals/sched_yield.bpf.h) */    \
+	X(sched_yield,     24,  124, ANY,      YIELDS,      gate_always,      \
+	  count_sched_yield, SP_DIRTY_SCHED_YIELD, SP_CALLSITE_SCHED_YIELD,    \
 	  SP_WAIT_OTHER)
 /* clang-format on */
 

@@ -15,6 +15,7 @@
 #include "signals/timer.bpf.h"
 #include "signals/tzfile.bpf.h"
 #include "signals/fdclose.bpf.h"
+#include "signals/sched_yield.bpf.h"
 #include "signals/timer_wakeups.bpf.h"
 #include "signals/memory.bpf.h"
 

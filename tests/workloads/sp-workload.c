@@ -86,6 +86,14 @@
  *                         opened and closed by close_range (none counted).
  *                         Prints "unopened=<(N+1)*(LIMIT-3)>", the closes
  *                         that return EBADF
+ *   yield-alone N         N sched_yield() pinned to the CPU it started on, where
+ *                         nothing else of ours runs: runnable "none" (kernel
+ *                         threads and other processes come and go)
+ *   yield-sibling N       the same, with a child pinned to that CPU first that
+ *                         spins in user space (no syscall) until the yields
+ *                         are done: each yield has another task runnable
+ *                         ("others"); each hands it the CPU for its slice, so
+ *                         keep N to a few thousand
  *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
  *                         thread in 50 ms futex timeouts, one in 100 ms
  *                         epoll_wait timeouts (~30 timer wakeups/s in all)
@@ -753,6 +761,47 @@ static int run_fd_sweep(long n, long limit)
 	return 0;
 }
 
+/* Pin the calling thread to `cpu`. */
+static int pin_to(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	return sched_setaffinity(0, sizeof(set), &set);
+}
+
+/* N sched_yield() on the CPU this started on; with `sibling`, a child
+ * pinned there first spins in user space, runnable the whole time. */
+static int run_yield(long n, int sibling)
+{
+	int cpu = sched_getcpu(), ready[2];
+	pid_t child = -1;
+	char c;
+
+	if (cpu < 0 || pipe(ready))
+		return 1;
+	if (sibling) {
+		child = fork();
+		if (child == 0) {
+			if (pin_to(cpu) || write(ready[1], "r", 1) != 1)
+				_exit(1);
+			for (volatile unsigned long spin = 0;; spin++)
+				; /* runnable until killed, never in the kernel */
+		}
+		if (child < 0 || read(ready[0], &c, 1) != 1)
+			return 1;
+	}
+	if (pin_to(cpu))
+		return 1;
+	for (long i = 0; i < n; i++)
+		syscall(SYS_sched_yield);
+	if (child > 0 && (kill(child, SIGKILL) || waitpid(child, NULL, 0) != child))
+		return 1;
+	printf("yields=%ld cpu=%d\n", n, cpu);
+	return 0;
+}
+
 static int run_idle_runtime(long seconds)
 {
 	struct timespec timeout = ts_of_usec(50000);
@@ -894,6 +943,10 @@ int main(int argc, char **argv)
 		return run_tz_stat(n);
 	if (!strcmp(mode, "fd-sweep") && argc > 3)
 		return run_fd_sweep(n, m);
+	if (!strcmp(mode, "yield-alone"))
+		return run_yield(n, 0);
+	if (!strcmp(mode, "yield-sibling"))
+		return run_yield(n, 1);
 	if (!strcmp(mode, "idle-runtime"))
 		return run_idle_runtime(n);
 	if (!strcmp(mode, "wait-early") && argc > 3)

@@ -38,6 +38,7 @@ pub mod declaration;
 pub mod fdclose;
 pub mod memory;
 mod recorded;
+pub mod sched_yield;
 pub mod sigmask;
 pub mod sleep;
 pub mod timer;
@@ -273,7 +274,7 @@ impl SignalArgs {
 }
 
 /// Every signal, in the order the doctor runs their rules.
-pub const SIGNALS: [&Signal; 7] = [
+pub const SIGNALS: [&Signal; 8] = [
     &clock::SIGNAL,
     &sigmask::SIGNAL,
     &sleep::SIGNAL,
@@ -281,6 +282,7 @@ pub const SIGNALS: [&Signal; 7] = [
     &memory::SIGNAL,
     &tzfile::SIGNAL,
     &fdclose::SIGNAL,
+    &sched_yield::SIGNAL,
 ];
 
 /// Every column of `slowpath top`, in display order: each signal's, in

@@ -1,0 +1,219 @@
+//! Yield spins (hook `sys_enter`, or fentry on sched_yield): `sched_yield()`
+//! calls, split by whether another task was runnable on the caller's CPU at
+//! the call (`bpf/signals/sched_yield.bpf.h`: the runqueue's `nr_running`,
+//! reached from the task). A spin-wait that yields "to let another thread
+//! run" returns at once when nothing else is runnable there, and burns the
+//! whole CPU, mostly in user space between the calls: a BLAS or OpenMP pool
+//! between jobs, the Disruptor's `YieldingWaitStrategy` on an empty ring, a
+//! runtime's scheduler spinning before it parks.
+//!
+//! Doctor rule: a process yielding more than [`YIELDS_PER_SEC`] times a
+//! second with nothing else runnable, its CPU measured on the live process
+//! while it yields ([`spin_cpu`]), its call sites matched to
+//! [`sources::SOURCES`].
+
+pub mod sources;
+pub mod spin_cpu;
+
+use std::collections::BTreeMap;
+
+use prometheus::proto::{MetricFamily, MetricType};
+
+use crate::bpf::slot;
+use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_yield_runnable};
+use crate::exposition::{family, push_nonzero, with, Family};
+use crate::finding::{Compose, Finding, Severity};
+use crate::signals::{
+    Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
+    TopColumn,
+};
+use crate::sources::CauseBasis;
+use sources::{SOURCES, SPIN_GAIN};
+
+/// Number of `enum sp_yield_runnable` slots.
+const RUNNABLE_COUNT: usize = slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_COUNT);
+
+/// `runnable` label values, indexed by `enum sp_yield_runnable`: `none`, the
+/// caller alone on its CPU's runqueue (the yield returns at once); `others`,
+/// another task was runnable there; `unknown`, a kernel without
+/// CONFIG_FAIR_GROUP_SCHED, where the runqueue is not reached from the task.
+pub const RUNNABLE_NAMES: [&str; RUNNABLE_COUNT] = ["none", "others", "unknown"];
+
+const _: fn(&sp_counters) -> &[u64; RUNNABLE_COUNT] = |c| &c.sched_yield;
+
+const ALONE: usize = slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_NONE);
+
+/// Doctor and in-agent threshold: yields per second of one process with
+/// nothing else runnable. Measured (bpftrace on sys_enter_sched_yield, Intel
+/// Xeon, kernel 6.18): a Disruptor consumer on YieldingWaitStrategy with an
+/// empty ring makes 1.2 to 1.4 million a second at a whole CPU (26,000 to
+/// 71,000 under strace); idle JVM, Go, Node and Python processes none in 20
+/// s; a JVM churning its GC 4 a second, a Go channel ping-pong on 2 CPUs 17
+/// to 28. Two orders of magnitude either side.
+pub const YIELDS_PER_SEC: f64 = 10_000.0;
+
+const SCHED_YIELD: Family = Family {
+    name: "slowpath_sched_yield_calls_total",
+    help: "sched_yield calls (raw_syscalls:sys_enter, or fentry on sched_yield) by what else was runnable on the caller's CPU at the call: none (the caller alone on its runqueue, task->se.cfs_rq->rq->nr_running 1: the yield returns at once, a spin), others, or unknown (a kernel without CONFIG_FAIR_GROUP_SCHED)",
+    kind: MetricType::COUNTER,
+};
+
+// The rates the chart's recording rules record.
+const ALONE_YIELDS: Recorded = Recorded {
+    name: "slowpath_sched_yield_alone_calls",
+    family: &SCHED_YIELD,
+    only: Some(("runnable", "none")),
+    fleet: Some(FleetRow {
+        title: "Yield spins",
+        meaning: "sched_yield calls per second with nothing else runnable on the CPU (spin-waits that burn a core: a blocking wait, or fewer threads than CPUs, removes them)",
+    }),
+};
+
+pub const SIGNAL: Signal = Signal {
+    name: "sched_yield",
+    summary: "sched_yield calls by whether another task was runnable: spin-waits that burn a CPU",
+    case: "yield spins",
+    families: &[&SCHED_YIELD],
+    export,
+    diagnose,
+    enrich: Some(spin_cpu::enrich),
+    sources: SOURCES,
+    call_sites: &[(sp_callsite_kind::SP_CALLSITE_SCHED_YIELD, "sched_yield")],
+    node: NodeNeeds::NONE,
+    kernel: KernelNeeds {
+        hooks: &[],
+        syscall_groups: &[sp_syscall_group::SP_SYSCALLS_YIELDS],
+        rodata: None,
+        upkeep: None,
+        map_sizes: None,
+        left_out: None,
+    },
+    top: Top {
+        columns: &[TopColumn {
+            header: "YIELD/s",
+            sort: "yield",
+            key: "sched_yield_alone",
+            family: &SCHED_YIELD,
+            only: Some(("runnable", "none")),
+            // the syscall alone: a floor, the spin's user time is not in it
+            cost: EventCost::Gauge("slowpath_syscall_seconds"),
+            recorded: Some(&ALONE_YIELDS),
+            cell: Cell::PerSecond,
+            common: false,
+        }],
+        timeouts: None,
+        not_shown: &[],
+    },
+    recorded: &[ALONE_YIELDS],
+};
+
+fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
+    let mut calls = Vec::new();
+    for (key, series) in scrape.series() {
+        for (runnable, &n) in RUNNABLE_NAMES.iter().zip(&series.counters.sched_yield) {
+            push_nonzero(&mut calls, with(key, &[("runnable", runnable)]), n as f64);
+        }
+    }
+    vec![family(&SCHED_YIELD, calls)]
+}
+
+fn diagnose(obs: &Observation<'_>) -> Vec<Finding> {
+    spin_finding(obs).into_iter().collect()
+}
+
+/// A finding's title: the process, its rate and, once measured, its CPU.
+pub(crate) fn title(comm: &str, per_second: f64, cores: Option<f64>) -> String {
+    let head = format!("{comm} yields {per_second:.0} times/s with nothing else to run");
+    match cores {
+        Some(cores) => format!("{head}, at {:.0} % of a CPU", cores * 100.0),
+        None => head,
+    }
+}
+
+fn spin_finding(obs: &Observation<'_>) -> Option<Finding> {
+    let processes = obs.ranked(|d| {
+        let alone = d.c.sched_yield[ALONE] as f64 / obs.secs;
+        if alone < YIELDS_PER_SEC {
+            return None;
+        }
+        let all: u64 = d.c.sched_yield.iter().sum();
+        let detail = BTreeMap::from([
+            ("alone_yields_per_second".to_string(), alone),
+            ("yields_per_second".to_string(), all as f64 / obs.secs),
+        ]);
+        Some((alone, detail))
+    });
+    let top = processes.first()?;
+    Some(Finding {
+        id: "yield_spin",
+        severity: Severity::Warning,
+        title: title(&top.identity.comm, top.per_second, None),
+        evidence: BTreeMap::from([(
+            "threshold_alone_yields_per_second".to_string(),
+            format!("{YIELDS_PER_SEC}"),
+        )]),
+        processes,
+        cause: "A thread waits by calling sched_yield() in a loop, meaning to let another \
+                thread run, but nothing else is runnable on its CPU: each call returns at once \
+                and the thread spins, burning the CPU (most of it in user space between the \
+                calls) and, in a container with a CPU quota, the pod's quota with it, which \
+                throttles the pod's real work."
+            .into(),
+        fix: "Wait without spinning: a blocking wait (a condition variable, a futex, a \
+              blocking queue) or a bounded spin that then sleeps; and no more spinning \
+              threads than the CPUs the process may use (its container's CPU quota). The \
+              call sites name the library and its setting."
+            .into(),
+        expected_gain: Some(SPIN_GAIN.into()),
+        cause_basis: CauseBasis::Guess {
+            from: "yields with nothing else runnable (no sampled frame matches a known source)"
+                .into(),
+        },
+        call_sites: Some(sp_callsite_kind::SP_CALLSITE_SCHED_YIELD),
+        sources: Some((SOURCES, Compose::AfterRule)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::test_support::{delta, export_one_of, observe};
+
+    const OTHERS: usize = slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_OTHERS);
+
+    #[test]
+    fn a_spin_alone_gets_the_finding_and_yields_to_others_do_not() {
+        let spin = delta("java", |c| c.sched_yield[ALONE] = 5_000_000);
+        let handing_over = delta("worker", |c| c.sched_yield[OTHERS] = 5_000_000);
+        let idle = delta("java", |c| c.sched_yield[ALONE] = 300);
+        let f = observe(&[spin, handing_over, idle], spin_finding).unwrap();
+        assert_eq!(f.id, "yield_spin");
+        assert_eq!(f.processes.len(), 1, "only the spin alone");
+        assert!(f.title.starts_with("java yields"), "{}", f.title);
+        assert!(f.fix.contains("blocking wait"));
+    }
+
+    #[test]
+    fn the_title_names_the_cpu_once_measured() {
+        let t = title("java", 900_000.0, Some(0.98));
+        assert!(t.ends_with("at 98 % of a CPU"), "{t}");
+    }
+
+    #[test]
+    fn every_runnable_class_is_exported() {
+        let d = delta("java", |c| c.sched_yield = [7, 3, 1]);
+        let families = export_one_of(&SIGNAL, d);
+        assert_eq!(families[0].name(), SCHED_YIELD.name);
+        let values: Vec<f64> = families[0]
+            .get_metric()
+            .iter()
+            .map(|m| m.get_counter().get_value())
+            .collect();
+        assert_eq!(values, [7.0, 3.0, 1.0]);
+    }
+
+    #[test]
+    fn every_known_source_matches_its_example_first() {
+        crate::sources::tests::check_table(SOURCES);
+    }
+}
