@@ -161,8 +161,8 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
  * call like bpf_get_current_pid_tgid(), and one the arm64 JIT inlines.
  */
 
-#define SP_SYSCALL_FENTRY(name)                                                \
-	SEC("fentry/" SP_SYSCALL_FN_PREFIX #name)                              \
+#define SP_SYSCALL_FENTRY(name, fn_prefix)                                     \
+	SEC("fentry/" fn_prefix #name)                                         \
 	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
 	{                                                                      \
 		probe_ran(SP_PROBE_SYS_ENTER);                                 \
@@ -174,6 +174,7 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
 				     bpf_get_current_task_btf()->tgid, true);  \
 	}
 /* The fentry program of a row of the table, where the syscall exists. */
-#define SP_ROW_FENTRY(name, x86_64, arm64, arches, ...) SP_IF_##arches(SP_SYSCALL_FENTRY(name))
+#define SP_ROW_FENTRY(name, x86_64, arm64, arches, ...)                        \
+	SP_IF_##arches(SP_SYSCALL_FENTRY(name, SP_FN_PREFIX_##arches))
 
 #endif /* SP_COMPOSE_SYS_ENTER_H */

@@ -15,10 +15,13 @@
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, orig_ax)
 #define SP_SYSCALL_NR_BTF(regs) ((regs)->orig_ax) /* a BTF pointer: direct load */
 #define SP_SYSCALL_FN_PREFIX "__x64_sys_"
+/* a SYSCALL_DEFINE0 syscall: __x64_sys_<name> is an alias without BTF */
+#define SP_SYSCALL0_FN_PREFIX "__do_sys_"
 #elif defined(__TARGET_ARCH_arm64)
 #define SP_SYSCALL_NR(regs) BPF_CORE_READ(regs, syscallno)
 #define SP_SYSCALL_NR_BTF(regs) ((regs)->syscallno) /* a BTF pointer: direct load */
 #define SP_SYSCALL_FN_PREFIX "__arm64_sys_"
+#define SP_SYSCALL0_FN_PREFIX "__arm64_sys_"
 /* arch/arm64/include/asm/thread_info.h (4.x to 6.12): an AArch32 task, whose
  * syscalls use the arm numbers */
 #define SP_TIF_32BIT (1UL << 22)

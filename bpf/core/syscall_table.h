@@ -12,11 +12,17 @@
  * syscall has no case anywhere but here.
  *
  * Columns:
- *   name    the syscall (its kernel function is __x64_sys_<name>,
- *           __arm64_sys_<name>)
+ *   name    the syscall (its kernel function, the fentry target, is
+ *           __x64_sys_<name> or __arm64_sys_<name>; see NOARGS)
  *   x86_64  its number, arch/x86/entry/syscalls/syscall_64.tbl
  *   arm64   its number, include/uapi/asm-generic/unistd.h (0 when absent)
- *   arches  ANY, or X86_ONLY: arm64 has no time, epoll_wait, poll, select
+ *   arches  ANY, or X86_ONLY: arm64 has no time, epoll_wait, poll, select;
+ *           or NOARGS: on both, a syscall without arguments
+ *           (SYSCALL_DEFINE0), whose x86_64 __x64_sys_<name> is an alias
+ *           of __do_sys_<name> (__SYS_STUB0 in
+ *           arch/x86/include/asm/syscall_wrapper.h) that BTF has no entry
+ *           for: its fentry target there is __do_sys_<name>, the same
+ *           function with the same argument (the user registers)
  *   group   enum sp_syscall_group (slowpath.h): the switch that turns its
  *           counting on, set by the signals that count the group
  *   gate    bool gate(regs, btf): whether this call is counted at all (a
@@ -101,7 +107,7 @@
 	  count_fd_close, SP_DIRTY_FD_CLOSE, SP_CALLSITE_FD_CLOSE,             \
 	  SP_WAIT_OTHER)                                                       \
 	/* yields, by what else was runnable (signals/sched_yield.bpf.h) */    \
-	X(sched_yield,     24,  124, ANY,      YIELDS,      gate_always,      \
+	X(sched_yield,     24,  124, NOARGS,   YIELDS,      gate_always,      \
 	  count_sched_yield, SP_DIRTY_SCHED_YIELD, SP_CALLSITE_SCHED_YIELD,    \
 	  SP_WAIT_OTHER)
 /* clang-format on */
@@ -110,12 +116,21 @@
 #if defined(__TARGET_ARCH_x86)
 #define SP_IF_ANY(...) __VA_ARGS__
 #define SP_IF_X86_ONLY(...) __VA_ARGS__
+#define SP_IF_NOARGS(...) __VA_ARGS__
 #define SP_ARCH_NR(x86_64, arm64) (x86_64)
 #else
 #define SP_IF_ANY(...) __VA_ARGS__
 #define SP_IF_X86_ONLY(...)
+#define SP_IF_NOARGS(...) __VA_ARGS__
 #define SP_ARCH_NR(x86_64, arm64) (arm64)
 #endif
+
+/* SP_FN_PREFIX_<arches>: the prefix of the row's kernel function, the
+ * fentry target (SP_SYSCALL_FN_PREFIX, or SP_SYSCALL0_FN_PREFIX for a
+ * syscall without arguments: core/arch.h). */
+#define SP_FN_PREFIX_ANY SP_SYSCALL_FN_PREFIX
+#define SP_FN_PREFIX_X86_ONLY SP_SYSCALL_FN_PREFIX
+#define SP_FN_PREFIX_NOARGS SP_SYSCALL0_FN_PREFIX
 
 /* SP_NR_<name>: the number of each counted syscall on this arch. */
 #define SP_NR_ROW(name, x86_64, arm64, arches, ...)                            \

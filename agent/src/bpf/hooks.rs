@@ -76,8 +76,8 @@ const CORE_FIRST: [Hook; 2] = [
 /// Core hooks reported after the signals' hooks.
 const CORE_LAST: [Hook; 1] = [Hook::new("cgroup_mkdir")];
 
-/// Prefix of the kernel's syscall functions, the fentry targets
-/// (`SP_SYSCALL_FN_PREFIX` in `bpf/core/arch.h`).
+/// Prefix of the kernel's syscall functions, the fentry targets of the
+/// syscalls with arguments (`SP_SYSCALL_FN_PREFIX` in `bpf/core/arch.h`).
 #[cfg(target_arch = "x86_64")]
 pub(super) const SYSCALL_FN_PREFIX: &str = "__x64_sys_";
 /// Prefix of the kernel's syscall functions, the fentry targets
@@ -127,10 +127,17 @@ impl fmt::Display for AttachType {
     }
 }
 
-/// The kernel function of syscall `name` on this architecture
-/// (`clock_gettime` -> `__x64_sys_clock_gettime`).
+/// The kernel function of syscall `name` on this architecture, as its
+/// fentry program's section in the object names it (`clock_gettime` ->
+/// `__x64_sys_clock_gettime`, `sched_yield` -> `__do_sys_sched_yield` on
+/// x86_64); `__x64_sys_<name>`/`__arm64_sys_<name>` for a name the object
+/// has no program for.
 pub(super) fn fentry_target(syscall: &str) -> String {
-    format!("{SYSCALL_FN_PREFIX}{syscall}")
+    super::syscall_table::counted_syscalls()
+        .iter()
+        .find(|s| s.name == syscall)
+        .and_then(|s| s.function.clone())
+        .unwrap_or_else(|| format!("{SYSCALL_FN_PREFIX}{syscall}"))
 }
 
 /// The full hook table: the core hooks, the signals' hooks, the last core

@@ -5,7 +5,10 @@
 //! of this architecture with its `enum sp_syscall_group` as the value. The
 //! agent keeps no list of syscalls of its own: a signal names the groups it
 //! counts, and their syscalls (the fentry programs
-//! `sys_enter_fentry_<name>` to load) come from here.
+//! `sys_enter_fentry_<name>` to load) come from here, each with its kernel
+//! function as its fentry program's section names it (the table's choice:
+//! `__x64_sys_<name>`, or `__do_sys_<name>` for an x86_64 syscall without
+//! arguments).
 
 use std::mem::MaybeUninit;
 use std::sync::OnceLock;
@@ -14,6 +17,7 @@ use libbpf_rs::btf::types::Enum;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{AsRawLibbpf, Btf, OpenObject};
 
+use super::hooks::FENTRY_PROGRAM_PREFIX;
 use super::skel::SlowpathSkelBuilder;
 use super::types::sp_syscall_group;
 
@@ -23,9 +27,12 @@ const MEMBER_PREFIX: &str = "SP_COUNTED_";
 /// One counted syscall of this architecture.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CountedSyscall {
-    /// The syscall's name (`"clock_gettime"`): its kernel function is
-    /// `__x64_sys_<name>` or `__arm64_sys_<name>`.
+    /// The syscall's name (`"clock_gettime"`).
     pub name: String,
+    /// Its kernel function, the fentry target (`"__x64_sys_clock_gettime"`,
+    /// `"__do_sys_sched_yield"`): the section of its program
+    /// `sys_enter_fentry_<name>` less `fentry/`; `None` without one.
+    pub function: Option<String>,
     /// The group whose switch turns its counting on.
     pub group: sp_syscall_group,
 }
@@ -63,13 +70,26 @@ fn read_table(object: &OpenObject) -> Vec<CountedSyscall> {
     let Some(members) = btf.type_by_name::<Enum<'_>>("sp_counted_syscall") else {
         return Vec::new();
     };
+    let functions: Vec<(String, String)> = object
+        .progs()
+        .filter_map(|p| {
+            let syscall = p.name().to_str()?.strip_prefix(FENTRY_PROGRAM_PREFIX)?;
+            let function = p.section().to_str()?.strip_prefix("fentry/")?;
+            Some((syscall.to_string(), function.to_string()))
+        })
+        .collect();
     members
         .iter()
         .filter_map(|m| {
             let name = m.name?.to_str()?.strip_prefix(MEMBER_PREFIX)?;
             let group = sp_syscall_group(u32::try_from(m.value).ok()?);
+            let function = functions
+                .iter()
+                .find(|(s, _)| s == name)
+                .map(|(_, f)| f.clone());
             Some(CountedSyscall {
                 name: name.to_string(),
+                function,
                 group,
             })
         })
@@ -114,6 +134,30 @@ mod tests {
         let waits = names(sp_syscall_group::SP_SYSCALLS_TIMED_WAITS);
         assert_eq!(waits[..2], ["futex", "futex_waitv"]);
         assert_eq!(waits.contains(&"poll"), cfg!(target_arch = "x86_64"));
+    }
+
+    #[test]
+    fn a_syscall_without_arguments_attaches_where_btf_has_its_function() {
+        let function = |name: &str| {
+            counted_syscalls()
+                .iter()
+                .find(|s| s.name == name)
+                .and_then(|s| s.function.clone())
+        };
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(
+                function("sched_yield").as_deref(),
+                Some("__do_sys_sched_yield")
+            );
+            assert_eq!(function("close").as_deref(), Some("__x64_sys_close"));
+        }
+        #[cfg(target_arch = "aarch64")]
+        assert_eq!(
+            function("sched_yield").as_deref(),
+            Some("__arm64_sys_sched_yield")
+        );
+        assert!(counted_syscalls().iter().all(|s| s.function.is_some()));
     }
 
     #[test]
