@@ -114,6 +114,20 @@ int main(int argc, char **argv)
 		printf("calls %ld\n", n_calls);
 		return 0;
 	}
+	if (argc == 3 && !strcmp(argv[1], "yields")) {
+		cpu_set_t set;
+
+		/* pinned where it runs, nothing else of ours there: each yield
+		 * finds its runqueue alone (the yield signal's "none") */
+		n_calls = atol(argv[2]);
+		CPU_ZERO(&set);
+		CPU_SET(sched_getcpu(), &set);
+		sched_setaffinity(0, sizeof(set), &set);
+		for (long i = 0; i < n_calls; i++)
+			syscall(SYS_sched_yield);
+		printf("calls %ld\n", n_calls);
+		return 0;
+	}
 	if (argc == 4 && !strcmp(argv[1], "turns")) {
 		int procs = atoi(argv[2]);
 		cpu_set_t set;

@@ -11,6 +11,8 @@
 #          timeout: a timed futex sys_enter, an hrtimer_wakeup expiry and a
 #          timer wakeup (sched_waking) per wait
 #   clock  CLOCKS raw clock_gettime syscalls
+#   yields CLOCKS raw sched_yield syscalls, pinned, with nothing else of
+#          ours runnable there: counted, with the caller's runqueue read
 #   turns  TURN_PROCS processes on CPU 0 taking turns, TURNS times each a raw
 #          clock_gettime then sched_yield: the counting path when another
 #          process had the CPU last (half the sys_enter runs are the yields)
@@ -172,6 +174,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
         snapshot "$pid" >"$work/s5"
         "$work/hotpath" stat-near "$STATS" >/dev/null
         snapshot "$pid" >"$work/s6"
+        "$work/hotpath" yields "$CLOCKS" >/dev/null
+        snapshot "$pid" >"$work/s7"
         stop
         record "$work/s0" "$work/s1" "$r" "$cfg" waits
         record "$work/s1" "$work/s2" "$r" "$cfg" clock
@@ -179,6 +183,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
         record "$work/s3" "$work/s4" "$r" "$cfg" localtime
         record "$work/s4" "$work/s5" "$r" "$cfg" stat-other
         record "$work/s5" "$work/s6" "$r" "$cfg" stat-near
+        record "$work/s6" "$work/s7" "$r" "$cfg" yields
         line+=" $cfg"
     done
     echo "$line"
@@ -190,7 +195,7 @@ echo
 echo "== ns per run: median [min..max] over $ROUNDS rounds (runs: of the median round)"
 printf '%-20s %-10s %-32s %8s  %-17s %10s\n' config window program median range runs
 for cfg in "${configs[@]}"; do
-    for w in waits clock turns localtime stat-other stat-near; do
+    for w in waits clock turns localtime stat-other stat-near yields; do
         awk -v c="$cfg" -v w="$w" '$2 == c && $3 == w { print $4 }' "$work/results" | sort -u | { grep -E "$PROGS" || true; } |
             while read -r prog; do
                 awk -v c="$cfg" -v w="$w" -v p="$prog" '$2 == c && $3 == w && $4 == p { print $5, $6 }' \

@@ -31,6 +31,9 @@
  *                      takes getppid's figure off for the close alone
  *   close_unopened     close() of a descriptor number past the file table,
  *                      as a close sweep makes it (EBADF): counted
+ *   sched_yield_alone  syscall(SYS_sched_yield) pinned, with nothing else of
+ *                      ours runnable on the CPU: the yield returns at once;
+ *                      counted, with the caller's runqueue read
  *   clock_gettime_raw_tall  the traced syscall in T threads of this process
  *                      at once, each pinned to its own CPU (T = every CPU
  *                      this process may use): the median of the threads'
@@ -113,6 +116,15 @@ static double bench_close_unopened(void)
 
 	for (int i = 0; i < SYSCALL_CALLS; i++)
 		close(1 << 20); /* past any table of this process: EBADF */
+	return (now_ns() - t0) / SYSCALL_CALLS;
+}
+
+static double bench_sched_yield(void)
+{
+	double t0 = now_ns();
+
+	for (int i = 0; i < SYSCALL_CALLS; i++)
+		syscall(SYS_sched_yield);
 	return (now_ns() - t0) / SYSCALL_CALLS;
 }
 
@@ -340,7 +352,7 @@ int main(int argc, char **argv)
 	}
 
 	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000], ta[1000];
-	double lt[1000], so[1000], sn[1000], co[1000], cu[1000];
+	double lt[1000], so[1000], sn[1000], co[1000], cu[1000], sy[1000];
 
 	unsetenv("TZ"); /* glibc checks /etc/localtime on every localtime() */
 	near_buf = map_near_libc();
@@ -361,6 +373,7 @@ int main(int argc, char **argv)
 	bench_stat_other_near();
 	bench_close_open();
 	bench_close_unopened();
+	bench_sched_yield();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
@@ -374,6 +387,7 @@ int main(int argc, char **argv)
 		sn[r] = bench_stat_other_near();
 		co[r] = bench_close_open();
 		cu[r] = bench_close_unopened();
+		sy[r] = bench_sched_yield();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
@@ -387,6 +401,7 @@ int main(int argc, char **argv)
 	printf("stat_other_near %.1f\n", median(sn, reps));
 	printf("close_open %.1f\n", median(co, reps));
 	printf("close_unopened %.1f\n", median(cu, reps));
+	printf("sched_yield_alone %.1f\n", median(sy, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
@@ -398,6 +413,7 @@ int main(int argc, char **argv)
 	printf("stat_other_near_min %.1f\n", sn[0]);
 	printf("close_open_min %.1f\n", co[0]);
 	printf("close_unopened_min %.1f\n", cu[0]);
+	printf("sched_yield_alone_min %.1f\n", sy[0]);
 	printf("threads %d\n", n_allowed);
 	return 0;
 }
