@@ -1,8 +1,9 @@
 //! The CPU a yielding process burns, measured on the live process: most of a
 //! spin is user time between the yields, which no syscall count shows. Its
 //! threads' run time is read twice, [`SAMPLE`] apart, from
-//! `/proc/<pid>/task/<tid>/schedstat` (the scheduler's `sum_exec_runtime`,
-//! in ns: exact, where `/proc/<pid>/stat` has 10 ms ticks).
+//! `/proc/<pid>/task/<tid>/schedstat` through procfs (the scheduler's
+//! `sum_exec_runtime`, in ns: exact, where `/proc/<pid>/stat` has 10 ms
+//! ticks).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -17,29 +18,18 @@ const MAX_PROCESSES: usize = 5;
 /// A thread counted as spinning: at least this share of a CPU in the sample.
 const BUSY_THREAD_CORES: f64 = 0.5;
 
-/// Each thread's run time so far, in ns, by tid (`None`: the process is gone).
+/// Each thread's run time so far, in ns, by tid (`None`: the process is
+/// gone); a thread that exits between the listing and its read is skipped.
 pub fn thread_runtimes(pid: u32) -> Option<BTreeMap<u32, u64>> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut runtimes = BTreeMap::new();
-    for task in tasks.flatten() {
-        let Some(tid) = task.file_name().to_str().and_then(|s| s.parse().ok()) else {
-            continue;
-        };
-        let path = task.path().join("schedstat");
-        // a thread that exits between the listing and the read is skipped
-        if let Some(ns) = std::fs::read_to_string(path)
-            .ok()
-            .and_then(|s| first_field(&s))
-        {
-            runtimes.insert(tid, ns);
-        }
-    }
+    let tasks = procfs::process::Process::new(pid as i32)
+        .ok()?
+        .tasks()
+        .ok()?;
+    let runtimes = tasks
+        .flatten()
+        .filter_map(|task| Some((task.tid as u32, task.schedstat().ok()?.sum_exec_runtime)))
+        .collect();
     Some(runtimes)
-}
-
-/// The first field of a schedstat line: time on the CPU, in ns.
-fn first_field(schedstat: &str) -> Option<u64> {
-    schedstat.split_whitespace().next()?.parse().ok()
 }
 
 /// What two readings `secs` apart say: the process's CPU (cores) and its
