@@ -417,7 +417,10 @@ agent_stop
 scrape tp_btf_again{i}
 section tp_btf_again{i}_log cat /tmp/agent.log
 agent_stop
-""" for i in range(2))
+""" for i in range(2)) + """agent_start --bpf.attach-type=fentry
+scrape fentry_again
+agent_stop
+"""
 
 
 @pytest.fixture(scope="module")
@@ -443,30 +446,35 @@ def test_fentry_where_forced_and_not_chosen_on_an_emulator(attach):
 
 def test_only_a_tracepoint_syscall_hook_charges_a_dispatch(attach):
     """With fentry an untraced syscall takes the fast path: the agent charges
-    no dispatch, and its own timing of one (right after attaching less right
-    before) is below the tp_btf agent's, whose hook sends every syscall
-    through the traced path (x1.48 of no BPF under TCG, docs/cost.md).
+    no dispatch, and its own timing of one with its programs attached
+    (slowpath_syscall_seconds) is below the tp_btf agent's, whose hook sends
+    every syscall through the traced path (x1.48 of no BPF under TCG,
+    docs/cost.md).
 
     The guest runs its two vCPUs in one host thread (tcg,thread=single), so
     work on the other vCPU (the previous agent's programs being freed, the
-    agent's own threads) slows the timing thread's CPU clock as well: one
-    start's timing read no dispatch at all (a slow "before"), and the agent
-    said so in its log. So the tp_btf agent starts three times and the
-    largest of its timings is held against the fentry agent's; every start
-    that read none must have said so. The size of the dispatch is not held
-    here: test_self_cost holds it against the benchmark on the host."""
+    agent's own threads) slows the timing thread's CPU clock as well, by as
+    much as the dispatch: in CI one fentry start's "after less before" read
+    410 ns and two of three tp_btf starts read 0 (a slow "before"). Such
+    work only ever makes a timing slower, so each attach type's fastest
+    start is held against the other's: two fentry starts, three tp_btf ones;
+    every tp_btf start that read no dispatch must have said so in its log.
+    The size of the dispatch is not held here: test_self_cost holds it
+    against the benchmark on the host."""
     fentry, tp_btf = Scrape(attach["auto"]), Scrape(attach["tp_btf"])
     assert not fentry.select("slowpath_probe_dispatch_seconds_total")
     assert tp_btf.select("slowpath_probe_dispatch_seconds_total", probe="sys_enter"), attach["tp_btf_log"]
-    [fentry_added] = fentry.select("slowpath_untraced_syscall_added_seconds")
-    starts = ["tp_btf", "tp_btf_again0", "tp_btf_again1"]
-    added = {}
-    for name in starts:
-        [sample] = Scrape(attach[name]).select("slowpath_untraced_syscall_added_seconds")
-        added[name] = sample.value
-        if sample.value == 0:
+
+    def syscall_seconds(starts):
+        return {name: Scrape(attach[name]).value("slowpath_syscall_seconds") for name in starts}
+
+    with_fentry = syscall_seconds(["auto", "fentry_again"])
+    with_tp_btf = syscall_seconds(["tp_btf", "tp_btf_again0", "tp_btf_again1"])
+    for name in with_tp_btf:
+        if Scrape(attach[name]).value("slowpath_untraced_syscall_added_seconds") == 0:
             assert "timed no slower with sys_enter's tracepoint attached" in attach[f"{name}_log"], name
-    assert fentry_added.value < max(added.values()), (fentry_added.value, added)
+    assert all(v > 0 for v in [*with_fentry.values(), *with_tp_btf.values()]), (with_fentry, with_tp_btf)
+    assert min(with_fentry.values()) < min(with_tp_btf.values()), (with_fentry, with_tp_btf)
 
 
 def test_exact_counts_with_fentry(attach):
