@@ -310,11 +310,21 @@ enum sp_callsite_kind {
 struct sp_callsite_key {
 	__u32 tgid;
 	__u32 kind; /* enum sp_callsite_kind */
-	__s32 stack_id; /* in the `stacks` map */
-	__u32 _pad;
+	__u64 stack_id; /* key of the stack in the `stacks` map: a hash of its frames */
 	__u64 stack_top[2];
 	char comm[16]; /* group leader's comm (sp_proc.comm): names the
 			* process after it exits, splits samples at exec */
+};
+
+/* Deepest user stack walked for a call site (the kernel's default
+ * kernel.perf_event_max_stack). */
+#define SP_MAX_STACK_DEPTH 127
+
+/* Value of `stacks`: a sampled user stack, innermost frame first, the
+ * frame-pointer walk of bpf_get_stack() (BPF_F_USER_STACK); zeros past the
+ * last frame. */
+struct sp_stack {
+	__u64 ips[SP_MAX_STACK_DEPTH];
 };
 
 /* Bytes of user stack kept with an exemplar (struct sp_stack_copy): the

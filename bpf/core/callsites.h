@@ -39,17 +39,23 @@ struct {
 /* At most one user stack per jiffy per kind of call per process
  * (stack_due()): a bounded cost (a stack walk is ~1 us) however hot the
  * path, and no aliasing with calls that alternate (getcontext, setcontext). */
-#define SP_MAX_STACK_DEPTH 127
 
-/* Both tables are sized at load: 1 entry when stacks are not captured (no
- * kernel memory for a feature that is off), the defaults below otherwise. A
- * stack trace map is direct-mapped: a stack whose bucket holds another one
- * is dropped (bpf_get_stackid() -EEXIST), and counted in `stack_drops`. */
+/* Distinct user stacks, keyed by a hash of their frames (stack_hash()).
+ * Not a stack trace map (BPF_MAP_TYPE_STACK_TRACE): that one is
+ * direct-mapped, and a stack whose bucket held another one was dropped for
+ * as long as the other lived (bpf_get_stackid() -EEXIST). With a few
+ * hundred long-lived stacks on the node, a storm's call site could miss
+ * every sample: in CI a getcontext loop's stack never showed in 20 s of
+ * samples while its setcontext twin had 1,733. Here a stack is dropped only
+ * when the table is full, or when another stack with the same 64-bit hash
+ * is in it (frames compared; never seen). Both tables are sized at load: 1
+ * entry when stacks are not captured (no kernel memory for a feature that
+ * is off), the defaults below otherwise. */
 struct {
-	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, SP_DEFAULT_MAX_STACKS);
-	__uint(key_size, sizeof(__u32));
-	__uint(value_size, SP_MAX_STACK_DEPTH * sizeof(__u64));
+	__type(key, __u64);
+	__type(value, struct sp_stack);
 } stacks SEC(".maps");
 
 struct {
@@ -77,20 +83,27 @@ struct {
 	__type(value, struct sp_stack_copy);
 } stack_copies SEC(".maps");
 
-/* Scratch to build a `stack_copies` value (16 times the 512-byte BPF
- * stack), one slot per CPU: a plain array the agent sizes to the possible
- * CPUs when stacks are captured and to 1 slot otherwise (a per-CPU array
- * always costs a value per possible CPU). Indexed by the current CPU, like a
- * per-CPU array; a CPU beyond the slots finds none and keeps no copy. */
+/* Where a sample is built: its stack, walked before it is looked up in
+ * `stacks`, and a `stack_copies` value (16 times the 512-byte BPF stack). */
+struct sp_sample_scratch {
+	struct sp_stack stack;
+	struct sp_stack_copy copy;
+};
+
+/* Scratch for a sample, one slot per CPU: a plain array the agent sizes to
+ * the possible CPUs when stacks are captured or asked for, and to 1 slot
+ * otherwise (a per-CPU array always costs a value per possible CPU).
+ * Indexed by the current CPU, like a per-CPU array; a CPU beyond the slots
+ * finds none, and its samples are dropped. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct sp_stack_copy);
+	__type(value, struct sp_sample_scratch);
 } stack_copy_scratch SEC(".maps");
 
-/* Sampled stacks not kept: the stacks bucket was taken, the stack could not
- * be walked, or `callsites` was full. Slot 0 only. */
+/* Sampled stacks not kept: `stacks` or `callsites` was full, the stack
+ * could not be walked, or no scratch slot. Slot 0 only. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
@@ -133,19 +146,16 @@ static __always_inline bool stack_due(struct sp_proc *p, __u32 kind)
 }
 
 /* Keep the user registers and the top of the user stack of a call site's
- * first sample under `key`: the rest of the stack pointer's page, then the
- * next page if it is mapped (the copy stops at the first read that fails,
- * and `len` says how far it got). Runs once per new distinct stack, never
- * per call: two bpf_probe_read_user() of at most 4 KiB each. */
-static __always_inline void copy_stack(struct pt_regs *regs, const struct sp_callsite_key *key)
+ * first sample under `key`, built in `c` (the CPU's scratch): the rest of
+ * the stack pointer's page, then the next page if it is mapped (the copy
+ * stops at the first read that fails, and `len` says how far it got). Runs
+ * once per new distinct stack, never per call: two bpf_probe_read_user() of
+ * at most 4 KiB each. */
+static __always_inline void copy_stack(struct pt_regs *regs, const struct sp_callsite_key *key,
+				       struct sp_stack_copy *c)
 {
-	__u32 cpu = bpf_get_smp_processor_id();
-	struct sp_stack_copy *c;
 	__u64 first;
 
-	c = bpf_map_lookup_elem(&stack_copy_scratch, &cpu);
-	if (!c)
-		return;
 	c->ip = PT_REGS_IP_CORE(regs);
 	c->sp = PT_REGS_SP_CORE(regs);
 	c->fp = PT_REGS_FP_CORE(regs);
@@ -171,21 +181,73 @@ static __always_inline void copy_stack(struct pt_regs *regs, const struct sp_cal
 	bpf_map_update_elem(&stack_copies, key, c, BPF_NOEXIST);
 }
 
+/* A 64-bit hash of the `frames` first frames of `s` (FNV-1a over words,
+ * with a fold of the high half into the low one after each): the key of
+ * the stack in `stacks`. */
+static __always_inline __u64 stack_hash(const struct sp_stack *s, __u32 frames)
+{
+	__u64 h = 0xcbf29ce484222325ULL;
+
+	for (__u32 i = 0; i < SP_MAX_STACK_DEPTH; i++) {
+		if (i >= frames)
+			break;
+		h = (h ^ s->ips[i]) * 0x100000001b3ULL;
+		h ^= h >> 32;
+	}
+	return h;
+}
+
+/* Find or add stack `s` (`frames` deep) in `stacks`: its key in `*id`.
+ * False when it cannot be kept: the table is full, or holds another stack
+ * under the same hash (all frames are compared, so a sample never takes
+ * another stack's frames). */
+static __always_inline bool keep_stack(const struct sp_stack *s, __u32 frames, __u64 *id)
+{
+	const struct sp_stack *held;
+	__u64 h = stack_hash(s, frames);
+	long err;
+
+	held = bpf_map_lookup_elem(&stacks, &h);
+	if (!held) {
+		err = bpf_map_update_elem(&stacks, &h, s, BPF_NOEXIST);
+		if (err == 0)
+			goto kept;
+		if (err != -SP_EEXIST)
+			return false; /* full */
+		/* another CPU added it first */
+		held = bpf_map_lookup_elem(&stacks, &h);
+		if (!held)
+			return false;
+	}
+	for (__u32 i = 0; i < SP_MAX_STACK_DEPTH; i++)
+		if (held->ips[i] != s->ips[i])
+			return false;
+kept:
+	*id = h;
+	return true;
+}
+
 /* Sample the user stack of this call. */
 static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, struct pt_regs *regs)
 {
 	struct sp_callsite_key key = {};
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct sp_sample_scratch *scratch;
 	__u64 one = 1, *count, *drops;
 	__u32 zero = 0;
-	long err;
+	long bytes, err;
 
 	if (!p)
 		return;
+	scratch = bpf_map_lookup_elem(&stack_copy_scratch, &cpu);
+	if (!scratch)
+		goto dropped;
 	key.tgid = bpf_get_current_pid_tgid() >> 32;
 	key.kind = kind;
 	__builtin_memcpy(key.comm, p->comm, sizeof(key.comm));
-	key.stack_id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
-	if (key.stack_id < 0)
+	/* the frames, zeros after them (the kernel clears the rest) */
+	bytes = bpf_get_stack(ctx, &scratch->stack, sizeof(scratch->stack), BPF_F_USER_STACK);
+	if (bytes < 0 || !keep_stack(&scratch->stack, bytes / sizeof(__u64), &key.stack_id))
 		goto dropped;
 	bpf_probe_read_user(&key.stack_top, sizeof(key.stack_top), (void *)PT_REGS_SP_CORE(regs));
 	count = bpf_map_lookup_elem(&callsites, &key);
@@ -197,7 +259,7 @@ static __noinline void sample_stack(void *ctx, struct sp_proc *p, __u32 kind, st
 	 * one is not worth a retry) */
 	err = bpf_map_update_elem(&callsites, &key, &one, BPF_NOEXIST);
 	if (!err) {
-		copy_stack(regs, &key); /* a new distinct stack */
+		copy_stack(regs, &key, &scratch->copy); /* a new distinct stack */
 		return;
 	}
 	if (err == -SP_EEXIST)

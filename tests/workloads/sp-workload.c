@@ -41,6 +41,14 @@
  *   raw-sigmask N         N times SIGUSR1 blocked, then unblocked, with
  *                         syscall(SYS_rt_sigprocmask) itself (two each): no libc
  *                         wrapper on the stack
+ *   stack-paths BITS P    2^BITS distinct user stacks, each one raw
+ *                         rt_sigprocmask: the call is made BITS calls deep
+ *                         through two functions, one per bit of the path's
+ *                         number. P children (2^BITS/P paths each, P a power
+ *                         of 2 up to 2^BITS), each path's call 11 ms after the
+ *                         previous one (a jiffy apart at HZ>=100: every call
+ *                         sampled); each child stays 3 s after its last call
+ *                         (to be symbolized while it lives)
  *   sleep N USEC          N nanosleep(USEC): glibc issues clock_nanosleep
  *   sleep-abs N USEC      N clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME)
  *   thp MIB               MIB of anonymous memory with MADV_HUGEPAGE, touched
@@ -404,6 +412,72 @@ static int run_churn_par(long procs, long k, long width)
 		if (wait(NULL) < 0)
 			return 1;
 	return 0;
+}
+
+static void stack_path(unsigned long path, int bits);
+
+/* Bits taken, by value: the two functions below differ by it, so that the
+ * compiler cannot fold them into one (-fipa-icf). */
+static volatile unsigned long stack_bits_taken[2];
+
+/* One bit of a stack path each: two functions, so that each bit puts its
+ * own return address on the stack. The barrier after the call keeps it a
+ * call (no tail call: the frame stays). */
+static __attribute__((noinline)) void stack_bit0(unsigned long path, int bits)
+{
+	stack_bits_taken[0]++;
+	stack_path(path, bits);
+	__asm__ volatile("" ::: "memory");
+}
+
+static __attribute__((noinline)) void stack_bit1(unsigned long path, int bits)
+{
+	stack_bits_taken[1]++;
+	stack_path(path, bits);
+	__asm__ volatile("" ::: "memory");
+}
+
+static __attribute__((noinline)) void stack_path(unsigned long path, int bits)
+{
+	if (bits == 0) {
+		syscall(SYS_rt_sigprocmask, SIG_BLOCK, NULL, NULL, 8);
+		return;
+	}
+	if (path & 1)
+		stack_bit1(path >> 1, bits - 1);
+	else
+		stack_bit0(path >> 1, bits - 1);
+	__asm__ volatile("" ::: "memory");
+}
+
+static __attribute__((noinline)) int run_stack_paths(long bits, long procs)
+{
+	const struct timespec apart = { .tv_nsec = 11000000 }, stay = { .tv_sec = 3 };
+	long paths = 1L << bits, each;
+	int status, failed = 0;
+
+	if (bits < 1 || bits > 16 || procs < 1 || procs > paths || (procs & (procs - 1))) {
+		fprintf(stderr, "stack-paths: BITS 1..16, P a power of 2 up to 2^BITS\n");
+		return 1;
+	}
+	each = paths / procs;
+	for (long k = 0; k < procs; k++) {
+		pid_t pid = fork();
+
+		if (pid < 0)
+			return 1;
+		if (pid == 0) {
+			for (long path = k * each; path < (k + 1) * each; path++) {
+				nanosleep(&apart, NULL);
+				stack_path(path, bits);
+			}
+			nanosleep(&stay, NULL);
+			_exit(0);
+		}
+	}
+	while (wait(&status) > 0)
+		failed |= !WIFEXITED(status) || WEXITSTATUS(status);
+	return failed;
 }
 
 struct clone3_args {
@@ -917,6 +991,8 @@ int main(int argc, char **argv)
 		return run_sigsetjmp(n);
 	if (!strcmp(mode, "raw-sigmask"))
 		return run_raw_sigmask(n);
+	if (!strcmp(mode, "stack-paths"))
+		return run_stack_paths(n, m);
 	if (!strcmp(mode, "sleep"))
 		return run_sleep(n, m, 0);
 	if (!strcmp(mode, "sleep-abs"))

@@ -318,15 +318,19 @@ fn size_stack_tables(
         }
         return Ok(());
     }
-    // Stack tables are preallocated (4 MiB for `stacks`, 4.3 MB for
+    // Stack tables are preallocated (4.3 MB each for `stacks` and
     // `stack_copies`): small or one entry each, and no preallocated spare
-    // copies per CPU (except on PREEMPT_RT kernels, whose verifier refuses
+    // elements per CPU (except on PREEMPT_RT kernels, whose verifier refuses
     // tracing programs a hash map without preallocation).
     if !Path::new("/sys/kernel/realtime").exists() {
-        let flags = maps.stack_copies.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC;
-        maps.stack_copies
-            .set_map_flags(flags)
-            .context("flagging the stack_copies map")?;
+        for (map, name) in [
+            (&mut maps.stacks, "stacks"),
+            (&mut maps.stack_copies, "stack_copies"),
+        ] {
+            let flags = map.map_flags() | libbpf_sys::BPF_F_NO_PREALLOC;
+            map.set_map_flags(flags)
+                .with_context(|| format!("flagging the {name} map"))?;
+        }
     }
     let size = |n: u32| if on_demand { n } else { 1 };
     let tables = [

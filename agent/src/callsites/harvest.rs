@@ -141,8 +141,8 @@ impl CallSiteMetrics {
             )?,
             dropped: IntCounter::new(
                 "slowpath_callsite_samples_dropped_total",
-                "Sampled user stacks the kernel could not keep (stacks bucket taken, \
-                 callsites table full, or stack not walkable)",
+                "Sampled user stacks the kernel could not keep (stacks or callsites \
+                 table full, or stack not walkable)",
             )?,
             stacks: IntGauge::new(
                 "slowpath_callsite_stacks",
@@ -163,7 +163,7 @@ impl CallSiteMetrics {
 
 /// Symbolized stacks of one process: (kind, stack id, stack top, comm) -> where
 /// its samples go and how many were already counted.
-type ProcSites = HashMap<(u32, i32, [u64; 2], String), Known>;
+type ProcSites = HashMap<(u32, u64, [u64; 2], String), Known>;
 
 struct Known {
     path: String,

@@ -27,8 +27,9 @@ pub struct RawCallSite {
     pub kind: u32,
     /// Samples so far (monotonic while the entry lives).
     pub samples: u64,
-    /// Id in the `stacks` map (what, with `stack_top`, makes the entry distinct).
-    pub stack_id: i32,
+    /// Key of the stack in the `stacks` map, a hash of its frames (what,
+    /// with `stack_top`, makes the entry distinct).
+    pub stack_id: u64,
     /// Instruction pointers, innermost first (frame-pointer walk).
     pub ips: Vec<u64>,
     /// The two words at the user stack pointer: one is the caller's return
@@ -178,7 +179,7 @@ impl StackTables {
         deleted
     }
 
-    /// Samples dropped so far (all CPUs): no free stack bucket, no room in
+    /// Samples dropped so far (all CPUs): no room in `stacks` or in
     /// `callsites`, or a stack the kernel could not walk.
     pub fn dropped(&self) -> u64 {
         match self.drops.lookup_percpu(&0u32.to_ne_bytes(), MapFlags::ANY) {
@@ -193,7 +194,6 @@ fn parse_key(bytes: &[u8]) -> Option<types::sp_callsite_key> {
         tgid: 0,
         kind: 0,
         stack_id: 0,
-        _pad: 0,
         stack_top: [0; 2],
         comm: [0; 16],
     };
