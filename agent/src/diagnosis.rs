@@ -75,7 +75,8 @@ pub fn diagnose(obs: &Observation<'_>, live: bool) -> Vec<Finding> {
 
 /// [`diagnose`], with `prepare` run on each finding before the signal
 /// looks at its live processes (the agent names a live tgid for each
-/// process of a series without a pid label there).
+/// process of a series without a pid label there, by its call sites where
+/// they are sampled).
 pub fn diagnose_with(
     obs: &Observation<'_>,
     live: bool,

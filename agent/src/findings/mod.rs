@@ -242,7 +242,12 @@ impl Engine {
             node: &node,
             args: &self.opts.args,
         };
-        let mut findings = diagnosis::diagnose_with(&obs, true, |f| {
+        // Each process is named before its signal looks at it live (the
+        // yield spin's CPU): a series of several processes (same comm and
+        // cgroup, no pid label) is named by its call sites, not by its
+        // first tgid, which measured an idle twin's CPU for the spinner.
+        let sampler = &mut self.sampler;
+        let findings = diagnosis::diagnose_with(&obs, true, |f| {
             f.processes.truncate(MAX_PROCESSES_PER_FINDING);
             for p in &mut f.processes {
                 if p.pid == 0 {
@@ -252,11 +257,11 @@ impl Engine {
                         .unwrap_or(0);
                 }
             }
-        });
-        if let Some(sampler) = &mut self.sampler {
-            for f in &mut findings {
+            if let Some(sampler) = sampler.as_mut() {
                 attach_call_sites(sampler, f, tgids);
             }
+        });
+        if let Some(sampler) = sampler {
             sampler.apply();
         }
         findings
