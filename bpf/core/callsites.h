@@ -43,14 +43,12 @@ struct {
 /* Distinct user stacks, keyed by a hash of their frames (stack_hash()).
  * Not a stack trace map (BPF_MAP_TYPE_STACK_TRACE): that one is
  * direct-mapped, and a stack whose bucket held another one was dropped for
- * as long as the other lived (bpf_get_stackid() -EEXIST). With a few
- * hundred long-lived stacks on the node, a storm's call site could miss
- * every sample: in CI a getcontext loop's stack never showed in 20 s of
- * samples while its setcontext twin had 1,733. Here a stack is dropped only
- * when the table is full, or when another stack with the same 64-bit hash
- * is in it (frames compared; never seen). Both tables are sized at load: 1
- * entry when stacks are not captured (no kernel memory for a feature that
- * is off), the defaults below otherwise. */
+ * as long as the other lived (bpf_get_stackid() -EEXIST): a storm's call
+ * site could miss every sample behind a long-lived process's stack. Here a
+ * stack is dropped only when the table is full, or when another stack with
+ * the same 64-bit hash is in it (frames compared; never seen). Both tables
+ * are sized at load: 1 entry when stacks are not captured (no kernel memory
+ * for a feature that is off), the defaults below otherwise. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, SP_DEFAULT_MAX_STACKS);
