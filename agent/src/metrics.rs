@@ -103,14 +103,14 @@ const PROBE_RUNS: Family = Family {
 
 const PROBE_RUN_SECONDS: Family = Family {
     name: "slowpath_probe_run_seconds_total",
-    help: "In-kernel time of this hook's BPF programs: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window), less what the measurement itself adds to a run (slowpath_probe_stats_overhead_seconds). Absent until a window measured it; needs CAP_SYS_ADMIN or kernel.bpf_stats_enabled=1. rate() of it is the share of one CPU",
+    help: "slowpath's own in-kernel time on this hook: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window), less an empty program's measured time per run (slowpath_probe_stats_overhead_seconds: what the measurement adds, two clock reads, and an empty body), so what slowpath's programs do beyond any program on the hook. Cannot see the hook's call into a program, which any program pays (for sys_enter as a tracepoint: slowpath_probe_dispatch_seconds_total). Absent until a window measured it; needs CAP_SYS_ADMIN or kernel.bpf_stats_enabled=1. rate() of it is the share of one CPU; with process_cpu_seconds_total it is slowpath's own part (SlowpathOverheadHigh)",
     kind: MetricType::COUNTER,
 };
 
 /// The part of the syscall hook's cost that no program run includes.
 const PROBE_DISPATCH_SECONDS: Family = Family {
     name: "slowpath_probe_dispatch_seconds_total",
-    help: "Time the kernel spent reaching this hook's BPF programs, outside them: only sys_enter attached as tp_btf or raw_tp, with which every syscall of the node takes the kernel's traced syscall path. Each run charged at slowpath_untraced_syscall_added_seconds less the program's own time for that syscall, measured at start. Add its rate() to slowpath_probe_run_seconds_total's for the hooks' cost; absent with fentry (an untraced syscall then pays nothing) and where the statistics are not allowed",
+    help: "The floor the attach type forces, outside the programs: only sys_enter attached as tp_btf or raw_tp, with which every syscall of the node takes the kernel's traced syscall path, whatever program is on the hook. Each run charged at slowpath_untraced_syscall_added_seconds less the program's own time for that syscall, measured at start. Not slowpath's own part: its fix is fentry (SlowpathDispatchFloorHigh). Absent with fentry (an untraced syscall then pays nothing) and where the statistics are not allowed",
     kind: MetricType::COUNTER,
 };
 

@@ -126,11 +126,17 @@ syscall per clock read, whatever the clocksource is called. Normal: 0.""",
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "slowpath's own cost (% of a core), costliest nodes", """
-slowpath's own CPU per node (recording rule instance:slowpath_own_cpu:rate5m: its BPF programs' in-kernel time,
-the syscall hook's dispatch where sys_enter is a tracepoint, and the agent process), the ten costliest nodes, as a fraction of one core. Normal: well under 1 % on every node;
-above 1 % for 15 min fires SlowpathOverheadHigh. The overview's panel of the same name splits a node by hook.""",
+slowpath's own CPU per node (recording rule instance:slowpath_own_cpu:rate5m: its BPF programs' in-kernel time
+beyond an empty program's on the same hooks, and the agent process), the ten costliest nodes, as a fraction of one
+core; dashed, the floor the attach type forces on the same nodes (instance:slowpath_dispatch_floor_cpu:rate5m: with
+sys_enter as a tracepoint every syscall takes the traced path, whatever program is on it; none with fentry).
+Normal: own part well under 1 % on every node; above 1 % for 15 min fires SlowpathOverheadHigh. A floor above 5 %
+fires SlowpathDispatchFloorHigh (info), whose fix is fentry, not slowpath. The overview's panel of the same name
+splits a node by hook.""",
         RATIO,
-        [target("topk(10, instance:slowpath_own_cpu:rate5m)", "{{instance}}", "A")],
+        [target("topk(10, instance:slowpath_own_cpu:rate5m)", "{{instance}}", "A"),
+         target("instance:slowpath_dispatch_floor_cpu:rate5m and on (instance) topk(10, instance:slowpath_own_cpu:rate5m)",
+                "{{instance}} floor", "B")],
         w=12, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))
     d = d.with_row(row(ids(), "Findings: what is wrong, and the known source"))

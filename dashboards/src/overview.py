@@ -460,13 +460,15 @@ process_table_full): raise the flag.""",
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "slowpath's own cost (% of a core)", """
-What slowpath itself costs each node, as a fraction of one core: the in-kernel time of its BPF programs per hook
-(`slowpath_probe_run_seconds_total`: every run charged at the time per run the kernel measured in the agent's
-statistics windows, less the statistics' own clock reads; absent without CAP_SYS_ADMIN), the syscall hook's dispatch
-outside the programs (`slowpath_probe_dispatch_seconds_total`: with sys_enter as a tracepoint every syscall of the node
-takes the traced path; none with fentry) and the agent process (`process_cpu_seconds_total`: user time and its own
-syscalls). Normal: well under 1 %; it grows with what the node does (syscalls, wakeups, timers, page allocations),
-not with what slowpath finds. Above 1 % for 15 min: alert SlowpathOverheadHigh (runbook: overhead-high).""",
+What slowpath costs each node, as a fraction of one core. Its own part: the in-kernel time of its BPF programs per
+hook beyond an empty program's (`slowpath_probe_run_seconds_total`: every run charged at the time per run the kernel
+measured in the agent's statistics windows, less an empty program's, which is the statistics' own clock reads; absent
+without CAP_SYS_ADMIN) and the agent process (`process_cpu_seconds_total`: user time and its own syscalls). The floor
+its attach type forces, "dispatch" (`slowpath_probe_dispatch_seconds_total`: with sys_enter as a tracepoint every
+syscall of the node takes the traced path, whatever program is on it; none with fentry). Normal: own part well under
+1 %; it grows with what the node does (syscalls, wakeups, timers, page allocations), not with what slowpath finds.
+Own part above 1 % for 15 min: alert SlowpathOverheadHigh (runbook: overhead-high); floor above 5 %:
+SlowpathDispatchFloorHigh, whose fix is fentry (runbook: dispatch-floor-high).""",
         RATIO,
         [target(rate("slowpath_probe_run_seconds_total", by="instance, probe", sel=NODE), "{{instance}} {{probe}}", "A"),
          target(rate("slowpath_probe_dispatch_seconds_total", by="instance, probe", sel=NODE),

@@ -283,6 +283,7 @@ def test_recording_rules_cover_every_signal_at_every_level_and_the_tests_cover_b
     expected = {f"{level}:{signal}:rate5m" for level in LEVELS for signal in SIGNALS}
     assert expected <= names, sorted(expected - names)
     assert names - expected == {"instance:slowpath_thp_fault_fallback:ratio_rate5m", "instance:slowpath_own_cpu:rate5m",
+                                "instance:slowpath_dispatch_floor_cpu:rate5m",
                                 "instance_cgroup_comm:slowpath_timer_wakeup_cpu_seconds:rate5m",
                                 "instance:slowpath_timer_wakeup_cpu_seconds:rate5m",
                                 "instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m",
