@@ -34,15 +34,64 @@
 #define SP_TZ_PATH_LO 0x636f6c2f6374652fULL /* "/etc/loc" */
 #define SP_TZ_PATH_HI 0x0000656d69746c61ULL /* "altime\0" */
 
-/* The return address of the syscall in the user registers. */
-#define SP_USER_IP(btf, regs) ((btf) ? PT_REGS_IP(regs) : PT_REGS_IP_CORE(regs))
-
-/* Whether the path at `path` may be a literal of the calling code. */
-static __always_inline bool tz_path_near(struct pt_regs *regs, unsigned long path, const bool btf)
+/* Whether `path` may be a literal of the code at `ip`. */
+static __always_inline bool tz_path_near(unsigned long path, unsigned long ip)
 {
-	unsigned long ip = SP_USER_IP(btf, regs);
-
 	return (path > ip ? path - ip : ip - path) < SP_TZ_NEAR;
+}
+
+#if defined(__TARGET_ARCH_x86)
+/* x86_64's pt_regs from si to ip, in the entry frame's order
+ * (arch/x86/include/asm/ptrace.h; checked at load), so that one probe read
+ * brings a stat's path (di or si) and its return address (ip) under raw_tp. */
+struct sp_tz_regs_window {
+	unsigned long si, di, orig_ax, ip;
+};
+#endif
+
+/* Syscall argument `n` (1 or 2, a path) and the return address of user
+ * registers `regs`. Under tp_btf and fentry both are direct loads. Under
+ * raw_tp each CO-RE read is a bpf_probe_read_kernel() call (~25 ns on an
+ * Intel with retpolines, more with SRSO), so on x86_64 the two come in one
+ * read of the registers between them; arm64 keeps two (orig_x0 or x1, and
+ * pc, lie 256 bytes apart: see PT_REGS_PARM1_CORE_SYSCALL). False when the
+ * registers could not be read. */
+static __always_inline bool tz_path_and_ip(struct pt_regs *regs, const int n, const bool btf,
+					   unsigned long *path, unsigned long *ip)
+{
+	if (btf) {
+		*path = n == 1 ? SP_SYSCALL_ARG(true, regs, 1) : SP_SYSCALL_ARG(true, regs, 2);
+		*ip = PT_REGS_IP(regs);
+		return true;
+	}
+	/* Kernel 5.15+: the current task's user registers as a BTF pointer
+	 * (the same pt_regs the tracepoint passes), read by direct loads: two
+	 * cheap helper calls, no probe read. The enum value is relocated at
+	 * load, so the verifier prunes the branch a kernel cannot take. */
+	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs)) {
+		struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+
+		*path = n == 1 ? SP_SYSCALL_ARG(true, user, 1) : SP_SYSCALL_ARG(true, user, 2);
+		*ip = PT_REGS_IP(user);
+		return true;
+	}
+#if defined(__TARGET_ARCH_x86)
+	/* Relocated offsets: constants at load, so the verifier keeps one branch. */
+	if (bpf_core_field_offset(struct pt_regs, ip) - bpf_core_field_offset(struct pt_regs, si) ==
+	    offsetof(struct sp_tz_regs_window, ip)) {
+		struct sp_tz_regs_window w;
+
+		if (bpf_probe_read_kernel(&w, sizeof(w),
+					  (void *)regs + bpf_core_field_offset(struct pt_regs, si)))
+			return false;
+		*path = n == 1 ? w.di : w.si;
+		*ip = w.ip;
+		return true;
+	}
+#endif
+	*path = n == 1 ? SP_SYSCALL_ARG(false, regs, 1) : SP_SYSCALL_ARG(false, regs, 2);
+	*ip = PT_REGS_IP_CORE(regs);
+	return true;
 }
 
 /* Whether the path at `path` is "/etc/localtime" (15 bytes read). */
@@ -61,17 +110,19 @@ static __always_inline bool tz_path_is_default(unsigned long path)
  * stat and lstat pass the path first. */
 static __always_inline bool gate_tz_arg1(struct pt_regs *regs, const bool btf)
 {
-	unsigned long path = SP_SYSCALL_ARG(btf, regs, 1);
+	unsigned long path, ip;
 
-	return tz_path_near(regs, path, btf) && tz_path_is_default(path);
+	return tz_path_and_ip(regs, 1, btf, &path, &ip) && tz_path_near(path, ip) &&
+	       tz_path_is_default(path);
 }
 
 /* newfstatat and statx pass it second, after the directory fd. */
 static __always_inline bool gate_tz_arg2(struct pt_regs *regs, const bool btf)
 {
-	unsigned long path = SP_SYSCALL_ARG(btf, regs, 2);
+	unsigned long path, ip;
 
-	return tz_path_near(regs, path, btf) && tz_path_is_default(path);
+	return tz_path_and_ip(regs, 2, btf, &path, &ip) && tz_path_near(path, ip) &&
+	       tz_path_is_default(path);
 }
 
 /* Count a check (its gate passed). */
