@@ -38,8 +38,25 @@
 # load; runs before it are charged at its time per run (the agent does so),
 # which includes the start-up second before the load (estimated out).
 #
+# In kernel: the kernel's BPF run-time statistics are on around every
+# measured run of the empty programs and of slowpath (a BPF_ENABLE_STATS
+# descriptor, hotpath.c stats, taken after the configuration started), so
+# both are timed the same way, the statistics' own two clock reads included
+# in both (and in the end-to-end figures of both). Per unit of work (request or transaction) it prints the
+# programs' total run time (bpf_prog_info, read by bpftool) of the empty
+# programs and of slowpath, and their ratio per round. Then slowpath's
+# own-cost metric part by part against this script's own readings: its
+# programs (the kernel's run time less their runs at the empty program's
+# time per run), the agent process (its threads' schedstat) and the
+# dispatch (sys_enter runs times the empty programs' dispatch per syscall:
+# overhead.c's getppid with the empty programs less without, the statistics
+# off, measured before the rounds, none and floor in turns),
+# their sum (the composed all-in figure), and whether SlowpathOverheadHigh
+# (the own part, 0.01 of one CPU) and SlowpathDispatchFloorHigh (the floor,
+# 0.05) would fire on the rates of the run.
+#
 # Usage (root):  SLOWPATH_BIN=/path/to/slowpath tests/bench/busynode.sh
-# Knobs (environment): ROUNDS=5, NGINX_N=540000 JAVA_N=300000 NODE_N=360000
+# Knobs (environment): ROUNDS=10, NGINX_N=540000 JAVA_N=300000 NODE_N=360000
 #   AB_C=8 (ab concurrency per HTTP server), REDIS_N=110000 (per test)
 #   REDIS_TESTS=set,get,incr,lpush,lpop REDIS_C=50, PG_CLIENTS=4 PG_T=8000
 #   (transactions per client), PG_BIN (directory of initdb, pg_ctl,
@@ -47,19 +64,21 @@
 #   SETTLE=2 (seconds between a configuration's start and its load),
 #   WARMUP=1 (untimed runs before the rounds), JAVA_THREADS=4, SCALE=1
 #   (multiplies the five counts; the agent's first statistics window opens
-#   10 s after it starts, so keep a run above about 15 s).
+#   10 s after it starts, so keep a run above about 15 s), CAL_ROUNDS=3
+#   (rounds of the dispatch calibration, about 10 s each).
 # Needs nginx, redis-server and redis-benchmark, ab, pgbench and psql,
 # PostgreSQL's server binaries, java (17+), node, gcc, curl, bpftool, ss;
 # nginx-light, redis-server, redis-tools and apache2-utils are installed with
 # apt-get when missing (no service is started: policy-rc.d). With the
-# defaults one run takes about 37 s on 2 CPUs, all of it about 11 minutes.
+# defaults one run takes about 37 s on 2 CPUs, all of it about 22 minutes
+# (ROUNDS=10 SCALE=0.5: 13 s runs, 8.6 minutes of rounds, about 10 in all).
 # Everything built or written goes to a temporary directory that is removed
 # at exit; the cgroup is removed too. Targets are informational: the script
 # exits 0 when it ran.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-10}
 NGINX_N=${NGINX_N:-540000}
 JAVA_N=${JAVA_N:-300000}
 NODE_N=${NODE_N:-360000}
@@ -74,6 +93,7 @@ SETTLE=${SETTLE:-2}
 WARMUP=${WARMUP:-1}
 JAVA_THREADS=${JAVA_THREADS:-4}
 SCALE=${SCALE:-1}
+CAL_ROUNDS=${CAL_ROUNDS:-3}
 # SCALE multiplies the five counts (ROUNDS=15 SCALE=0.33: more, shorter rounds).
 scale() { awk -v n="$1" -v s="$SCALE" 'BEGIN { v = int(n * s + 0.5); print (v < 1 ? 1 : v) }'; }
 NGINX_N=$(scale "$NGINX_N") JAVA_N=$(scale "$JAVA_N") NODE_N=$(scale "$NODE_N")
@@ -146,7 +166,7 @@ cg_ns() { # CPU ns of the cgroup so far
     esac
 }
 
-agent_pid="" floor_pid="" scraper_pid="" pg_started=0
+agent_pid="" floor_pid="" scraper_pid="" stats_pid="" pg_started=0
 server_pids=() gen_pids=()
 
 # Cleanup: only what this script started, by pid.
@@ -156,7 +176,7 @@ cleanup() {
     for p in "${gen_pids[@]}"; do
         pkill -TERM -P "$p" 2>/dev/null || true # the generator the subshell waits for
     done
-    for p in $scraper_pid "${gen_pids[@]}" $agent_pid $floor_pid "${server_pids[@]}"; do
+    for p in $scraper_pid "${gen_pids[@]}" $agent_pid $floor_pid $stats_pid "${server_pids[@]}"; do
         if kill -0 "$p" 2>/dev/null; then
             kill -TERM "$p" 2>/dev/null || true
             wait "$p" 2>/dev/null || true
@@ -220,6 +240,8 @@ listening() { [[ -n $(ss -Htln "sport = :$1") ]]; }
 
 # --- build and servers -------------------------------------------------------------
 gcc -O2 -Wall -o "$work/floor" "$here/floor.c"
+gcc -O2 -Wall -pthread -o "$work/hotpath" "$here/hotpath.c" # its "stats": the statistics on
+gcc -O2 -Wall -pthread -o "$work/overhead" "$here/overhead.c" # getppid: the floor's dispatch
 
 echo "== machine"
 echo "cpu: $(cpu_model), $(nproc) CPUs; kernel $(uname -r); USER_HZ $hz"
@@ -435,6 +457,22 @@ scraper() {
 }
 scrape() { curl -sf "http://127.0.0.1:$agent_port/metrics" >"$1" || die "scrape of the agent failed"; }
 
+# "run_time_ns run_cnt sys_enter_run_cnt", summed over every BPF program
+# process $1 holds: the kernel's own figures (bpf_prog_info), read by
+# bpftool, not by the agent. The statistics are on for the whole benchmark
+# (hotpath stats), so every run of every configuration is timed the same way.
+kern_snapshot() {
+    local id
+    for id in $(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
+        bpftool prog show id "$id" 2>/dev/null | awk 'NR == 1 { for (i = 1; i <= NF; i++) {
+            if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) }
+            print t + 0, c + 0, (n ~ /^sys_enter/ ? c + 0 : 0) }'
+    done | awk '{ t += $1; c += $2; s += $3 } END { printf "%d %d %d\n", t, c, s }'
+}
+# CPU ns of process $1's threads so far (schedstat: exact, not the ticks
+# process_cpu_seconds_total reads).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d", s }'; }
+
 # --- warm-up ----------------------------------------------------------------------------
 echo
 echo "== warm-up ($WARMUP untimed run(s) of the whole mix, no BPF)"
@@ -444,6 +482,36 @@ for ((w = 1; w <= WARMUP; w++)); do
     run_mix 1
     echo "warm-up $w: $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s;$(cat "$work/gens_line")"
 done
+
+# --- statistics and the floor's dispatch ---------------------------------------------------
+# The kernel's run-time statistics, on around each measured run (after the
+# configuration started, so that the agent times its start as on any node).
+stats_on() {
+    "$work/hotpath" stats >"$work/stats.out" 2>&1 &
+    stats_pid=$!
+    for _ in $(seq 50); do grep -q '^stats on' "$work/stats.out" && return 0; sleep 0.1; done
+    die "could not enable the kernel's BPF run-time statistics"
+}
+stats_off() {
+    kill -TERM "$stats_pid" 2>/dev/null || true
+    wait "$stats_pid" 2>/dev/null || true
+    stats_pid=""
+}
+# What an untraced syscall pays for any program on a tracepoint sys_enter
+# (run.sh's untraced row for the empty program): getppid with the empty
+# programs less without (overhead.c, pinned, median of its repetitions; the
+# statistics off, as on a node), none and floor in turns.
+echo
+echo "== the empty programs' dispatch per syscall ($CAL_ROUNDS rounds of overhead getppid, none and floor in turns)"
+for ((r = 1; r <= CAL_ROUNDS; r++)); do
+    for cfg in none floor; do
+        start_config "$cfg"
+        g=$("$work/overhead" -c 1 -r 11 | awk '$1 == "getppid" { print $2 }')
+        stop_config
+        echo "$r $cfg $g" >>"$work/cal"
+    done
+done
+awk '{ printf "calibration %d %-5s getppid %.1f ns\n", $1, $2, $3 }' "$work/cal"
 
 # --- rounds -------------------------------------------------------------------------------
 # results: "round cfg node_cpu_s wall_s cg_cpu_s steal_s foreign own_s agent_cpu_s probes_s scrapes curl_s"
@@ -463,12 +531,24 @@ for ((r = 1; r <= ROUNDS; r++)); do
             scraper &
             scraper_pid=$!
         fi
+        holder=${floor_pid:-$agent_pid}
+        [[ -z $holder ]] || { stats_on; kern_snapshot "$holder" >"$work/k0"; }
+        [[ -z $agent_pid ]] || cpu_ns "$agent_pid" >"$work/a0"
         outside_ticks >"$work/out0"
         read -r b0 st0 < <(node_ticks)
         c0=$(cg_ns)
         t0=$EPOCHREALTIME
         run_mix 1
         t1=$EPOCHREALTIME
+        if [[ -n $holder ]]; then
+            kern_snapshot "$holder" >"$work/k1"
+            stats_off
+            ak="-"
+            [[ -z $agent_pid ]] || ak=$(( $(cpu_ns "$agent_pid") - $(cat "$work/a0") ))
+            # "round cfg ns runs sys_enter_runs agent_ns wall_s"
+            paste -d' ' "$work/k0" "$work/k1" | awk -v r="$r" -v c="$cfg" -v ak="$ak" -v w="$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" '{
+                printf "%d %s %d %d %d %s %.2f\n", r, c, $4 - $1, $5 - $2, $6 - $3, ak, w }' >>"$work/kern"
+        fi
         c1=$(cg_ns)
         read -r b1 st1 < <(node_ticks)
         outside_ticks >"$work/out1"
@@ -608,6 +688,67 @@ elif (( noisy[slowpath] )); then
 else
     printf '  %-70s %s\n' "own-cost metric = ${own_e2e}x the end-to-end added CPU, within 20%" "$(mark "$own_e2e >= 0.8 && $own_e2e <= 1.2")"
 fi
+
+# --- in kernel ---------------------------------------------------------------------------------
+# The empty program's time per run (median over the floor's runs): nearly
+# all of it the statistics' two clock reads; the dispatch per syscall from
+# the calibration.
+read -r floor_npr _ _ _ _ < <(awk '$2 == "floor" && $4 > 0 { print $3 / $4 }' "$work/kern" | stats)
+read -r g_none _ _ _ _ < <(awk '$2 == "none" { print $3 }' "$work/cal" | stats)
+read -r g_floor _ _ _ _ < <(awk '$2 == "floor" { print $3 }' "$work/cal" | stats)
+dispatch_ns=$(awk -v f="$g_floor" -v n="$g_none" 'BEGIN { printf "%.1f", f - n }')
+# sys_enter as a tracepoint (tp_btf, raw_tp): every syscall pays the dispatch
+sys_tp=$(grep '^slowpath_probe_attached{' "$work/attached" | grep 'probe="sys_enter"' | grep -v 'attach_type="fentry"' | awk '$NF == 1' | wc -l)
+echo
+echo "== in kernel per unit of work (request or transaction; the kernel's run-time statistics on for every run of"
+echo "   both configurations around each run, so both include the statistics' two clock reads per run): median [q1..q3] (min..max)"
+awk -v u="$units" '$2 == "floor" { f[$1] = $3 / u } $2 == "slowpath" { s[$1] = $3 / u }
+    END { for (r in s) if (r in f) printf "%d %.2f %.2f %.3f\n", r, f[r], s[r], s[r] / f[r] }' "$work/kern" | sort -n >"$work/perunit"
+read -r fm fq1 fq3 flo fhi < <(awk '{ print $2 }' "$work/perunit" | stats)
+read -r sm sq1 sq3 slo shi < <(awk '{ print $3 }' "$work/perunit" | stats)
+read -r km kq1 kq3 klo khi < <(awk '{ print $4 }' "$work/perunit" | stats)
+printf '  empty programs  %8.1f ns [%.1f..%.1f] (%.1f..%.1f)\n' "$fm" "$fq1" "$fq3" "$flo" "$fhi"
+printf '  slowpath        %8.1f ns [%.1f..%.1f] (%.1f..%.1f)\n' "$sm" "$sq1" "$sq3" "$slo" "$shi"
+printf '  slowpath / empty programs, per round: %.2fx [%.2f..%.2f] (%.2f..%.2f)\n' "$km" "$kq1" "$kq3" "$klo" "$khi"
+printf '  (the empty program: %.1f ns per run; runs per unit: %s)\n' "$floor_npr" \
+    "$(awk -v u="$units" '$2 == "floor" { f = f " " sprintf("%.1f", $4 / u) } $2 == "slowpath" { s = s " " sprintf("%.1f", $4 / u) } END { printf "empty programs%s, slowpath%s", f, s }' "$work/kern")"
+printf '  %-70s %s\n' "slowpath's in-kernel time per unit = ${km}x the empty programs' <= 1.3x" "$(mark "$km <= 1.3")"
+
+echo
+echo "== slowpath's own-cost metric, part by part, against this script's own readings (s per run)"
+echo "   programs: the increase of sum(slowpath_probe_run_seconds_total), against the kernel's run time of the"
+echo "     agent's programs (bpftool) less their runs at the empty program's time per run ($(printf %.1f "$floor_npr") ns)"
+echo "   agent: process_cpu_seconds_total (ticks) against the agent's threads' schedstat (ns)"
+echo "   dispatch: slowpath_probe_dispatch_seconds_total against the sys_enter runs (bpftool) x the empty"
+echo "     programs' dispatch per syscall: getppid $(printf %.1f "$g_floor") - $(printf %.1f "$g_none") ns = $dispatch_ns ns (the statistics off)"
+echo "     ($( ((sys_tp)) && echo "sys_enter is a tracepoint here" || echo "sys_enter is fentry here: no dispatch"))"
+printf '%-6s %19s %19s %19s %10s %9s %9s\n' round "programs met/indep" "agent met/indep" "dispatch met/indep" "all-in s" "own/CPU" "floor/CPU"
+awk -v npr="$floor_npr" -v dns="$dispatch_ns" -v tp="$sys_tp" 'NR == FNR { if ($2 == "slowpath") { kn[$1] = $3; kr[$1] = $4; ks[$1] = $5; ka[$1] = $6; w[$1] = $7 } next }
+    $2 == "slowpath" && ($1 in kn) && $10 != "-" {
+        r = $1; pi = (kn[r] - kr[r] * npr) / 1e9; ai = ka[r] / 1e9; di = tp ? ks[r] * dns / 1e9 : 0
+        printf "%-6d %9.3f /%8.3f %9.3f /%8.3f %9.3f /%8.3f %10.3f %9.4f %9.4f\n", r, $10, pi, $9, ai, $11, di, pi + ai + di,
+            ($10 + $9) / w[r], $11 / w[r] }' "$work/kern" "$work/results" | tee "$work/parts"
+part() { # column of the metric, column of the independent reading: median ratio [q1..q3]
+    awk -v a="$1" -v b="$2" '{ gsub("/", " ") } $b > 0 { print $a / $b }' "$work/parts" | stats
+}
+for k in "programs 2 3" "agent 4 5" "dispatch 6 7"; do
+    read -r name a b <<<"$k"
+    read -r pm pq1 pq3 _ _ < <(part "$a" "$b")
+    if [[ $pm == nan ]]; then
+        printf '  %-70s %s\n' "own-cost metric's $name part against its own reading" "n/a (nothing to compare)"
+    else
+        printf '  %-70s %s\n' "own-cost metric's $name part = ${pm}x [$pq1..$pq3] its own reading, within 20%" "$(mark "$pm >= 0.8 && $pm <= 1.2")"
+    fi
+done
+read -r am aq1 aq3 _ _ < <(awk '{ gsub("/", " ") } { print $8 }' "$work/parts" | stats)
+read -r nm_cpu _ _ _ _ < <(col slowpath 3 | stats)
+printf '  composed all-in (programs beyond the empty program + agent + dispatch): %.3f s per run [%.3f..%.3f] = %.2f%% of the node CPU, %.2f us/unit\n' \
+    "$am" "$aq1" "$aq3" "$(awk -v a="$am" -v n="$nm_cpu" 'BEGIN { print 100 * a / n }')" "$(awk -v a="$am" -v u="$units" 'BEGIN { print 1e6 * a / u }')"
+read -r om_cpu oq1_cpu oq3_cpu _ _ < <(awk '{ gsub("/", " ") } { print $9 }' "$work/parts" | stats)
+read -r fl_cpu flq1 flq3 _ _ < <(awk '{ gsub("/", " ") } { print $10 }' "$work/parts" | stats)
+printf '  %-70s %s\n' "own part ${om_cpu} [$oq1_cpu..$oq3_cpu] of one CPU <= 0.01: SlowpathOverheadHigh silent" "$(mark "$om_cpu <= 0.01")"
+printf '  %-70s %s\n' "attach type's floor ${fl_cpu} [$flq1..$flq3] of one CPU (SlowpathDispatchFloorHigh above 0.05)" \
+    "$(awk -v f="$fl_cpu" 'BEGIN { print (f > 0.05 ? "fires (info): the fix is fentry" : "silent") }')"
 
 echo
 echo "== slowpath's programs per run (slowpath_probe_runs_total, slowpath_probe_run_seconds_total): median over $ROUNDS runs"
