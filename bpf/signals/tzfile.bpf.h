@@ -49,6 +49,12 @@ struct sp_tz_regs_window {
 };
 #endif
 
+/* Syscall argument `n` (1 or 2: the stat's path) of user registers `regs`. */
+static __always_inline unsigned long tz_path_arg(struct pt_regs *regs, const int n, const bool btf)
+{
+	return n == 1 ? SP_SYSCALL_ARG(btf, regs, 1) : SP_SYSCALL_ARG(btf, regs, 2);
+}
+
 /* Syscall argument `n` (1 or 2, a path) and the return address of user
  * registers `regs`. Under tp_btf and fentry both are direct loads. Under
  * raw_tp each CO-RE read is a bpf_probe_read_kernel() call (~25 ns on an
@@ -60,7 +66,7 @@ static __always_inline bool tz_path_and_ip(struct pt_regs *regs, const int n, co
 					   unsigned long *path, unsigned long *ip)
 {
 	if (btf) {
-		*path = n == 1 ? SP_SYSCALL_ARG(true, regs, 1) : SP_SYSCALL_ARG(true, regs, 2);
+		*path = tz_path_arg(regs, n, true);
 		*ip = PT_REGS_IP(regs);
 		return true;
 	}
@@ -71,7 +77,7 @@ static __always_inline bool tz_path_and_ip(struct pt_regs *regs, const int n, co
 	if (bpf_core_enum_value_exists(enum bpf_func_id, BPF_FUNC_task_pt_regs)) {
 		struct pt_regs *user = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 
-		*path = n == 1 ? SP_SYSCALL_ARG(true, user, 1) : SP_SYSCALL_ARG(true, user, 2);
+		*path = tz_path_arg(user, n, true);
 		*ip = PT_REGS_IP(user);
 		return true;
 	}
@@ -89,7 +95,7 @@ static __always_inline bool tz_path_and_ip(struct pt_regs *regs, const int n, co
 		return true;
 	}
 #endif
-	*path = n == 1 ? SP_SYSCALL_ARG(false, regs, 1) : SP_SYSCALL_ARG(false, regs, 2);
+	*path = tz_path_arg(regs, n, false);
 	*ip = PT_REGS_IP_CORE(regs);
 	return true;
 }

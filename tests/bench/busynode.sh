@@ -458,20 +458,10 @@ scraper() {
 scrape() { curl -sf "http://127.0.0.1:$agent_port/metrics" >"$1" || die "scrape of the agent failed"; }
 
 # "run_time_ns run_cnt sys_enter_run_cnt", summed over every BPF program
-# process $1 holds: the kernel's own figures (bpf_prog_info), read by
-# bpftool, not by the agent. The statistics are on for the whole benchmark
-# (hotpath stats), so every run of every configuration is timed the same way.
+# process $1 holds (prog_run_stats: the kernel's figures, not the agent's).
 kern_snapshot() {
-    local id
-    for id in $(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
-        bpftool prog show id "$id" 2>/dev/null | awk 'NR == 1 { for (i = 1; i <= NF; i++) {
-            if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) }
-            print t + 0, c + 0, (n ~ /^sys_enter/ ? c + 0 : 0) }'
-    done | awk '{ t += $1; c += $2; s += $3 } END { printf "%d %d %d\n", t, c, s }'
+    prog_run_stats "$1" | awk '{ t += $3; c += $4; if ($2 ~ /^sys_enter/) s += $4 } END { printf "%d %d %d\n", t, c, s }'
 }
-# CPU ns of process $1's threads so far (schedstat: exact, not the ticks
-# process_cpu_seconds_total reads).
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d", s }'; }
 
 # --- warm-up ----------------------------------------------------------------------------
 echo

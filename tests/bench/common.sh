@@ -1,4 +1,4 @@
-# Shell helpers shared by the benchmarks (sourced by run.sh and hotpath.sh).
+# Shell helpers shared by the benchmarks (sourced by run.sh, hotpath.sh and busynode.sh).
 
 # A TCP port nothing listens on, for an agent of the benchmark (die() is the
 # sourcing script's), below the kernel's ephemeral range: a port in it can be
@@ -57,3 +57,18 @@ programs_gone() {
     fi
     echo "cleanup: all $(sort -un "$file" | wc -l) BPF programs loaded by the benchmark are gone"
 }
+
+# "id name run_time_ns run_cnt" of every BPF program process $1 holds: the
+# kernel's run-time statistics (bpf_prog_info), read by bpftool.
+prog_run_stats() {
+    local id
+    for id in $(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
+        bpftool prog show id "$id" 2>/dev/null | awk -v id="$id" 'NR == 1 { for (i = 1; i <= NF; i++) {
+            if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) }
+            print id, (n == "" ? "-" : n), t + 0, c + 0 }'
+    done
+}
+
+# CPU ns of process $1's threads so far (schedstat: exact, where utime and
+# stime are sampled at the clock tick).
+cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d", s }'; }

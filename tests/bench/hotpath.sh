@@ -127,17 +127,7 @@ stop() {
     pid=""
 }
 
-# "name run_time_ns run_cnt" of every program process $1 holds.
-snapshot() {
-    local id
-    for id in $(grep -h '^prog_id:' /proc/"$1"/fdinfo/* 2>/dev/null | awk '{ print $2 }' | sort -un); do
-        bpftool prog show id "$id" | awk -v id="$id" 'NR == 1 { for (i = 1; i <= NF; i++) {
-            if ($i == "name") n = $(i + 1); if ($i == "run_time_ns") t = $(i + 1); if ($i == "run_cnt") c = $(i + 1) }
-            print id, (n == "" ? "-" : n), t + 0, c + 0 }'
-    done
-}
-
-# Append "round cfg window prog ns_per_run runs" for the window between snapshots $1 and $2.
+# Append "round cfg window prog ns_per_run runs" for the window between readings $1 and $2.
 record() {
     awk -v r="$3" -v c="$4" -v w="$5" 'NR == FNR { t[$1] = $3; n[$1] = $4; next }
         ($1 in t) && $4 > n[$1] { printf "%s %s %s %s %.1f %d\n", r, c, w, $2, ($3 - t[$1]) / ($4 - n[$1]), $4 - n[$1] }' \
@@ -161,21 +151,21 @@ for ((r = 1; r <= ROUNDS; r++)); do
     for ((k = 0; k < n; k++)); do
         cfg=${configs[$(((r - 1 + k) % n))]}
         start "$cfg"
-        snapshot "$pid" >"$work/s0"
+        prog_run_stats "$pid" >"$work/s0"
         "$work/hotpath" waits "$THREADS" "$WAITS" "$USEC" >/dev/null
-        snapshot "$pid" >"$work/s1"
+        prog_run_stats "$pid" >"$work/s1"
         "$work/hotpath" clock "$CLOCKS" >/dev/null
-        snapshot "$pid" >"$work/s2"
+        prog_run_stats "$pid" >"$work/s2"
         "$work/hotpath" turns "$TURN_PROCS" "$TURNS" >/dev/null
-        snapshot "$pid" >"$work/s3"
+        prog_run_stats "$pid" >"$work/s3"
         "$work/hotpath" localtime "$STATS" >/dev/null
-        snapshot "$pid" >"$work/s4"
+        prog_run_stats "$pid" >"$work/s4"
         "$work/hotpath" stat-other "$STATS" >/dev/null
-        snapshot "$pid" >"$work/s5"
+        prog_run_stats "$pid" >"$work/s5"
         "$work/hotpath" stat-near "$STATS" >/dev/null
-        snapshot "$pid" >"$work/s6"
+        prog_run_stats "$pid" >"$work/s6"
         "$work/hotpath" yields "$CLOCKS" >/dev/null
-        snapshot "$pid" >"$work/s7"
+        prog_run_stats "$pid" >"$work/s7"
         stop
         record "$work/s0" "$work/s1" "$r" "$cfg" waits
         record "$work/s1" "$work/s2" "$r" "$cfg" clock

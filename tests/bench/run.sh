@@ -349,10 +349,9 @@ done
 # utime and stime: fields 14 and 15 of /proc/PID/stat, counted after the
 # ")" that closes the command name (which may contain spaces).
 cpu_ticks() { sed 's/.*) //' /proc/"$1"/stat | awk '{ print $12, $13 }'; }
-# utime/stime are tick-sampled (10 ms): also sum the threads' schedstat
-# run time (ns, user + system together) for a precise total. Threads that
-# exit during the window are missed.
-cpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%d", s }'; }
+# utime/stime are tick-sampled (10 ms): cpu_ns (common.sh) sums the
+# threads' schedstat run time for a precise total. Threads that exit during
+# the window are missed.
 status_kb() { awk -v k="$2:" '$1 == k { print $2 }' /proc/"$1"/status; }
 # Bash's own clock: no fork of date(1) (forks would add exec/exit events).
 now() { echo "$EPOCHREALTIME"; }
