@@ -5,17 +5,20 @@ by hand in deploy/:
 
   deploy/helm/slowpath/files/signals.json
       each signal's collector name and summary, its recorded rates (the
-      recording rules of templates/prometheusrule.yaml) and its top columns
-      with a cost (the estimated-CPU record's terms); the DaemonSet template
+      recording rules of templates/prometheusrule.yaml), its per-process
+      alert (the template's slow-path alerts) and its top columns with a
+      cost (the estimated-CPU record's terms); the DaemonSet template
       takes the accepted collector names from it, and the fleet dashboard
       (dashboards/src/fleet.py) its rows: each recorded rate's fleet row
   deploy/helm/slowpath/values.yaml
-      agent.collectors: one switch per signal, its summary as its comment
+      agent.collectors: one switch per signal, its summary as its comment;
+      prometheusRule.thresholds and .for: each per-process alert's
+      threshold and duration, with why as its comment
   deploy/systemd/slowpath.default
       #SLOWPATH_COLLECTOR_<NAME>=true per signal, its summary above it
 
 The two hand-written files keep everything outside their
-`generated:collectors begin` / `generated:collectors end` comment lines.
+`generated:<block> begin` / `generated:<block> end` comment lines.
 deploy/render.sh runs this before it renders the chart. --check rewrites
 nothing and exits 1 naming the stale files (tests/e2e/test_helm.py).
 
@@ -28,6 +31,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,26 +82,36 @@ def signals_json(decls):
                           "fleet": r["fleet"]}
                          for r in d["recorded"]],
             "cost": cost_terms(d),
+            "alert": d["alert"],
         } for d in decls],
     }
     return json.dumps(doc, indent=1) + "\n"
 
 
-def replace_block(path, text, indent, body):
-    """`text` with the lines between its generated:collectors markers (at
+def replace_block(path, text, indent, body, block="collectors"):
+    """`text` with the lines between its generated:<block> markers (at
     `indent`) replaced by `body`."""
-    begin = f"{indent}# generated:collectors begin (deploy/render.sh, from the agent's signals: do not edit)\n"
-    end = f"{indent}# generated:collectors end\n"
+    begin = f"{indent}# generated:{block} begin (deploy/render.sh, from the agent's signals: do not edit)\n"
+    end = f"{indent}# generated:{block} end\n"
     if text.count(begin) != 1 or text.count(end) != 1:
-        raise SystemExit(f"{path.relative_to(REPO)}: no generated:collectors markers (or more than one)")
+        raise SystemExit(f"{path.relative_to(REPO)}: no generated:{block} markers (or more than one)")
     head, rest = text.split(begin)
     _, tail = rest.split(end)
     return head + begin + body + end + tail
 
 
+def setting(setting, indent="    "):
+    """A prometheusRule setting with its why as the comment above it."""
+    why = textwrap.wrap(setting["why"], width=78 - len(indent) - 2)
+    return "".join(f"{indent}# {line}\n" for line in why) + f"{indent}{setting['key']}: {setting['default']}\n"
+
+
 def values_yaml(decls, text):
     body = "".join(f"    # {d['summary']}\n    {d['name']}: true\n" for d in decls)
-    return replace_block(VALUES, text, "    ", body)
+    text = replace_block(VALUES, text, "    ", body)
+    alerts = [d["alert"] for d in decls if d["alert"]]
+    text = replace_block(VALUES, text, "    ", "".join(setting(a["threshold"]) for a in alerts), "thresholds")
+    return replace_block(VALUES, text, "    ", "".join(setting(a["for"]) for a in alerts), "for")
 
 
 def defaults_file(decls, text):

@@ -9,7 +9,9 @@ table is written twice by hand:
                    type, help, file), read from agent/src (`Family` constants
                    and the prometheus crate's `*::new("slowpath_...", "help")`)
   docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
-  README.md        cases: each case's families (from agent/src; a signal's
+  README.md        stories: each declared signal's case and what it cost
+                   the cases that found it (`slowpath signals`);
+                   cases: each case's families (from agent/src; a signal's
                    case has the families `slowpath signals` declares for it)
                    and the alerts that read them (from the rules, through the
                    recording rules)
@@ -30,6 +32,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import yaml
@@ -226,6 +229,28 @@ def case_of(name, cases):
     raise SystemExit(f"{name}: in no case of docs/generate.py")
 
 
+def case_title(case):
+    """A case's name at the start of a line: an ordinary first word
+    capitalized, an identifier or an abbreviation (rt_sigprocmask, vDSO,
+    THP) as it is."""
+    first, _, rest = case.partition(" ")
+    if re.fullmatch(r"[a-z]+(-[a-z]+)*", first):
+        first = first.capitalize()
+    return f"{first} {rest}".strip()
+
+
+def readme_stories(binary):
+    """The README's "What and why": one bullet per declared signal with a
+    story, its case in bold, in the agent's order."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    lines = []
+    for d in json.loads(out.stdout):
+        if d["story"]:
+            lines += textwrap.wrap(f"- **{case_title(d['case'])}**: {d['story']}", width=100,
+                                   subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    return "\n".join(lines) + "\n"
+
+
 def readme_cases_table(binary):
     cases = cases_of(binary)
     groups = yaml.safe_load(RULES.read_text())["groups"]
@@ -378,6 +403,7 @@ def blocks(binary, helm):
         ("docs/metrics.md", "families"): families_table,
         ("docs/alerts.md", "alerts"): alerts_table,
         ("docs/alerts.md", "recorded"): lambda: recorded_list(binary),
+        ("README.md", "stories"): lambda: readme_stories(binary),
         ("README.md", "cases"): lambda: readme_cases_table(binary),
         ("docs/security.md", "privileges"): lambda: privileges_table(helm),
         ("docs/security.md", "privileges-systemd"): systemd_privileges_table,

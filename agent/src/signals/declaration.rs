@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{Recorded, Signal, Top, SIGNALS};
+use super::{ProcessAlert, Recorded, Signal, Top, SIGNALS};
 use crate::bpf::syscalls_of;
 use crate::exposition::Family;
 
@@ -20,6 +20,8 @@ pub struct Declaration {
     pub summary: &'static str,
     /// The slow path's name in the README's table of cases.
     pub case: &'static str,
+    /// What it cost the cases that found it (the README's "What and why").
+    pub story: Option<&'static str>,
     /// Every family it exports.
     pub families: Vec<FamilyView>,
     /// The tracepoints only it hooks, in report order.
@@ -33,6 +35,8 @@ pub struct Declaration {
     pub top: &'static Top,
     /// The rates of its counters the chart's recording rules record.
     pub recorded: &'static [Recorded],
+    /// Its per-process alert, which the chart renders (or none).
+    pub alert: &'static Option<ProcessAlert>,
 }
 
 /// A family: name, Prometheus type (lower case) and help.
@@ -57,12 +61,14 @@ fn declaration(signal: &'static Signal) -> Declaration {
         name: signal.name,
         summary: signal.summary,
         case: signal.case,
+        story: signal.story,
         families: signal.families.iter().map(|f| family(f)).collect(),
         hooks: signal.kernel.hooks.iter().map(|h| h.name).collect(),
         syscalls: syscalls_of(signal.kernel.syscall_groups),
         call_sites: signal.call_sites.iter().map(|(_, name)| *name).collect(),
         top: &signal.top,
         recorded: signal.recorded,
+        alert: &signal.alert,
     }
 }
 

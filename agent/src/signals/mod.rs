@@ -28,10 +28,12 @@ use crate::finding::{Delta, Finding, ProcessRate};
 use crate::node::{Fact, NodeFacts, SettingsReader};
 use crate::snapshot::{Series, Snapshot};
 
+pub use alert::{ProcessAlert, Setting};
 pub use collectors::{log_left_out, Collectors};
 pub use recorded::{FleetRow, Recorded};
 pub use top::{Cell, EventCost, Top, TopColumn};
 
+mod alert;
 pub mod clock;
 mod collectors;
 pub mod declaration;
@@ -83,6 +85,11 @@ pub struct Signal {
     /// The slow path's name in the README's table of cases (docs/generate.py,
     /// which takes `summary` for the row's "what").
     pub case: &'static str,
+    /// What the slow path cost the cases that found it, in one Markdown
+    /// paragraph: the README's line for the case under "What and why"
+    /// (docs/generate.py); `None` for a signal that is no slow path of its
+    /// own (it feeds another's figures).
+    pub story: Option<&'static str>,
     /// Every family [`export`](Self::export) may produce.
     pub families: &'static [&'static Family],
     /// This signal's metric families for one scrape (empty ones included).
@@ -111,6 +118,10 @@ pub struct Signal {
     /// process and per node, which its alerts, the dashboards and the
     /// estimated-CPU record read.
     pub recorded: &'static [Recorded],
+    /// Its per-process alert, made by the chart from this declaration
+    /// (threshold and duration in its values); `None` for a signal with
+    /// none (or with alerts of another shape only, written in the chart).
+    pub alert: Option<ProcessAlert>,
 }
 
 /// What a signal reads or measures about the node as a whole; each result

@@ -21,6 +21,7 @@ use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
     TopColumn,
 };
+use crate::signals::{ProcessAlert, Setting};
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 /// Number of `enum sp_sigmask_op` slots.
@@ -56,10 +57,31 @@ const CALLS: Recorded = Recorded {
     }),
 };
 
+// Its per-process alert (the chart's PrometheusRule makes it from this).
+const ALERT: ProcessAlert = ProcessAlert {
+    name: "SlowpathRtSigprocmaskStorm",
+    rate: &CALLS,
+    threshold: Setting {
+        key: "sigprocmaskPerProcess",
+        default: "100000",
+        why: "rt_sigprocmask calls/s per process: 100k/s at ~150 ns is 1.5 % of a core; the Ruby getcontext case ran at several 100k/s",
+    },
+    for_: Setting {
+        key: "sigprocmaskStorm",
+        default: "10m",
+        why: "",
+    },
+    findings: "rt_sigprocmask_storm",
+    summary: "{{ $labels.comm }} on {{ $labels.instance }} makes {{ $value | humanize }} rt_sigprocmask calls/s",
+    description: "changes its signal mask {{ $value | humanize }} times per second. Equal op=\"query\" and op=\"setmask\" rates are the glibc getcontext/setcontext signature (e.g. Ruby built with --enable-pthread).",
+    runbook: "rt_sigprocmask-storm",
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "sigmask",
     summary: "rt_sigprocmask calls by operation",
     case: "rt_sigprocmask storms",
+    story: Some("glibc `getcontext`/`setcontext` make one syscall each; Ruby 1.8.7 with `--enable-pthread` made 20M of them and ran ~40 % slower."),
     families: &[&SIGPROCMASK],
     export,
     diagnose,
@@ -91,6 +113,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[CALLS],
+    alert: Some(ALERT),
 };
 
 const RUBY_GAIN: &str =

@@ -63,6 +63,7 @@ pub const SIGNAL: Signal = Signal {
     name: "sleep",
     summary: "nanosleep/clock_nanosleep calls and their requested lengths",
     case: "sleeps",
+    story: None,
     families: &[&SLEEP_CALLS, &SLEEP_REQUESTED],
     export,
     diagnose,
@@ -87,6 +88,7 @@ pub const SIGNAL: Signal = Signal {
         )],
     },
     recorded: &[CALLS],
+    alert: None,
 };
 
 /// Switch on the counting of the sleeps' calls by clock and mode

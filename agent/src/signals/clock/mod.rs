@@ -22,6 +22,7 @@ use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Recorded, Scrape, Signal,
     SignalArgs, Top, TopColumn,
 };
+use crate::signals::{ProcessAlert, Setting};
 use crate::snapshot::Series;
 
 pub mod benchmark;
@@ -128,10 +129,31 @@ const FALLBACKS: Recorded = Recorded {
     }),
 };
 
+// Its per-process alert (the chart's PrometheusRule makes it from this).
+const ALERT: ProcessAlert = ProcessAlert {
+    name: "SlowpathClockSyscallFallback",
+    rate: &FALLBACKS,
+    threshold: Setting {
+        key: "clockFallbackPerProcess",
+        default: "10000",
+        why: "clock syscalls/s that the vDSO could have served, per process: 10k/s at ~2 us each (Xen) is 2 % of a core",
+    },
+    for_: Setting {
+        key: "clockFallback",
+        default: "10m",
+        why: "",
+    },
+    findings: "vdso_bypass|clocksource_not_vdso_capable",
+    summary: "{{ $labels.comm }} on {{ $labels.instance }} makes {{ $value | humanize }} clock syscalls/s the vDSO could serve",
+    description: "reads the clock through real system calls at {{ $value | humanize }}/s. If slowpath_vdso_fallback is 0 on the node, the process bypasses the vDSO (static binary, seccomp sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
+    runbook: "clock-syscall-fallback",
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "clock",
     summary: "clock reads that enter the kernel (clock syscalls), the clocksource and its switches, the vDSO canary",
     case: "vDSO fallback",
+    story: Some("`clock_gettime`/`gettimeofday`/`time` calls that enter the kernel although the vDSO (the kernel's code mapped into every process, which reads the clock without a syscall) could have served them (a `xen`, `hpet` or `acpi_pm` clocksource, a static binary, a seccomp sandbox, an old runtime). On Xen EC2 this cost Cassandra 30 % more CPU; a Java loop of 100M `currentTimeMillis()` took 68 s instead of 3.3 s."),
     families: &[
         &CLOCK_SYSCALLS,
         &CLOCKSOURCE_CURRENT,
@@ -182,6 +204,7 @@ pub const SIGNAL: Signal = Signal {
         )],
     },
     recorded: &[FALLBACKS],
+    alert: Some(ALERT),
 };
 
 /// The clock signal's flags.

@@ -28,6 +28,7 @@ use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
     Signal, Top, TopColumn,
 };
+use crate::signals::{ProcessAlert, Setting};
 use crate::sources::CauseBasis;
 use cost::SyscallCost;
 use sources::{SOURCES, SWEEP_GAIN};
@@ -56,10 +57,31 @@ const UNOPENED_CLOSES: Recorded = Recorded {
     }),
 };
 
+// Its per-process alert (the chart's PrometheusRule makes it from this).
+const ALERT: ProcessAlert = ProcessAlert {
+    name: "SlowpathFdCloseSweep",
+    rate: &UNOPENED_CLOSES,
+    threshold: Setting {
+        key: "fdCloseUnopenedPerProcess",
+        default: "10000",
+        why: "closes of descriptors a process does not have open, per second (close sweeps up to the open-files limit): 10k/s at ~150 ns is 0.15 % of a core, and at a nofile of 1,048,576 a 0.16 s sweep every 105 s",
+    },
+    for_: Setting {
+        key: "fdCloseSweep",
+        default: "10m",
+        why: "",
+    },
+    findings: "fd_close_sweep",
+    summary: "{{ $labels.comm }} on {{ $labels.instance }} closes {{ $value | humanize }} descriptors/s it does not have open (a close sweep)",
+    description: "calls close() {{ $value | humanize }} times per second on descriptors it does not have open (EBADF): a loop that closes every descriptor up to the open-files limit before it execs or daemonizes, one system call per number, as long as the soft nofile limit (1,048,576 or more in many containers). The finding names the process's limit; close_range()/closefrom(), or a lower nofile, removes the loop.",
+    runbook: "close-sweeps",
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "fdclose",
     summary: "close() of descriptors that are not open: sweeps up to the open-files limit before exec or daemonizing",
     case: "close sweeps",
+    story: Some("code that closes every descriptor up to its open-files limit before it execs or daemonizes makes one syscall per number, almost all returning `EBADF`; at a container's nofile of 1,048,576 that is ~0.16 s per spawn (Perl's `Proc::Daemon`, erlexec took 43.9 ms per spawn at 600,000 against 1.7 ms at 1,024), minutes at 1,073,741,816."),
     families: &[&FD_CLOSE_UNOPENED],
     export,
     diagnose,
@@ -98,6 +120,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[UNOPENED_CLOSES],
+    alert: Some(ALERT),
 };
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {

@@ -24,6 +24,7 @@ use crate::signals::{
 };
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
+mod alert;
 pub mod settings;
 
 use settings::ThpSettings;
@@ -102,6 +103,7 @@ pub const SIGNAL: Signal = Signal {
     name: "memory",
     summary: "huge-page faults, their fallbacks, compaction runs and stalls (hooks mm_page_alloc, mm_compaction_begin/end)",
     case: "THP faults and compaction",
+    story: Some("huge-page allocations on page faults, their fallbacks, and the time processes spend compacting memory (direct compaction is a stall the process feels)."),
     families: &[
         &THP_ALLOCS,
         &THP_FALLBACKS,
@@ -171,6 +173,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[(&COMPACTION_RUNS, "what a run costs is its time, COMPACT%")],
     },
     recorded: &[FAULT_ALLOCS, FAULT_FALLBACKS, DIRECT_COMPACTION],
+    alert: Some(alert::ALERT),
 };
 
 /// The memory signal's flags.

@@ -27,6 +27,7 @@ use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
     TopColumn,
 };
+use crate::signals::{ProcessAlert, Setting};
 use crate::sources::CauseBasis;
 use sources::{SOURCES, SPIN_GAIN};
 
@@ -69,10 +70,31 @@ const ALONE_YIELDS: Recorded = Recorded {
     }),
 };
 
+// Its per-process alert (the chart's PrometheusRule makes it from this).
+const ALERT: ProcessAlert = ProcessAlert {
+    name: "SlowpathYieldSpin",
+    rate: &ALONE_YIELDS,
+    threshold: Setting {
+        key: "schedYieldAlonePerProcess",
+        default: "10000",
+        why: "sched_yield calls per second, per process, with nothing else runnable on the CPU: a yield spin makes ~1M/s at a whole core (a Disruptor consumer on YieldingWaitStrategy); idle and busy runtimes stay under 30/s",
+    },
+    for_: Setting {
+        key: "yieldSpin",
+        default: "10m",
+        why: "",
+    },
+    findings: "yield_spin",
+    summary: "{{ $labels.comm }} on {{ $labels.instance }} calls sched_yield {{ $value | humanize }} times/s with nothing else to run (a yield spin)",
+    description: "calls sched_yield() {{ $value | humanize }} times per second while nothing else is runnable on its CPU: each call returns at once, so a thread spin-waits and burns a CPU (and its pod's CPU quota), mostly in user space between the calls. The finding gives the process's measured CPU and the call sites; a blocking wait, or no more spinning threads than the CPUs the process may use, removes it.",
+    runbook: "yield-spins",
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "sched_yield",
     summary: "sched_yield calls by whether another task was runnable: spin-waits that burn a CPU",
     case: "yield spins",
+    story: Some("threads that wait by calling `sched_yield()` in a loop with nothing else to run burn a whole CPU (and the pod's CPU quota): BLAS pools at ~40,000 calls/s during a matrix multiply (a ~4 % gain once replaced), the LMAX Disruptor's `YieldingWaitStrategy` on an empty ring at 1.2-1.4 million calls/s, a core per consumer."),
     families: &[&SCHED_YIELD],
     export,
     diagnose,
@@ -105,6 +127,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[ALONE_YIELDS],
+    alert: Some(ALERT),
 };
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {

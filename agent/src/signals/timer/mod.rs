@@ -46,6 +46,7 @@ use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
     Signal, Top, TopColumn,
 };
+use crate::signals::{ProcessAlert, Setting};
 use crate::sources::CauseBasis;
 
 pub mod kernel;
@@ -133,10 +134,31 @@ const WAKEUPS: Recorded = Recorded {
     }),
 };
 
+// Its per-process alert (the chart's PrometheusRule makes it from this).
+const ALERT: ProcessAlert = ProcessAlert {
+    name: "SlowpathTimerLoop",
+    rate: &WAKEUPS,
+    threshold: Setting {
+        key: "timerWakeupsPerProcess",
+        default: "500",
+        why: "timer wakeups per second, per process, whatever syscall waits: a 1 ms ticker makes ~1000/s (0.7 to 1.2 % of a core per idle pod in the sentinel-golang case); idle services stay under 50/s",
+    },
+    for_: Setting {
+        key: "timerLoop",
+        default: "15m",
+        why: "",
+    },
+    findings: "timer_loop",
+    summary: "{{ $labels.comm }} on {{ $labels.instance }} is woken by timers {{ $value | humanize }} times/s",
+    description: "is woken by an expiring timer {{ $value | humanize }} times per second (sleeps, futex/epoll/poll/select timeouts, timerfds, itimers): a short ticker that costs CPU even when idle. slowpath_timer_wakeup_cost_seconds is what one wakeup costs on the node (times this rate: the CPU they take; recorded as instance_cgroup_comm:slowpath_timer_wakeup_cpu_seconds:rate5m); the doctor names the runtime.",
+    runbook: "timer-loop",
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "timer",
     summary: "timer wakeups per process (hrtimer_expire_entry/exit, sched_waking) and the timeouts of timed waits",
     case: "timer loops",
+    story: Some("processes woken by short timers hundreds of times a second, whatever syscall carries the wait (Go and the JVM wait in `futex`, Node in `epoll_pwait`, Python in an absolute `clock_nanosleep`), such as sentinel-golang's 1 ms ticker that cost 0.7-1.2 % CPU on every idle pod of a large fleet."),
     families: &[
         &TIMER_WAKEUPS,
         &TIMER_WAITS,
@@ -194,6 +216,7 @@ pub const SIGNAL: Signal = Signal {
         ],
     },
     recorded: &[WAKEUPS],
+    alert: Some(ALERT),
 };
 
 /// The timer signal's flags.

@@ -25,6 +25,7 @@ use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
     Signal, Top, TopColumn,
 };
+use crate::signals::{ProcessAlert, Setting};
 use crate::sources::CauseBasis;
 use cost::TzfileCheckCost;
 use sources::{SOURCES, TZ_GAIN};
@@ -55,10 +56,31 @@ const STAT_CALLS: Recorded = Recorded {
     }),
 };
 
+// Its per-process alert (the chart's PrometheusRule makes it from this).
+const ALERT: ProcessAlert = ProcessAlert {
+    name: "SlowpathTzfileChecks",
+    rate: &STAT_CALLS,
+    threshold: Setting {
+        key: "tzfileChecksPerProcess",
+        default: "1000",
+        why: "stats of /etc/localtime per second, per process (glibc's localtime() and friends with TZ unset): 1000/s at ~4 us each is 0.4 % of a core, and the fix (TZ in the environment) is one line",
+    },
+    for_: Setting {
+        key: "tzfileChecks",
+        default: "10m",
+        why: "",
+    },
+    findings: "tzfile_checks",
+    summary: "{{ $labels.comm }} on {{ $labels.instance }} checks /etc/localtime {{ $value | humanize }} times/s (TZ unset)",
+    description: "stats /etc/localtime {{ $value | humanize }} times per second: with TZ unset, glibc's localtime(), mktime(), strftime() and tzset() check the time-zone file on every call, one system call each. slowpath_tzfile_check_seconds is what one check costs on the node (times this rate: the CPU they take); TZ=:/etc/localtime in the process's environment removes them.",
+    runbook: "time-zone-file-checks",
+};
+
 pub const SIGNAL: Signal = Signal {
     name: "tzfile",
     summary: "stats of /etc/localtime with TZ unset (glibc's localtime() and friends), and the node's cost of one",
     case: "time-zone file checks",
+    story: Some("with `TZ` unset, glibc's `localtime()`, `mktime()` and `strftime()` stat `/etc/localtime` on every call; a C `localtime()` took 3.9-4.9 us, and 0.11-0.14 us with `TZ=:/etc/localtime`."),
     families: &[&TZFILE_STATS, &TZFILE_CHECK_COST],
     export,
     diagnose,
@@ -97,6 +119,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[STAT_CALLS],
+    alert: Some(ALERT),
 };
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
