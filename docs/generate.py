@@ -8,6 +8,11 @@ table is written twice by hand:
   docs/metrics.md  families: every metric family the agent defines (name,
                    type, help, file), read from agent/src (`Family` constants
                    and the prometheus crate's `*::new("slowpath_...", "help")`)
+  docs/top.md      columns: each declared signal's columns of `slowpath top`
+                   (`slowpath signals`: header, meaning, --sort value,
+                   counter)
+  docs/doctor.md   findings: each declared signal's findings (`slowpath
+                   signals`: id, when, severities)
   docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
   README.md        stories: each declared signal's case and what it cost
                    the cases that found it (`slowpath signals`);
@@ -251,6 +256,44 @@ def readme_stories(binary):
     return "\n".join(lines) + "\n"
 
 
+def column_cost(column):
+    """What one event of a top column costs in `CPU%`, from its declared cost."""
+    cost = column["cost"]
+    if cost == "clock_read":
+        return (f"`{column['header']}` one clock read: `slowpath_clock_read_seconds` of its clock where its reads fall "
+                "back (`slowpath_vdso_fallback` 1), else `slowpath_syscall_seconds`")
+    if cost == "seconds":
+        return f"`{column['header']}` itself (seconds per second)"
+    if isinstance(cost, dict):
+        return f"`{column['header']}` `{cost['gauge']}`"
+    return None
+
+
+def top_columns(binary):
+    """docs/top.md's `CPU%` row and the rows of the signals' columns, in
+    display order."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    columns = [c for d in json.loads(out.stdout) for c in d["top"]["columns"]]
+    costs = "; ".join(filter(None, map(column_cost, columns)))
+    rows = ["| `CPU%` | the estimated share of one CPU the row's slow paths cost: each rate times what one such "
+            "event costs on this node, as the agent measures it, plus the compaction time (`<0.1` below a tenth "
+            "of a percent); the other columns are not charged | each column's rate times: " + costs + " |"]
+    for c in columns:
+        only = f'{{{c["only"][0]}="{c["only"][1]}"}}' if c["only"] else ""
+        rows.append(f"| `{c['header']}` (`--sort {c['sort']}`) | {c['meaning']} | `{c['family']}{only}` |")
+    return "\n".join(rows) + "\n"
+
+
+def doctor_findings(binary):
+    """docs/doctor.md's table of findings, in the agent's order."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    rows = ["| finding | when | severity |", "| --- | --- | --- |"]
+    for d in json.loads(out.stdout):
+        for r in d["finding_rules"]:
+            rows.append(f"| `{r['id']}` | {r['when']} | {'/'.join(r['severities'])} |")
+    return "\n".join(rows) + "\n"
+
+
 def readme_cases_table(binary):
     cases = cases_of(binary)
     groups = yaml.safe_load(RULES.read_text())["groups"]
@@ -401,6 +444,8 @@ def blocks(binary, helm):
         ("docs/flags.md", "doctor-flags"): lambda: flags_table(help_text(binary, "doctor")),
         ("docs/flags.md", "top-flags"): lambda: flags_table(help_text(binary, "top")),
         ("docs/metrics.md", "families"): families_table,
+        ("docs/top.md", "columns"): lambda: top_columns(binary),
+        ("docs/doctor.md", "findings"): lambda: doctor_findings(binary),
         ("docs/alerts.md", "alerts"): alerts_table,
         ("docs/alerts.md", "recorded"): lambda: recorded_list(binary),
         ("README.md", "stories"): lambda: readme_stories(binary),

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{ProcessAlert, Recorded, Signal, Top, SIGNALS};
+use super::{FindingRule, ProcessAlert, Recorded, Signal, Top, SIGNALS};
 use crate::bpf::syscalls_of;
 use crate::exposition::Family;
 
@@ -35,6 +35,8 @@ pub struct Declaration {
     pub top: &'static Top,
     /// The rates of its counters the chart's recording rules record.
     pub recorded: &'static [Recorded],
+    /// The findings its diagnosis makes.
+    pub finding_rules: &'static [FindingRule],
     /// Its per-process alert, which the chart renders (or none).
     pub alert: &'static Option<ProcessAlert>,
 }
@@ -68,6 +70,7 @@ fn declaration(signal: &'static Signal) -> Declaration {
         call_sites: signal.call_sites.iter().map(|(_, name)| *name).collect(),
         top: &signal.top,
         recorded: signal.recorded,
+        finding_rules: signal.finding_rules,
         alert: &signal.alert,
     }
 }

@@ -30,6 +30,7 @@ use crate::snapshot::{Series, Snapshot};
 
 pub use alert::{ProcessAlert, Setting};
 pub use collectors::{log_left_out, Collectors};
+pub use finding_rules::FindingRule;
 pub use recorded::{FleetRow, Recorded};
 pub use top::{Cell, EventCost, Top, TopColumn};
 
@@ -38,6 +39,7 @@ pub mod clock;
 mod collectors;
 pub mod declaration;
 pub mod fdclose;
+mod finding_rules;
 pub mod memory;
 mod recorded;
 pub mod sched_yield;
@@ -118,6 +120,9 @@ pub struct Signal {
     /// process and per node, which its alerts, the dashboards and the
     /// estimated-CPU record read.
     pub recorded: &'static [Recorded],
+    /// The findings its [`diagnose`](Self::diagnose) makes, each with its
+    /// severities and when it holds.
+    pub finding_rules: &'static [FindingRule],
     /// Its per-process alert, made by the chart from this declaration
     /// (threshold and duration in its values); `None` for a signal with
     /// none (or with alerts of another shape only, written in the chart).

@@ -17,6 +17,7 @@ use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
     TopColumn,
@@ -55,6 +56,13 @@ const CALLS: Recorded = Recorded {
         title: "rt_sigprocmask calls",
         meaning: "signal-mask changes per second (getcontext/setcontext coroutines, signal-safe sections)",
     }),
+};
+
+// The findings its diagnosis makes (docs/doctor.md's table).
+const RT_SIGPROCMASK_STORM: FindingRule = FindingRule {
+    id: "rt_sigprocmask_storm",
+    severities: &[Severity::Warning],
+    when: "10,000+ calls/s; the cause from the call site's [known source](#how-the-doctor-knows-the-cause), else a guess from the mix of operations (`query` = `setmask`: the getcontext/setcontext or sigsetjmp signature)",
 };
 
 // Its per-process alert (the chart's PrometheusRule makes it from this).
@@ -100,6 +108,7 @@ pub const SIGNAL: Signal = Signal {
     top: Top {
         columns: &[TopColumn {
             header: "SIGMSK/s",
+            meaning: "`rt_sigprocmask` calls, every operation",
             sort: "sigmask",
             key: "sigprocmask",
             family: &SIGPROCMASK,
@@ -113,6 +122,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[CALLS],
+    finding_rules: &[RT_SIGPROCMASK_STORM],
     alert: Some(ALERT),
 };
 
@@ -309,7 +319,7 @@ fn storm_finding(obs: &Observation<'_>) -> Option<Finding> {
     let top = processes.first()?;
     let (cause, fix) = guess_from_op_mix(getcontext);
     Some(Finding {
-        id: "rt_sigprocmask_storm",
+        id: RT_SIGPROCMASK_STORM.id,
         severity: Severity::Warning,
         title: format!(
             "{} makes {:.0} rt_sigprocmask calls/s",

@@ -88,6 +88,7 @@ pub const SIGNAL: Signal = Signal {
         )],
     },
     recorded: &[CALLS],
+    finding_rules: &[],
     alert: None,
 };
 

@@ -57,6 +57,9 @@ pub struct TopColumn {
     /// Its header in the text frames and the full-screen table (at most 8
     /// characters, e.g. `CLOCK/s`).
     pub header: &'static str,
+    /// What it counts, in a few words of Markdown (docs/top.md's table of
+    /// columns, docs/generate.py).
+    pub meaning: &'static str,
     /// Its value of `slowpath top --sort`.
     pub sort: &'static str,
     /// Its key in the `rates` object of a JSON frame.
@@ -172,6 +175,9 @@ mod tests {
             assert!(c.header.len() <= 8, "{}: wider than a rate cell", c.header);
             let kebab = |s: &str| s.chars().all(|ch| ch.is_ascii_lowercase() || ch == '-');
             assert!(kebab(c.sort), "{}", c.sort);
+            // a cell of docs/top.md's table: a phrase, no row break
+            let one_line = !c.meaning.is_empty() && !c.meaning.contains(['\n', '|']);
+            assert!(one_line, "{}: its meaning", c.header);
         }
     }
 

@@ -188,6 +188,7 @@ pub const SIGNAL: Signal = Signal {
     top: Top {
         columns: &[TopColumn {
             header: "CLOCK/s",
+            meaning: "clock reads the vDSO should serve that entered the kernel",
             sort: "clock",
             key: "clock_fallbacks",
             family: &CLOCK_SYSCALLS,
@@ -204,6 +205,7 @@ pub const SIGNAL: Signal = Signal {
         )],
     },
     recorded: &[FALLBACKS],
+    finding_rules: &[rules::CLOCKSOURCE_NOT_VDSO_CAPABLE, rules::VDSO_BYPASS, rules::CPU_TIME_CLOCKS],
     alert: Some(ALERT),
 };
 

@@ -10,11 +10,31 @@ use super::sources::SOURCES;
 use super::{clock_at, is_vdso_clock, CLOCK_NAMES};
 use crate::bpf::types::{sp_callsite_kind, sp_clock};
 use crate::finding::{Compose, Delta, Finding, Severity};
+use crate::signals::FindingRule;
 use crate::signals::Observation;
 use crate::sources::CauseBasis;
 
 // Doctor thresholds: more sensitive than the alerts (it is run when someone
 // is already looking), high enough that an idle node reports nothing.
+// The findings its diagnosis makes (docs/doctor.md's table).
+pub(super) const CLOCKSOURCE_NOT_VDSO_CAPABLE: FindingRule = FindingRule {
+    id: "clocksource_not_vdso_capable",
+    severities: &[Severity::Critical],
+    when: "the canary's libc reads (the agent's own batch of reads of each clock, looked for in its BPF counts) enter the kernel, or the clocksource is xen/hpet/acpi_pm/jiffies",
+};
+
+pub(super) const VDSO_BYPASS: FindingRule = FindingRule {
+    id: "vdso_bypass",
+    severities: &[Severity::Warning],
+    when: "a process makes 1000+ clock syscalls/s the vDSO could serve, on a healthy clocksource",
+};
+
+pub(super) const CPU_TIME_CLOCKS: FindingRule = FindingRule {
+    id: "cpu_time_clocks",
+    severities: &[Severity::Info],
+    when: "50,000+ CPU-time clock reads/s (always syscalls)",
+};
+
 const VDSO_BYPASS_PER_SEC: f64 = 1000.0;
 const CPU_CLOCKS_PER_SEC: f64 = 50_000.0;
 
@@ -100,7 +120,7 @@ fn clocksource_finding(obs: &Observation<'_>) -> Option<Finding> {
         evidence.insert("last_switch".into(), line.clone());
     }
     Some(Finding {
-        id: "clocksource_not_vdso_capable",
+        id: CLOCKSOURCE_NOT_VDSO_CAPABLE.id,
         severity: Severity::Critical,
         title: format!("clocksource {current} is not vDSO-capable: every clock read is a system call"),
         processes,
@@ -175,7 +195,7 @@ fn vdso_bypass_finding(obs: &Observation<'_>, node_falls_back: bool) -> Option<F
     });
     let top = processes.first()?;
     Some(Finding {
-        id: "vdso_bypass",
+        id: VDSO_BYPASS.id,
         severity: Severity::Warning,
         title: format!(
             "{} process(es) read the clock through system calls although the vDSO works (top: {} at {:.0}/s)",
@@ -213,7 +233,7 @@ fn cpu_clock_finding(obs: &Observation<'_>) -> Option<Finding> {
     });
     processes.first()?;
     Some(Finding {
-        id: "cpu_time_clocks",
+        id: CPU_TIME_CLOCKS.id,
         severity: Severity::Info,
         title: "heavy use of CPU-time clocks, which always enter the kernel".into(),
         evidence: BTreeMap::new(),

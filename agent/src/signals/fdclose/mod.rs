@@ -24,6 +24,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
     Signal, Top, TopColumn,
@@ -55,6 +56,13 @@ const UNOPENED_CLOSES: Recorded = Recorded {
         title: "Close sweeps",
         meaning: "closes of descriptors that are not open, per second (close(fd) up to the open-files limit before exec or daemonizing; close_range() or a sane nofile removes them)",
     }),
+};
+
+// The findings its diagnosis makes (docs/doctor.md's table).
+const FD_CLOSE_SWEEP: FindingRule = FindingRule {
+    id: "fd_close_sweep",
+    severities: &[Severity::Warning],
+    when: "a process closes 10,000+ descriptors/s that it does not have open (`EBADF`): a close sweep up to its open-files limit before it execs or daemonizes; names the process's soft limit (read from `/proc/PID/limits`), the sweeps per second, the CPU of one sweep (at the node's measured cost of one system call), the call site's known source and the fix (`close_range()`/`closefrom()`, `O_CLOEXEC`, `LimitNOFILE` in the unit or the container runtime's)",
 };
 
 // Its per-process alert (the chart's PrometheusRule makes it from this).
@@ -107,6 +115,7 @@ pub const SIGNAL: Signal = Signal {
     top: Top {
         columns: &[TopColumn {
             header: "EBADF/s",
+            meaning: "`close()` calls on descriptors the process does not have open: a close sweep up to its open-files limit",
             sort: "ebadf",
             key: "fd_close_unopened",
             family: &FD_CLOSE_UNOPENED,
@@ -120,6 +129,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[UNOPENED_CLOSES],
+    finding_rules: &[FD_CLOSE_SWEEP],
     alert: Some(ALERT),
 };
 
@@ -189,7 +199,7 @@ fn sweep_finding(obs: &Observation<'_>) -> Option<Finding> {
         );
     }
     Some(Finding {
-        id: "fd_close_sweep",
+        id: FD_CLOSE_SWEEP.id,
         severity: Severity::Warning,
         title: title(&top.identity.comm, top.per_second, None),
         evidence,

@@ -25,6 +25,7 @@ use crate::signals::{
 use crate::sources::{CauseBasis, KnownSource, Pattern};
 
 mod alert;
+mod findings;
 pub mod settings;
 
 use settings::ThpSettings;
@@ -137,6 +138,7 @@ pub const SIGNAL: Signal = Signal {
         columns: &[
             TopColumn {
                 header: "THP/s",
+                meaning: "huge pages allocated on a page fault",
                 sort: "thp",
                 key: "thp_faults",
                 family: &THP_ALLOCS,
@@ -148,6 +150,7 @@ pub const SIGNAL: Signal = Signal {
             },
             TopColumn {
                 header: "THPFB/s",
+                meaning: "page faults whose huge-page allocation fell back to 4 KiB pages",
                 sort: "thp-fallback",
                 key: "thp_fallbacks",
                 family: &THP_FALLBACKS,
@@ -159,6 +162,7 @@ pub const SIGNAL: Signal = Signal {
             },
             TopColumn {
                 header: "COMPACT%",
+                meaning: "time in memory compaction, in % of one CPU",
                 sort: "compaction",
                 key: "compaction_seconds",
                 family: &COMPACTION_SECONDS,
@@ -173,6 +177,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[(&COMPACTION_RUNS, "what a run costs is its time, COMPACT%")],
     },
     recorded: &[FAULT_ALLOCS, FAULT_FALLBACKS, DIRECT_COMPACTION],
+    finding_rules: &[findings::DIRECT_COMPACTION_STALLS, findings::THP_FAULTS],
     alert: Some(alert::ALERT),
 };
 
@@ -358,7 +363,7 @@ fn compaction_finding(obs: &Observation<'_>) -> Option<Finding> {
     let top = processes.first()?;
     let defrag = thp.defrag.clone().unwrap_or_default();
     Some(Finding {
-        id: "direct_compaction_stalls",
+        id: findings::DIRECT_COMPACTION_STALLS.id,
         severity: Severity::Warning,
         title: format!(
             "{} spends {:.1} % of its time in direct compaction",
@@ -419,7 +424,7 @@ fn thp_finding(obs: &Observation<'_>) -> Option<Finding> {
     let enabled = thp.enabled.clone().unwrap_or_default();
     let (severity, cause, fix) = thp_verdict(ratio, &enabled);
     Some(Finding {
-        id: "thp_faults",
+        id: findings::THP_FAULTS.id,
         severity,
         title: format!(
             "THP fault allocations at {total:.0}/s, {:.0} % falling back",

@@ -23,6 +23,7 @@ use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_yield_runnable};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
     TopColumn,
@@ -70,6 +71,13 @@ const ALONE_YIELDS: Recorded = Recorded {
     }),
 };
 
+// The findings its diagnosis makes (docs/doctor.md's table).
+const YIELD_SPIN: FindingRule = FindingRule {
+    id: "yield_spin",
+    severities: &[Severity::Warning],
+    when: "a process calls `sched_yield()` 10,000+ times/s with nothing else runnable on its CPU (a spin-wait); names its CPU measured while it yields (its threads' run time over 200 ms) and the threads that ran half a CPU or more, the call site's known source and the fix (a blocking wait strategy, `OMP_WAIT_POLICY=passive`, `GOMAXPROCS` or the pool size at the CPU quota)",
+};
+
 // Its per-process alert (the chart's PrometheusRule makes it from this).
 const ALERT: ProcessAlert = ProcessAlert {
     name: "SlowpathYieldSpin",
@@ -113,6 +121,7 @@ pub const SIGNAL: Signal = Signal {
     top: Top {
         columns: &[TopColumn {
             header: "YIELD/s",
+            meaning: "`sched_yield()` calls with nothing else runnable on the caller's CPU: a spin-wait burning that CPU; its cost in `CPU%` is the syscall's alone, a floor (the spin's user time between the calls is in the `yield_spin` finding)",
             sort: "yield",
             key: "sched_yield_alone",
             family: &SCHED_YIELD,
@@ -127,6 +136,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[ALONE_YIELDS],
+    finding_rules: &[YIELD_SPIN],
     alert: Some(ALERT),
 };
 
@@ -168,7 +178,7 @@ fn spin_finding(obs: &Observation<'_>) -> Option<Finding> {
     });
     let top = processes.first()?;
     Some(Finding {
-        id: "yield_spin",
+        id: YIELD_SPIN.id,
         severity: Severity::Warning,
         title: title(&top.identity.comm, top.per_second, None),
         evidence: BTreeMap::from([(

@@ -42,6 +42,7 @@ use crate::exposition::{
 };
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
+use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
     Signal, Top, TopColumn,
@@ -134,6 +135,13 @@ const WAKEUPS: Recorded = Recorded {
     }),
 };
 
+// The findings its diagnosis makes (docs/doctor.md's table).
+const TIMER_LOOP: FindingRule = FindingRule {
+    id: "timer_loop",
+    severities: &[Severity::Warning],
+    when: "a process woken by timers `--timer.loop-threshold` (200) or more times per second, with a median requested timeout of 10 ms or less where it is known; names the `wait` mix, the median timeout, the estimated CPU (wakeups/s times the CPU one timed wakeup costs a thread on this node, measured by the agent and the doctor every 5 min and exported as `slowpath_timer_wakeup_cost_seconds`), the runtime (Go, and sentinel-golang among its packages; JVM; Node; Python) with that runtime's fix, and the call sites of the timed waits",
+};
+
 // Its per-process alert (the chart's PrometheusRule makes it from this).
 const ALERT: ProcessAlert = ProcessAlert {
     name: "SlowpathTimerLoop",
@@ -197,6 +205,7 @@ pub const SIGNAL: Signal = Signal {
     top: Top {
         columns: &[TopColumn {
             header: "WAKEUP/s",
+            meaning: "wakeups by an expiring timer, whatever the wait",
             sort: "wakeup",
             key: "timer_wakeups",
             family: &TIMER_WAKEUPS,
@@ -216,6 +225,7 @@ pub const SIGNAL: Signal = Signal {
         ],
     },
     recorded: &[WAKEUPS],
+    finding_rules: &[TIMER_LOOP],
     alert: Some(ALERT),
 };
 
@@ -370,7 +380,7 @@ fn timer_loop_finding(obs: &Observation<'_>) -> Option<Finding> {
         );
     }
     Some(Finding {
-        id: "timer_loop",
+        id: TIMER_LOOP.id,
         severity: Severity::Warning,
         title: format!(
             "{} is woken by a short timer {:.0} times/s",

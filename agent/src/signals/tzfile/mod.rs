@@ -21,6 +21,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, gauge, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
     Signal, Top, TopColumn,
@@ -54,6 +55,13 @@ const STAT_CALLS: Recorded = Recorded {
         title: "Time-zone file checks",
         meaning: "stats of /etc/localtime per second (glibc's localtime(), mktime(), strftime() with TZ unset; TZ=:/etc/localtime removes them)",
     }),
+};
+
+// The findings its diagnosis makes (docs/doctor.md's table).
+const TZFILE_CHECKS: FindingRule = FindingRule {
+    id: "tzfile_checks",
+    severities: &[Severity::Warning],
+    when: "a process stats `/etc/localtime` 1,000+ times/s (glibc's `localtime()`, `mktime()`, `strftime()` with `TZ` unset); names the estimated CPU (checks/s times the node's measured cost of one stat, `slowpath_tzfile_check_seconds`), the call site's known source and the fix for systemd, Kubernetes and shells (`TZ=:/etc/localtime`)",
 };
 
 // Its per-process alert (the chart's PrometheusRule makes it from this).
@@ -106,6 +114,7 @@ pub const SIGNAL: Signal = Signal {
     top: Top {
         columns: &[TopColumn {
             header: "TZSTAT/s",
+            meaning: "stats of `/etc/localtime` (glibc with `TZ` unset)",
             sort: "tzstat",
             key: "tzfile_stats",
             family: &TZFILE_STATS,
@@ -119,6 +128,7 @@ pub const SIGNAL: Signal = Signal {
         not_shown: &[],
     },
     recorded: &[STAT_CALLS],
+    finding_rules: &[TZFILE_CHECKS],
     alert: Some(ALERT),
 };
 
@@ -176,7 +186,7 @@ fn checks_finding(obs: &Observation<'_>) -> Option<Finding> {
         );
     }
     Some(Finding {
-        id: "tzfile_checks",
+        id: TZFILE_CHECKS.id,
         severity: Severity::Warning,
         title: format!(
             "{} checks /etc/localtime {:.0} times/s (TZ unset)",
