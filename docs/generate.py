@@ -12,7 +12,8 @@ table is written twice by hand:
                    (`slowpath signals`: header, meaning, --sort value,
                    counter)
   docs/doctor.md   findings: each declared signal's findings (`slowpath
-                   signals`: id, when, severities)
+                   signals`: id, when, severities); callsite-kinds: its call
+                   kinds (name, what they sample)
   docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
   README.md        stories: each declared signal's case and what it cost
                    the cases that found it (`slowpath signals`);
@@ -294,6 +295,13 @@ def doctor_findings(binary):
     return "\n".join(rows) + "\n"
 
 
+def callsite_kinds(binary):
+    """docs/doctor.md's list of the call kinds of folded stacks."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    kinds = [k for d in json.loads(out.stdout) for k in d["call_sites"]]
+    return "".join(f"- `{k['name']}`: {k['what']}\n" for k in kinds)
+
+
 def readme_cases_table(binary):
     cases = cases_of(binary)
     groups = yaml.safe_load(RULES.read_text())["groups"]
@@ -446,6 +454,7 @@ def blocks(binary, helm):
         ("docs/metrics.md", "families"): families_table,
         ("docs/top.md", "columns"): lambda: top_columns(binary),
         ("docs/doctor.md", "findings"): lambda: doctor_findings(binary),
+        ("docs/doctor.md", "callsite-kinds"): lambda: callsite_kinds(binary),
         ("docs/alerts.md", "alerts"): alerts_table,
         ("docs/alerts.md", "recorded"): lambda: recorded_list(binary),
         ("README.md", "stories"): lambda: readme_stories(binary),

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{FindingRule, ProcessAlert, Recorded, Signal, Top, SIGNALS};
+use super::{CallKind, FindingRule, ProcessAlert, Recorded, Signal, Top, SIGNALS};
 use crate::bpf::syscalls_of;
 use crate::exposition::Family;
 
@@ -30,7 +30,7 @@ pub struct Declaration {
     /// object's table; another signal may count some of them too).
     pub syscalls: Vec<&'static str>,
     /// Its call kinds' names in folded stacks and `/debug/callsites?kind=`.
-    pub call_sites: Vec<&'static str>,
+    pub call_sites: &'static [CallKind],
     /// How `slowpath top` shows it.
     pub top: &'static Top,
     /// The rates of its counters the chart's recording rules record.
@@ -67,7 +67,7 @@ fn declaration(signal: &'static Signal) -> Declaration {
         families: signal.families.iter().map(|f| family(f)).collect(),
         hooks: signal.kernel.hooks.iter().map(|h| h.name).collect(),
         syscalls: syscalls_of(signal.kernel.syscall_groups),
-        call_sites: signal.call_sites.iter().map(|(_, name)| *name).collect(),
+        call_sites: signal.call_sites,
         top: &signal.top,
         recorded: signal.recorded,
         finding_rules: signal.finding_rules,

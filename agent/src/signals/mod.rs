@@ -110,7 +110,7 @@ pub struct Signal {
     /// The call kinds (`enum sp_callsite_kind`) under which the kernel side
     /// samples user stacks at this signal's events, with their names in
     /// folded stacks and in `/debug/callsites?kind=`.
-    pub call_sites: &'static [(sp_callsite_kind, &'static str)],
+    pub call_sites: &'static [CallKind],
     pub node: NodeNeeds,
     pub kernel: KernelNeeds,
     /// How `slowpath top` shows it: its columns, the histogram of
@@ -342,13 +342,25 @@ pub fn warn_if_sysfs_unreadable(sysfs: &std::path::Path, collectors: &Collectors
     }
 }
 
+/// A kind of call under which the kernel side samples user stacks at a
+/// signal's events (`enum sp_callsite_kind`).
+#[derive(serde::Serialize)]
+pub struct CallKind {
+    #[serde(skip)]
+    pub kind: sp_callsite_kind,
+    /// Its name in folded stacks and `/debug/callsites?kind=`.
+    pub name: &'static str,
+    /// The calls it samples, a few words of Markdown (docs/doctor.md).
+    pub what: &'static str,
+}
+
 /// Names of the call kinds, indexed by `enum sp_callsite_kind` ("?" for a
 /// kind no signal names).
 pub fn callsite_kinds() -> Vec<&'static str> {
     let count = crate::bpf::slot!(sp_callsite_kind::SP_CALLSITE_KIND_COUNT);
     let mut names = vec!["?"; count];
-    for &(kind, name) in SIGNALS.iter().flat_map(|s| s.call_sites) {
-        names[crate::bpf::slot!(kind)] = name;
+    for call in SIGNALS.iter().flat_map(|s| s.call_sites) {
+        names[crate::bpf::slot!(call.kind)] = call.name;
     }
     names
 }

@@ -17,6 +17,7 @@ use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::CallKind;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
@@ -95,7 +96,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: None,
     sources: SOURCES,
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_SIGPROCMASK, "rt_sigprocmask")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_SIGPROCMASK,
+        name: "rt_sigprocmask",
+        what: "`rt_sigprocmask` calls",
+    }],
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {
         hooks: &[],

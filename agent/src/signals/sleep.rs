@@ -17,6 +17,7 @@ use crate::bpf::{KernelBtf, RodataPatch};
 use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, CLOCK_COUNT, CLOCK_NAMES};
+use crate::signals::CallKind;
 use crate::signals::{
     KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, SignalArgs, Top,
 };
@@ -69,7 +70,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: None,
     sources: &[],
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_SLEEP, "sleep")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_SLEEP,
+        name: "sleep",
+        what: "sleeps, and futex, epoll, poll and select waits with a timeout",
+    }],
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {
         hooks: &[],

@@ -20,7 +20,7 @@ def agent_path():
 @functools.cache
 def declarations():
     """Every signal's declaration, in the agent's order: [{name, families:
-    [{name, type, help}], hooks, syscalls (this architecture's), call_sites,
+    [{name, type, help}], hooks, syscalls (this architecture's), call_sites ([{name, what}]),
     top: {columns, timeouts, not_shown}}]. Read at collection time too (for
     parametrizing), hence a clear error when the agent is not built."""
     path = agent_path()

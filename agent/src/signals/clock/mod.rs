@@ -18,6 +18,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_clock, sp_counters, sp_syscall_grou
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labels};
 use crate::flag_values::parse_duration;
 use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
+use crate::signals::CallKind;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Recorded, Scrape, Signal,
     SignalArgs, Top, TopColumn,
@@ -168,7 +169,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose: rules::diagnose,
     enrich: None,
     sources: SOURCES,
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_CLOCK, "clock")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_CLOCK,
+        name: "clock",
+        what: "the clock syscalls",
+    }],
     node: NodeNeeds {
         settings: Some(settings::read),
         check: Some(NodeCheck {

@@ -24,6 +24,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::CallKind;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
@@ -95,7 +96,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: Some(limit::enrich),
     sources: SOURCES,
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_FD_CLOSE, "fd_close")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_FD_CLOSE,
+        name: "fd_close",
+        what: "closes of descriptors that are not open",
+    }],
     node: NodeNeeds {
         settings: None,
         check: Some(NodeCheck {

@@ -18,6 +18,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_compaction_trigger, sp_counters};
 use crate::bpf::{slot, Hook, KernelBtf, RodataPatch};
 use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::CallKind;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal,
     SignalArgs, Top, TopColumn,
@@ -116,7 +117,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: None,
     sources: SOURCES,
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_THP_FAULT, "thp_fault")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_THP_FAULT,
+        name: "thp_fault",
+        what: "page faults that allocate a huge page (THP)",
+    }],
     node: NodeNeeds {
         settings: Some(settings::read),
         check: None,

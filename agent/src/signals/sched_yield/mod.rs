@@ -23,6 +23,7 @@ use crate::bpf::slot;
 use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_yield_runnable};
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::CallKind;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
@@ -108,7 +109,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: Some(spin_cpu::enrich),
     sources: SOURCES,
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_SCHED_YIELD, "sched_yield")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_SCHED_YIELD,
+        name: "sched_yield",
+        what: "yields with nothing else runnable",
+    }],
     node: NodeNeeds::NONE,
     kernel: KernelNeeds {
         hooks: &[],

@@ -21,6 +21,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, gauge, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
+use crate::signals::CallKind;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
@@ -94,7 +95,11 @@ pub const SIGNAL: Signal = Signal {
     diagnose,
     enrich: None,
     sources: SOURCES,
-    call_sites: &[(sp_callsite_kind::SP_CALLSITE_TZFILE, "tzfile")],
+    call_sites: &[CallKind {
+        kind: sp_callsite_kind::SP_CALLSITE_TZFILE,
+        name: "tzfile",
+        what: "stats of `/etc/localtime`",
+    }],
     node: NodeNeeds {
         settings: None,
         check: Some(NodeCheck {
