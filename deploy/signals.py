@@ -6,8 +6,9 @@ by hand in deploy/:
   deploy/helm/slowpath/files/signals.json
       each signal's collector name and summary, its recorded rates (the
       recording rules of templates/prometheusrule.yaml), its per-process
-      alert (the template's slow-path alerts) and its top columns with a
-      cost (the estimated-CPU record's terms); the DaemonSet template
+      alert (the template's slow-path alerts), whether it counts syscalls
+      (the collectors SlowpathDispatchFloorHigh names) and its top columns
+      with a cost (the estimated-CPU record's terms); the DaemonSet template
       takes the accepted collector names from it, and the fleet dashboard
       (dashboards/src/fleet.py) its rows: each recorded rate's fleet row
   deploy/helm/slowpath/values.yaml
@@ -82,6 +83,7 @@ def signals_json(decls):
                           "fleet": r["fleet"]}
                          for r in d["recorded"]],
             "cost": cost_terms(d),
+            "syscalls": bool(d["syscalls"]),
             "alert": d["alert"],
         } for d in decls],
     }
