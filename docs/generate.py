@@ -14,6 +14,9 @@ table is written twice by hand:
   docs/doctor.md   findings: each declared signal's findings (`slowpath
                    signals`: id, when, severities); callsite-kinds: its call
                    kinds (name, what they sample)
+  docs/metrics.md  labels: each declared signal's per-process families'
+                   labels, counts and hooks (`slowpath signals`); promql:
+                   its case in PromQL, numbered in the agent's order
   docs/alerts.md   alerts: deploy/prometheus/slowpath-rules.yaml
   README.md        stories: each declared signal's case and what it cost
                    the cases that found it (`slowpath signals`);
@@ -302,6 +305,24 @@ def callsite_kinds(binary):
     return "".join(f"- `{k['name']}`: {k['what']}\n" for k in kinds)
 
 
+def labels_table(binary):
+    """docs/metrics.md's table of the signals' per-process families: their
+    labels, what a count is, the hook."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    rows = ["| metric | labels | what it counts | kernel hook |", "| --- | --- | --- | --- |"]
+    for d in json.loads(out.stdout):
+        for f in d["family_docs"]:
+            rows.append(f"| `{f['family']}` | {f['labels']} | {f['counts']} | {f['hook']} |")
+    return "\n".join(rows) + "\n"
+
+
+def promql_cases(binary):
+    """docs/metrics.md's PromQL block: each signal's parts, numbered."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    parts = [part for d in json.loads(out.stdout) for part in d["promql"]]
+    return "```promql\n" + "\n\n".join(f"# {n}. {part}" for n, part in enumerate(parts, 1)) + "\n```\n"
+
+
 def readme_cases_table(binary):
     cases = cases_of(binary)
     groups = yaml.safe_load(RULES.read_text())["groups"]
@@ -455,6 +476,8 @@ def blocks(binary, helm):
         ("docs/top.md", "columns"): lambda: top_columns(binary),
         ("docs/doctor.md", "findings"): lambda: doctor_findings(binary),
         ("docs/doctor.md", "callsite-kinds"): lambda: callsite_kinds(binary),
+        ("docs/metrics.md", "labels"): lambda: labels_table(binary),
+        ("docs/metrics.md", "promql"): lambda: promql_cases(binary),
         ("docs/alerts.md", "alerts"): alerts_table,
         ("docs/alerts.md", "recorded"): lambda: recorded_list(binary),
         ("README.md", "stories"): lambda: readme_stories(binary),

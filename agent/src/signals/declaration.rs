@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::{CallKind, FindingRule, ProcessAlert, Recorded, Signal, Top, SIGNALS};
+use super::{CallKind, FamilyDoc, FindingRule, ProcessAlert, Recorded, Signal, Top, SIGNALS};
 use crate::bpf::syscalls_of;
 use crate::exposition::Family;
 
@@ -37,6 +37,10 @@ pub struct Declaration {
     pub recorded: &'static [Recorded],
     /// The findings its diagnosis makes.
     pub finding_rules: &'static [FindingRule],
+    /// How its per-process families read (docs/metrics.md).
+    pub family_docs: &'static [FamilyDoc],
+    /// Its case in docs/metrics.md's PromQL.
+    pub promql: &'static [&'static str],
     /// Its per-process alert, which the chart renders (or none).
     pub alert: &'static Option<ProcessAlert>,
 }
@@ -71,6 +75,8 @@ fn declaration(signal: &'static Signal) -> Declaration {
         top: &signal.top,
         recorded: signal.recorded,
         finding_rules: signal.finding_rules,
+        family_docs: signal.family_docs,
+        promql: signal.promql,
         alert: &signal.alert,
     }
 }

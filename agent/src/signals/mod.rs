@@ -30,6 +30,7 @@ use crate::snapshot::{Series, Snapshot};
 
 pub use alert::{ProcessAlert, Setting};
 pub use collectors::{log_left_out, Collectors};
+pub use family_docs::FamilyDoc;
 pub use finding_rules::FindingRule;
 pub use recorded::{FleetRow, Recorded};
 pub use top::{Cell, EventCost, Top, TopColumn};
@@ -38,6 +39,7 @@ mod alert;
 pub mod clock;
 mod collectors;
 pub mod declaration;
+mod family_docs;
 pub mod fdclose;
 mod finding_rules;
 pub mod memory;
@@ -123,6 +125,12 @@ pub struct Signal {
     /// The findings its [`diagnose`](Self::diagnose) makes, each with its
     /// severities and when it holds.
     pub finding_rules: &'static [FindingRule],
+    /// How its per-process families read: labels, what a count is, the
+    /// hook (docs/metrics.md's table of labels and hooks).
+    pub family_docs: &'static [FamilyDoc],
+    /// Its case in docs/metrics.md's PromQL, each part a title line (after
+    /// "# N. ") and then its queries and comments, verbatim.
+    pub promql: &'static [&'static str],
     /// Its per-process alert, made by the chart from this declaration
     /// (threshold and duration in its values); `None` for a signal with
     /// none (or with alerts of another shape only, written in the chart).

@@ -18,6 +18,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_sigmask_op, sp_syscall
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::CallKind;
+use crate::signals::FamilyDoc;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
@@ -58,6 +59,23 @@ const CALLS: Recorded = Recorded {
         meaning: "signal-mask changes per second (getcontext/setcontext coroutines, signal-safe sections)",
     }),
 };
+
+// Its case in docs/metrics.md's PromQL: each a title line, then queries and comments.
+const PROMQL: &[&str] = &[
+    r#"rt_sigprocmask storms, and the getcontext/setcontext signature (query ~ setmask)
+topk(10, sum by (instance, comm) (rate(slowpath_rt_sigprocmask_calls_total[5m])))
+sum by (instance, comm) (rate(slowpath_rt_sigprocmask_calls_total{op="query"}[5m]))"#,
+];
+
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &SIGPROCMASK,
+        labels: "`op` (`block`, `unblock`, `setmask`, `query`, `invalid`)",
+        counts: "`rt_sigprocmask` calls; `query` = new set NULL, the glibc `getcontext` signature; `setcontext` is a `setmask`; `invalid` = unknown `how` (EINVAL)",
+        hook: "`raw_syscalls:sys_enter`",
+    },
+];
 
 // The findings its diagnosis makes (docs/doctor.md's table).
 const RT_SIGPROCMASK_STORM: FindingRule = FindingRule {
@@ -128,6 +146,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[CALLS],
     finding_rules: &[RT_SIGPROCMASK_STORM],
+    family_docs: FAMILY_DOCS,
+    promql: PROMQL,
     alert: Some(ALERT),
 };
 

@@ -18,6 +18,7 @@ use crate::exposition::{family, histogram, push_nonzero, with, Family};
 use crate::finding::Finding;
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, CLOCK_COUNT, CLOCK_NAMES};
 use crate::signals::CallKind;
+use crate::signals::FamilyDoc;
 use crate::signals::{
     KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, SignalArgs, Top,
 };
@@ -60,6 +61,22 @@ const CALLS: Recorded = Recorded {
     fleet: None,
 };
 
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &SLEEP_CALLS,
+        labels: "`syscall` (`nanosleep`, `clock_nanosleep`), `clock`, `mode` (`relative`, `absolute`)",
+        counts: "sleep calls; glibc `nanosleep()`/`usleep()` issue `clock_nanosleep(CLOCK_REALTIME, 0)`; `nanosleep(2)` itself is `monotonic`/`relative`",
+        hook: "`raw_syscalls:sys_enter`",
+    },
+    FamilyDoc {
+        family: &SLEEP_REQUESTED,
+        labels: "`syscall`",
+        counts: "histogram of requested sleep durations in seconds, buckets `le` 1e-6 … 10, classified exactly in the kernel from the user's timespec; an absolute (`TIMER_ABSTIME`) sleep counts as its deadline minus the clock's time at the call (EINVAL requests are counted as calls only)",
+        hook: "`raw_syscalls:sys_enter`",
+    },
+];
+
 pub const SIGNAL: Signal = Signal {
     name: "sleep",
     summary: "nanosleep/clock_nanosleep calls and their requested lengths",
@@ -94,6 +111,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[CALLS],
     finding_rules: &[],
+    family_docs: FAMILY_DOCS,
+    promql: &[],
     alert: None,
 };
 

@@ -19,6 +19,7 @@ use crate::exposition::{counter, family, gauge, push_nonzero, with, Family, Labe
 use crate::flag_values::parse_duration;
 use crate::signals::vocabulary::{CLOCK_COUNT, CLOCK_NAMES};
 use crate::signals::CallKind;
+use crate::signals::FamilyDoc;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Recorded, Scrape, Signal,
     SignalArgs, Top, TopColumn,
@@ -130,6 +131,28 @@ const FALLBACKS: Recorded = Recorded {
     }),
 };
 
+// Its case in docs/metrics.md's PromQL: each a title line, then queries and comments.
+const PROMQL: &[&str] = &[
+    r#"vDSO fallback: processes whose clock reads fall into the kernel, per second
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_clock_syscalls_total{fallback="true"}[5m])))
+#    ...and whether the whole node falls back (clocksource not vDSO-capable), with its cost
+max by (instance, clock) (slowpath_vdso_fallback) == 1
+slowpath_clock_read_seconds{clock="monotonic"} > 2e-7
+slowpath_clocksource_current_info{clocksource=~"xen|hpet|acpi_pm|jiffies"}
+#    ...and a switch at run time (tsc marked unstable by the watchdog), with from, to and reason
+increase(slowpath_clocksource_changes_total[30m]) > 0"#,
+];
+
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &CLOCK_SYSCALLS,
+        labels: "`syscall` (`clock_gettime`, `gettimeofday`, `time`), `clock`, `fallback`",
+        counts: "clock reads that entered the kernel. `fallback=\"true\"` for the clocks the vDSO serves (`realtime`, `monotonic`, `monotonic_raw`, `realtime_coarse`, `monotonic_coarse`, `boottime`, `tai`, and every `gettimeofday`/`time`); `false` for CPU-time clocks (`process_cputime`, `thread_cputime`, `cpu_clock` = ids from `pthread_getcpuclockid`/`clock_getcpuclockid`), alarm clocks, `fd_clock` (PTP) and `invalid` ids, which always enter the kernel",
+        hook: "fentry on `__x64_sys_clock_gettime` etc., or `raw_syscalls:sys_enter`; clock id from the first argument",
+    },
+];
+
 // Its per-process alert (the chart's PrometheusRule makes it from this).
 const ALERT: ProcessAlert = ProcessAlert {
     name: "SlowpathClockSyscallFallback",
@@ -211,6 +234,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[FALLBACKS],
     finding_rules: &[rules::CLOCKSOURCE_NOT_VDSO_CAPABLE, rules::VDSO_BYPASS, rules::CPU_TIME_CLOCKS],
+    family_docs: FAMILY_DOCS,
+    promql: PROMQL,
     alert: Some(ALERT),
 };
 

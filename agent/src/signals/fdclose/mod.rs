@@ -25,6 +25,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::CallKind;
+use crate::signals::FamilyDoc;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
@@ -58,6 +59,25 @@ const UNOPENED_CLOSES: Recorded = Recorded {
         meaning: "closes of descriptors that are not open, per second (close(fd) up to the open-files limit before exec or daemonizing; close_range() or a sane nofile removes them)",
     }),
 };
+
+// Its case in docs/metrics.md's PromQL: each a title line, then queries and comments.
+const PROMQL: &[&str] = &[
+    r#"close sweeps: closes of descriptors that are not open per second, per process, and the
+#    CPU they take at the node's measured cost of one system call
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_fd_close_unopened_calls_total[5m])))
+sum by (instance, comm, cgroup) (rate(slowpath_fd_close_unopened_calls_total[5m]))
+  * on (instance) group_left max by (instance) (slowpath_syscall_seconds)"#,
+];
+
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &FD_CLOSE_UNOPENED,
+        labels: "none but the process's",
+        counts: "`close()` calls on a descriptor the process does not have open, which return `EBADF`: the descriptor is at or past the file table's size (`files->fdt->max_fds`) or its bit in `fdt->open_fds` is clear, read at syscall entry. The close sweeps of code that closes every descriptor up to `sysconf(_SC_OPEN_MAX)` (the soft `RLIMIT_NOFILE`) before it execs or daemonizes. Not counted: a close of an open descriptor, `close_range()`. A thread of the same process opening or closing that number at the same instant, or holding it reserved by an open not yet done, can move one count by one",
+        hook: "fentry on `close`, or `raw_syscalls:sys_enter`: x86_64 `close` (3), arm64 `close` (57); the descriptor is the first argument",
+    },
+];
 
 // The findings its diagnosis makes (docs/doctor.md's table).
 const FD_CLOSE_SWEEP: FindingRule = FindingRule {
@@ -135,6 +155,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[UNOPENED_CLOSES],
     finding_rules: &[FD_CLOSE_SWEEP],
+    family_docs: FAMILY_DOCS,
+    promql: PROMQL,
     alert: Some(ALERT),
 };
 

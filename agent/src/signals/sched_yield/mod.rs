@@ -24,6 +24,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_counters, sp_syscall_group, sp_yiel
 use crate::exposition::{family, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::CallKind;
+use crate::signals::FamilyDoc;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal, Top,
@@ -71,6 +72,25 @@ const ALONE_YIELDS: Recorded = Recorded {
         meaning: "sched_yield calls per second with nothing else runnable on the CPU (spin-waits that burn a core: a blocking wait, or fewer threads than CPUs, removes them)",
     }),
 };
+
+// Its case in docs/metrics.md's PromQL: each a title line, then queries and comments.
+const PROMQL: &[&str] = &[
+    r#"yield spins: sched_yield calls per second with nothing else runnable, per process, and the
+#    share of all its yields that found nobody to hand the CPU to
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_sched_yield_calls_total{runnable="none"}[5m])))
+sum by (instance, comm, cgroup) (rate(slowpath_sched_yield_calls_total{runnable="none"}[5m]))
+  / sum by (instance, comm, cgroup) (rate(slowpath_sched_yield_calls_total[5m]))"#,
+];
+
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &SCHED_YIELD,
+        labels: "`runnable` (`none`, `others`, `unknown`)",
+        counts: "`sched_yield()` calls, every one, by what else was runnable on the caller's CPU at the call: the runqueue's `nr_running` (the caller included), read at syscall entry from the task (`task->se.cfs_rq->rq`). `none`: the caller alone, so the yield returns at once (a spin-wait burning the CPU); `others`: another task was runnable there; `unknown`: a kernel without `CONFIG_FAIR_GROUP_SCHED` (the runqueue is not reached from the task). A wakeup on that CPU in the same instant may fall either side. The spin's cost is mostly user time between the calls: the finding measures the process's CPU",
+        hook: "fentry on `sched_yield`, or `raw_syscalls:sys_enter`: x86_64 `sched_yield` (24), arm64 `sched_yield` (124)",
+    },
+];
 
 // The findings its diagnosis makes (docs/doctor.md's table).
 const YIELD_SPIN: FindingRule = FindingRule {
@@ -142,6 +162,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[ALONE_YIELDS],
     finding_rules: &[YIELD_SPIN],
+    family_docs: FAMILY_DOCS,
+    promql: PROMQL,
     alert: Some(ALERT),
 };
 

@@ -42,6 +42,7 @@ use crate::exposition::{
 };
 use crate::finding::{Compose, Delta, Finding, Severity};
 use crate::signals::vocabulary::{update_clock_offsets, BUCKET_BOUNDS, BUCKET_COUNT};
+use crate::signals::FamilyDoc;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
@@ -135,6 +136,37 @@ const WAKEUPS: Recorded = Recorded {
     }),
 };
 
+// Its case in docs/metrics.md's PromQL: each a title line, then queries and comments.
+const PROMQL: &[&str] = &[
+    r#"timer loops: timer wakeups per second per process, what they wait in, the timeouts asked for
+topk(10, sum by (instance, namespace, pod, comm) (rate(slowpath_timer_wakeups_total[5m])))
+sum by (instance, comm, wait) (rate(slowpath_timer_wakeups_total[5m]))
+sum by (instance, comm, wait) (rate(slowpath_timer_waits_total[5m]))  # timer loops' waits per second
+histogram_quantile(0.5, sum by (instance, comm, le) (rate(slowpath_timer_requested_seconds_bucket[5m])))"#,
+];
+
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &TIMER_WAKEUPS,
+        labels: "`wait` (`nanosleep`, `clock_nanosleep`, `futex`, `epoll_wait`, `poll`, `select`, `timerfd`, `posix_timer`, `other`)",
+        counts: "wakeups of the process by an expiring timer: a wakeup made while an hrtimer callback runs, counted for the woken process. A sleeper's timeout is labelled by the syscall it waited in (read from its user registers; `epoll_wait` covers `epoll_pwait`/`epoll_pwait2`, `poll` covers `ppoll`, `select` covers `pselect6`, `futex` covers `futex_waitv`); `timerfd` and `posix_timer` (`setitimer`, `timer_create`) wake their reader or signal their process; `other` is any other timer callback or syscall. A wait ended early by an event cancels its timer and counts nothing",
+        hook: "`timer:hrtimer_expire_entry`/`_exit` around `sched:sched_waking`",
+    },
+    FamilyDoc {
+        family: &TIMER_WAITS,
+        labels: "`wait` (the six syscall kinds)",
+        counts: "timed waits, exact: every call of a wait syscall with a timeout (`futex` with a timeout, `epoll_wait` > 0 ms, `poll` > 0 ms, a non-NULL `select`/`ppoll`/`pselect6`/`epoll_pwait2`/`futex_waitv` timeout, sleeps), whether its timer expires or an event ends it first. `rate()` of it is the waits per second. Only for timer loops (as below); everyone is in `slowpath_node_timer_waits_total`",
+        hook: "`raw_syscalls:sys_enter`",
+    },
+    FamilyDoc {
+        family: &TIMER_REQUESTED,
+        labels: "`wait` (the six syscall kinds)",
+        counts: "histogram of the timeouts of timed waits, in seconds, same buckets; absolute deadlines (futex `WAIT_BITSET`/`LOCK_PI`, `futex_waitv`, `clock_nanosleep` `TIMER_ABSTIME`) as their distance at the call. **A sample**: every sleep's request (`nanosleep`, `clock_nanosleep`), and of the other waits the first of the process in each jiffy on each CPU (HZ reads a second per CPU at most: reading the timeout from user memory was most of what a traced wait cost). So `_count` is the number of requests read, not of waits (that is `slowpath_timer_waits_total`); the buckets' shares, quantiles and `_sum / _count` (the mean request) describe the requests as before, since a loop asks for the same timeout again and again. Only for timer loops: processes that reached `--timer.loop-threshold` wakeups in one 1 s window (marked in the kernel); everyone is in `slowpath_node_timer_requested_seconds`",
+        hook: "`raw_syscalls:sys_enter` (arguments)",
+    },
+];
+
 // The findings its diagnosis makes (docs/doctor.md's table).
 const TIMER_LOOP: FindingRule = FindingRule {
     id: "timer_loop",
@@ -226,6 +258,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[WAKEUPS],
     finding_rules: &[TIMER_LOOP],
+    family_docs: FAMILY_DOCS,
+    promql: PROMQL,
     alert: Some(ALERT),
 };
 

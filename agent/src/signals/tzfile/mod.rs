@@ -22,6 +22,7 @@ use crate::bpf::types::{sp_callsite_kind, sp_syscall_group};
 use crate::exposition::{family, gauge, push_nonzero, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::CallKind;
+use crate::signals::FamilyDoc;
 use crate::signals::FindingRule;
 use crate::signals::{
     Cell, EventCost, FleetRow, KernelNeeds, NodeCheck, NodeNeeds, Observation, Recorded, Scrape,
@@ -57,6 +58,25 @@ const STAT_CALLS: Recorded = Recorded {
         meaning: "stats of /etc/localtime per second (glibc's localtime(), mktime(), strftime() with TZ unset; TZ=:/etc/localtime removes them)",
     }),
 };
+
+// Its case in docs/metrics.md's PromQL: each a title line, then queries and comments.
+const PROMQL: &[&str] = &[
+    r#"time-zone file checks (TZ unset): stats of /etc/localtime per second, per process,
+#    and the CPU they take at the node's measured cost of one
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_tzfile_stat_calls_total[5m])))
+sum by (instance, comm, cgroup) (rate(slowpath_tzfile_stat_calls_total[5m]))
+  * on (instance) group_left max by (instance) (slowpath_tzfile_check_seconds)"#,
+];
+
+// docs/metrics.md's rows for its families (labels, what a count is, the hook).
+const FAMILY_DOCS: &[FamilyDoc] = &[
+    FamilyDoc {
+        family: &TZFILE_STATS,
+        labels: "none but the process's",
+        counts: "checks of the default time-zone file: `stat`, `lstat`, `newfstatat` and `statx` calls whose path is `/etc/localtime` and lies in the calling code's own ELF file (within 64 MiB of the syscall's return address: the C library's built-in `TZDEFAULT` literal, which glibc's `localtime()`, `mktime()`, `ctime()`, `strftime()` and `tzset()` stat on every call while `TZ` is unset; `localtime_r()` does not). Not counted: a stat of `/etc/localtime` from a stack or `brk` heap buffer, far from the code (`stat /etc/localtime`, the agent's own measurement; a buffer mapped near the C library, as Python's `os.stat` may use, is read and counted), other zone files, opens and reads of the file. `TZ=:/etc/localtime` in the environment takes a process to 0",
+        hook: "fentry on the syscalls, or `raw_syscalls:sys_enter`: x86_64 `stat` (4), `lstat` (6), `newfstatat` (262), `statx` (332); arm64 `newfstatat` (79), `statx` (291); the path is the first argument of `stat`/`lstat`, the second of `newfstatat`/`statx`",
+    },
+];
 
 // The findings its diagnosis makes (docs/doctor.md's table).
 const TZFILE_CHECKS: FindingRule = FindingRule {
@@ -134,6 +154,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[STAT_CALLS],
     finding_rules: &[TZFILE_CHECKS],
+    family_docs: FAMILY_DOCS,
+    promql: PROMQL,
     alert: Some(ALERT),
 };
 
