@@ -26,7 +26,7 @@ use crate::signals::{
 use crate::sources::CauseBasis;
 
 mod alert;
-mod family_docs;
+mod docs;
 mod findings;
 pub mod settings;
 mod sources;
@@ -186,8 +186,8 @@ pub const SIGNAL: Signal = Signal {
     },
     recorded: &[FAULT_ALLOCS, FAULT_FALLBACKS, DIRECT_COMPACTION],
     finding_rules: &[findings::DIRECT_COMPACTION_STALLS, findings::THP_FAULTS],
-    family_docs: family_docs::FAMILY_DOCS,
-    promql: family_docs::PROMQL,
+    family_docs: docs::FAMILY_DOCS,
+    promql: docs::PROMQL,
     alert: Some(alert::ALERT),
 };
 

@@ -1,4 +1,5 @@
-//! The memory signal's rows of docs/metrics.md's labels and hooks.
+//! The memory signal's rows of docs/metrics.md: its families' labels and
+//! hooks, and its cases in PromQL.
 
 use super::{COMPACTION_RUNS, COMPACTION_SECONDS, THP_ALLOCS, THP_FALLBACKS};
 use crate::signals::FamilyDoc;
