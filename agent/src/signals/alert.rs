@@ -9,11 +9,15 @@
 
 use serde::{Serialize, Serializer};
 
-use super::Recorded;
+use super::recorded::recorded_name;
+use super::{FindingRule, Recorded};
 
-/// A recorded rate by its name (`slowpath signals`).
-fn name_of<S: Serializer>(recorded: &&'static Recorded, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(recorded.name)
+/// Finding ids as the regex a `finding=~` matcher takes: "a|b".
+fn ids_regex<S: Serializer>(
+    rules: &&'static [&'static FindingRule],
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&rules.iter().map(|r| r.id).collect::<Vec<_>>().join("|"))
 }
 
 /// The per-process alert of a signal, as the chart renders it:
@@ -33,17 +37,18 @@ pub struct ProcessAlert {
     /// The recorded rate it compares, per process
     /// (`instance_cgroup_comm:<name>:rate5m`): one of the signal's
     /// [`super::Signal::recorded`].
-    #[serde(serialize_with = "name_of")]
+    #[serde(serialize_with = "recorded_name")]
     pub rate: &'static Recorded,
     /// Its threshold, in the rate's unit (per second, or seconds per second).
     pub threshold: Setting,
     /// How long the rate must stay above it, a Prometheus duration.
     #[serde(rename = "for")]
     pub for_: Setting,
-    /// The `finding` label values (a regex) of `slowpath_finding_info`
-    /// whose `known_source` the alert takes: the findings of the signal for
-    /// the same process.
-    pub findings: &'static str,
+    /// The findings of the signal, for the same process, whose
+    /// `slowpath_finding_info` gives the alert its `known_source` (the
+    /// chart matches their ids as a regex, `a|b`).
+    #[serde(serialize_with = "ids_regex")]
+    pub findings: &'static [&'static FindingRule],
     /// The summary annotation, a Prometheus template: its own text whole,
     /// e.g. `{{ $labels.comm }} on {{ $labels.instance }} makes ...`.
     pub summary: &'static str,

@@ -4,20 +4,16 @@
 //! docs/generate.py writes docs/metrics.md's table of labels and hooks from
 //! them.
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
+use super::recorded::family_name;
 use crate::exposition::Family;
-
-/// A family by its name (`slowpath signals`).
-fn name_of<S: Serializer>(family: &&'static Family, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(family.name)
-}
 
 /// One family's row of docs/metrics.md's "Labels and hooks" (Markdown cells,
 /// one line each).
 #[derive(Serialize)]
 pub struct FamilyDoc {
-    #[serde(serialize_with = "name_of")]
+    #[serde(serialize_with = "family_name")]
     pub family: &'static Family,
     /// Its labels beyond the process's, with their values where they are a
     /// closed set ("none but the process's", or empty).

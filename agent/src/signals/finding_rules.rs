@@ -39,9 +39,14 @@ mod tests {
                 assert!(!rule.when.is_empty() && !rule.when.contains(['\n', '|']));
             }
             let Some(alert) = &signal.alert else { continue };
-            for id in alert.findings.split('|') {
-                let own = signal.finding_rules.iter().any(|r| r.id == id);
-                assert!(own, "{}: {id} is no finding of its signal", alert.name);
+            assert!(!alert.findings.is_empty(), "{}", alert.name);
+            for finding in alert.findings {
+                let own = signal.finding_rules.iter().any(|r| r.id == finding.id);
+                assert!(
+                    own,
+                    "{}: {} is no finding of its signal",
+                    alert.name, finding.id
+                );
             }
         }
     }

@@ -10,9 +10,18 @@ use serde::{Serialize, Serializer};
 
 use crate::exposition::Family;
 
-/// A family by its name (`slowpath signals`).
-fn name_of<S: Serializer>(family: &&'static Family, s: S) -> Result<S::Ok, S::Error> {
+/// A family by its name (`slowpath signals`; the declarations' one form
+/// of a family reference).
+pub(super) fn family_name<S: Serializer>(
+    family: &&'static Family,
+    s: S,
+) -> Result<S::Ok, S::Error> {
     s.serialize_str(family.name)
+}
+
+/// A recorded rate by its name (`slowpath signals`).
+pub(super) fn recorded_name<S: Serializer>(r: &&'static Recorded, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(r.name)
 }
 
 /// A recorded rate of one counter of a signal.
@@ -21,7 +30,7 @@ pub struct Recorded {
     /// The metric part of the recorded names (`level:<name>:rate5m`).
     pub name: &'static str,
     /// The counter whose rate is recorded.
-    #[serde(serialize_with = "name_of")]
+    #[serde(serialize_with = "family_name")]
     pub family: &'static Family,
     /// A label that must have this value for a series to count.
     pub only: Option<(&'static str, &'static str)>,

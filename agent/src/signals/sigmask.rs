@@ -98,7 +98,7 @@ const ALERT: ProcessAlert = ProcessAlert {
         default: "10m",
         why: "",
     },
-    findings: "rt_sigprocmask_storm",
+    findings: &[&RT_SIGPROCMASK_STORM],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} makes {{ $value | humanize }} rt_sigprocmask calls/s",
     description: "changes its signal mask {{ $value | humanize }} times per second. Equal op=\"query\" and op=\"setmask\" rates are the glibc getcontext/setcontext signature (e.g. Ruby built with --enable-pthread).",
     runbook: "rt_sigprocmask-storm",

@@ -10,13 +10,9 @@
 
 use serde::{Serialize, Serializer};
 
+use super::recorded::family_name;
 use super::Recorded;
 use crate::exposition::Family;
-
-/// A family by its name (`slowpath signals`).
-fn name_of<S: Serializer>(family: &&'static Family, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(family.name)
-}
 
 fn name_if_any<S: Serializer>(family: &Option<&'static Family>, s: S) -> Result<S::Ok, S::Error> {
     family.map(|f| f.name).serialize(s)
@@ -65,7 +61,7 @@ pub struct TopColumn {
     /// Its key in the `rates` object of a JSON frame.
     pub key: &'static str,
     /// The counter summed.
-    #[serde(serialize_with = "name_of")]
+    #[serde(serialize_with = "family_name")]
     pub family: &'static Family,
     /// A label that must have this value for a series to count.
     pub only: Option<(&'static str, &'static str)>,

@@ -167,7 +167,7 @@ const ALERT: ProcessAlert = ProcessAlert {
         default: "10m",
         why: "",
     },
-    findings: "vdso_bypass|clocksource_not_vdso_capable",
+    findings: &[&rules::VDSO_BYPASS, &rules::CLOCKSOURCE_NOT_VDSO_CAPABLE],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} makes {{ $value | humanize }} clock syscalls/s the vDSO could serve",
     description: "reads the clock through real system calls at {{ $value | humanize }}/s. If slowpath_vdso_fallback is 0 on the node, the process bypasses the vDSO (static binary, seccomp sandbox, old runtime); otherwise see SlowpathClocksourceNotVdsoCapable.",
     runbook: "clock-syscall-fallback",

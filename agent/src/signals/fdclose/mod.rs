@@ -100,7 +100,7 @@ const ALERT: ProcessAlert = ProcessAlert {
         default: "10m",
         why: "",
     },
-    findings: "fd_close_sweep",
+    findings: &[&FD_CLOSE_SWEEP],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} closes {{ $value | humanize }} descriptors/s it does not have open (a close sweep)",
     description: "calls close() {{ $value | humanize }} times per second on descriptors it does not have open (EBADF): a loop that closes every descriptor up to the open-files limit before it execs or daemonizes, one system call per number, as long as the soft nofile limit (1,048,576 or more in many containers). The finding names the process's limit; close_range()/closefrom(), or a lower nofile, removes the loop.",
     runbook: "close-sweeps",

@@ -17,7 +17,7 @@ pub const ALERT: ProcessAlert = ProcessAlert {
         default: "10m",
         why: "",
     },
-    findings: "direct_compaction_stalls",
+    findings: &[&super::findings::DIRECT_COMPACTION_STALLS],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} stalls in direct compaction {{ $value | humanizePercentage }} of the time",
     description: "spends {{ $value | humanizePercentage }} of its time compacting memory inside allocations: latency it feels directly. Check slowpath_thp_settings_info.",
     runbook: "direct-compaction-stalls",

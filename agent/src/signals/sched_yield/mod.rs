@@ -113,7 +113,7 @@ const ALERT: ProcessAlert = ProcessAlert {
         default: "10m",
         why: "",
     },
-    findings: "yield_spin",
+    findings: &[&YIELD_SPIN],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} calls sched_yield {{ $value | humanize }} times/s with nothing else to run (a yield spin)",
     description: "calls sched_yield() {{ $value | humanize }} times per second while nothing else is runnable on its CPU: each call returns at once, so a thread spin-waits and burns a CPU (and its pod's CPU quota), mostly in user space between the calls. The finding gives the process's measured CPU and the call sites; a blocking wait, or no more spinning threads than the CPUs the process may use, removes it.",
     runbook: "yield-spins",

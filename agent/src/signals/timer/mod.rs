@@ -188,7 +188,7 @@ const ALERT: ProcessAlert = ProcessAlert {
         default: "15m",
         why: "",
     },
-    findings: "timer_loop",
+    findings: &[&TIMER_LOOP],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} is woken by timers {{ $value | humanize }} times/s",
     description: "is woken by an expiring timer {{ $value | humanize }} times per second (sleeps, futex/epoll/poll/select timeouts, timerfds, itimers): a short ticker that costs CPU even when idle. slowpath_timer_wakeup_cost_seconds is what one wakeup costs on the node (times this rate: the CPU they take; recorded as instance_cgroup_comm:slowpath_timer_wakeup_cpu_seconds:rate5m); the doctor names the runtime.",
     runbook: "timer-loop",

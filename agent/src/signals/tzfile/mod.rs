@@ -99,7 +99,7 @@ const ALERT: ProcessAlert = ProcessAlert {
         default: "10m",
         why: "",
     },
-    findings: "tzfile_checks",
+    findings: &[&TZFILE_CHECKS],
     summary: "{{ $labels.comm }} on {{ $labels.instance }} checks /etc/localtime {{ $value | humanize }} times/s (TZ unset)",
     description: "stats /etc/localtime {{ $value | humanize }} times per second: with TZ unset, glibc's localtime(), mktime(), strftime() and tzset() check the time-zone file on every call, one system call each. slowpath_tzfile_check_seconds is what one check costs on the node (times this rate: the CPU they take); TZ=:/etc/localtime in the process's environment removes them.",
     runbook: "time-zone-file-checks",
