@@ -25,6 +25,7 @@ import time
 
 import pytest
 
+from helpers.agent import Agent
 from helpers.oracles import TimerOracle
 
 WAKEUPS = "slowpath_timer_wakeups_total"
@@ -149,14 +150,32 @@ def children_cpu_seconds(argv):
     return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
-def test_the_wakeup_cost_is_what_the_kernel_charges_a_sleeping_process(agent, workload_bin):
-    """slowpath_timer_wakeup_cost_seconds (the agent's own timed sleeps)
-    against the CPU time the kernel charges a C program per 200 us sleep:
-    the difference of 4,200 and 200 sleeps, which leaves out its start and
-    exit; the median of three. Within a factor of 2: the agent times its
-    sleeps once, at start, when its own start-up keeps the CPU warm (CI read
-    14 us against the kernel's 24 us; here 21 against 21-23)."""
-    ours = agent.scrape().value("slowpath_timer_wakeup_cost_seconds")
+def kernel_wakeup_cost(workload_bin):
+    """CPU seconds the kernel charges a C program per 200 us sleep: the
+    difference of 4,200 and 200 sleeps, which leaves out its start and exit;
+    the median of three."""
     run = lambda n: children_cpu_seconds([str(workload_bin), "sleep", str(n), "200"])
-    oracle = sorted((run(4200) - run(200)) / 4000 for _ in range(3))[1]
-    assert 1e-7 < ours < 1e-3 and oracle / 2 <= ours <= 2 * oracle, (ours, oracle)
+    return sorted((run(4200) - run(200)) / 4000 for _ in range(3))[1]
+
+
+def test_the_wakeup_cost_is_what_the_kernel_charges_a_sleeping_process(
+        agent, agent_bin, workload_bin, tmp_path):
+    """slowpath_timer_wakeup_cost_seconds (an agent's own timed sleeps, at its
+    start) against what the kernel charges a sleeping C program, measured
+    just before and just after that agent starts. What one wakeup costs on a
+    virtual machine drifts with its host by 2x within minutes (CI: the
+    module's agent read 24 us at its start, the kernel charged 51 us minutes
+    later; this machine reads 34 to 58 us within a minute), so the agent is
+    one started here and the oracle brackets its moment. Within a factor of
+    2 of the bracket: the agent's start-up keeps the CPU warm while it times
+    its sleeps."""
+    before = kernel_wakeup_cost(workload_bin)
+    fresh = Agent(agent_bin, [f"--bpf.attach-type={agent.attach_type.replace('_', '-')}"],
+                  tmp_path / "agent.log")
+    try:
+        ours = fresh.scrape().value("slowpath_timer_wakeup_cost_seconds")
+    finally:
+        assert fresh.stop() == 0, fresh.log_text()
+    after = kernel_wakeup_cost(workload_bin)
+    low, high = sorted((before, after))
+    assert 1e-7 < ours < 1e-3 and low / 2 <= ours <= 2 * high, (ours, before, after)
