@@ -10,6 +10,14 @@
  *                                  and one timer wakeup (sched_waking)
  *   hotpath clock N                N raw syscall(SYS_clock_gettime): the
  *                                  traced syscall the vDSO would otherwise hide
+ *   hotpath untraced N             N raw syscall(SYS_getppid): a syscall
+ *                                  slowpath does not count, which leaves its
+ *                                  sys_enter program at the first test (the
+ *                                  cost every syscall on the node pays)
+ *   hotpath ready N                N epoll_wait() with a 1 s timeout on an
+ *                                  eventfd that is always readable: a timed
+ *                                  wait that finds its event and never
+ *                                  sleeps, as a busy server's loop makes
  *   hotpath turns PROCS N          PROCS processes on CPU 0, each N times a raw
  *                                  clock_gettime then sched_yield(): the
  *                                  processes take turns, so nearly every
@@ -44,6 +52,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -111,6 +121,30 @@ int main(int argc, char **argv)
 		n_calls = atol(argv[2]);
 		for (long i = 0; i < n_calls; i++)
 			syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &ts);
+		printf("calls %ld\n", n_calls);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "untraced")) {
+		n_calls = atol(argv[2]);
+		for (long i = 0; i < n_calls; i++)
+			syscall(SYS_getppid);
+		printf("calls %ld\n", n_calls);
+		return 0;
+	}
+	if (argc == 3 && !strcmp(argv[1], "ready")) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		int ep = epoll_create1(0), efd = eventfd(1, 0);
+
+		if (ep < 0 || efd < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, efd, &ev)) {
+			perror("hotpath ready");
+			return 1;
+		}
+		n_calls = atol(argv[2]);
+		for (long i = 0; i < n_calls; i++)
+			if (epoll_wait(ep, &ev, 1, 1000) != 1) {
+				perror("hotpath ready: epoll_wait");
+				return 1;
+			}
 		printf("calls %ld\n", n_calls);
 		return 0;
 	}

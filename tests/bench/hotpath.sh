@@ -11,6 +11,10 @@
 #          timeout: a timed futex sys_enter, an hrtimer_wakeup expiry and a
 #          timer wakeup (sched_waking) per wait
 #   clock  CLOCKS raw clock_gettime syscalls
+#   untraced  CLOCKS raw getppid syscalls: not counted, so the sys_enter
+#          program leaves at its first test (what every syscall pays)
+#   ready  CLOCKS epoll_wait calls with a 1 s timeout that find their event
+#          ready: timed waits that never sleep, as a busy server's loop makes
 #   yields CLOCKS raw sched_yield syscalls, pinned, with nothing else of
 #          ours runnable there: counted, with the caller's runqueue read
 #   turns  TURN_PROCS processes on CPU 0 taking turns, TURNS times each a raw
@@ -166,6 +170,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
         prog_run_stats "$pid" >"$work/s6"
         "$work/hotpath" yields "$CLOCKS" >/dev/null
         prog_run_stats "$pid" >"$work/s7"
+        "$work/hotpath" untraced "$CLOCKS" >/dev/null
+        prog_run_stats "$pid" >"$work/s8"
+        "$work/hotpath" ready "$CLOCKS" >/dev/null
+        prog_run_stats "$pid" >"$work/s9"
         stop
         record "$work/s0" "$work/s1" "$r" "$cfg" waits
         record "$work/s1" "$work/s2" "$r" "$cfg" clock
@@ -174,6 +182,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
         record "$work/s4" "$work/s5" "$r" "$cfg" stat-other
         record "$work/s5" "$work/s6" "$r" "$cfg" stat-near
         record "$work/s6" "$work/s7" "$r" "$cfg" yields
+        record "$work/s7" "$work/s8" "$r" "$cfg" untraced
+        record "$work/s8" "$work/s9" "$r" "$cfg" ready
         line+=" $cfg"
     done
     echo "$line"
@@ -185,7 +195,7 @@ echo
 echo "== ns per run: median [min..max] over $ROUNDS rounds (runs: of the median round)"
 printf '%-20s %-10s %-32s %8s  %-17s %10s\n' config window program median range runs
 for cfg in "${configs[@]}"; do
-    for w in waits clock turns localtime stat-other stat-near yields; do
+    for w in waits ready clock untraced turns localtime stat-other stat-near yields; do
         awk -v c="$cfg" -v w="$w" '$2 == c && $3 == w { print $4 }' "$work/results" | sort -u | { grep -E "$PROGS" || true; } |
             while read -r prog; do
                 awk -v c="$cfg" -v w="$w" -v p="$prog" '$2 == c && $3 == w && $4 == p { print $5, $6 }' \
