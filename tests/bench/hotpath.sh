@@ -148,6 +148,19 @@ for a in $ATTACH; do
     for l in "${labels[@]}"; do configs+=("$l/$a"); done
 done
 n=${#configs[@]}
+# The windows, in the order they run: hotpath's mode (the window's name) and
+# its arguments.
+windows=(
+    "waits $THREADS $WAITS $USEC"
+    "clock $CLOCKS"
+    "turns $TURN_PROCS $TURNS"
+    "localtime $STATS"
+    "stat-other $STATS"
+    "stat-near $STATS"
+    "yields $CLOCKS"
+    "untraced $CLOCKS"
+    "ready $CLOCKS"
+)
 echo
 echo "== rounds"
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -156,34 +169,20 @@ for ((r = 1; r <= ROUNDS; r++)); do
         cfg=${configs[$(((r - 1 + k) % n))]}
         start "$cfg"
         prog_run_stats "$pid" >"$work/s0"
-        "$work/hotpath" waits "$THREADS" "$WAITS" "$USEC" >/dev/null
-        prog_run_stats "$pid" >"$work/s1"
-        "$work/hotpath" clock "$CLOCKS" >/dev/null
-        prog_run_stats "$pid" >"$work/s2"
-        "$work/hotpath" turns "$TURN_PROCS" "$TURNS" >/dev/null
-        prog_run_stats "$pid" >"$work/s3"
-        "$work/hotpath" localtime "$STATS" >/dev/null
-        prog_run_stats "$pid" >"$work/s4"
-        "$work/hotpath" stat-other "$STATS" >/dev/null
-        prog_run_stats "$pid" >"$work/s5"
-        "$work/hotpath" stat-near "$STATS" >/dev/null
-        prog_run_stats "$pid" >"$work/s6"
-        "$work/hotpath" yields "$CLOCKS" >/dev/null
-        prog_run_stats "$pid" >"$work/s7"
-        "$work/hotpath" untraced "$CLOCKS" >/dev/null
-        prog_run_stats "$pid" >"$work/s8"
-        "$work/hotpath" ready "$CLOCKS" >/dev/null
-        prog_run_stats "$pid" >"$work/s9"
+        i=0
+        for window in "${windows[@]}"; do
+            read -r -a args <<<"$window"
+            "$work/hotpath" "${args[@]}" >/dev/null
+            i=$((i + 1))
+            prog_run_stats "$pid" >"$work/s$i"
+        done
         stop
-        record "$work/s0" "$work/s1" "$r" "$cfg" waits
-        record "$work/s1" "$work/s2" "$r" "$cfg" clock
-        record "$work/s2" "$work/s3" "$r" "$cfg" turns
-        record "$work/s3" "$work/s4" "$r" "$cfg" localtime
-        record "$work/s4" "$work/s5" "$r" "$cfg" stat-other
-        record "$work/s5" "$work/s6" "$r" "$cfg" stat-near
-        record "$work/s6" "$work/s7" "$r" "$cfg" yields
-        record "$work/s7" "$work/s8" "$r" "$cfg" untraced
-        record "$work/s8" "$work/s9" "$r" "$cfg" ready
+        # recorded after the agent stopped, so no window counts this work
+        i=0
+        for window in "${windows[@]}"; do
+            record "$work/s$i" "$work/s$((i + 1))" "$r" "$cfg" "${window%% *}"
+            i=$((i + 1))
+        done
         line+=" $cfg"
     done
     echo "$line"
@@ -195,7 +194,7 @@ echo
 echo "== ns per run: median [min..max] over $ROUNDS rounds (runs: of the median round)"
 printf '%-20s %-10s %-32s %8s  %-17s %10s\n' config window program median range runs
 for cfg in "${configs[@]}"; do
-    for w in waits ready clock untraced turns localtime stat-other stat-near yields; do
+    for w in "${windows[@]%% *}"; do
         awk -v c="$cfg" -v w="$w" '$2 == c && $3 == w { print $4 }' "$work/results" | sort -u | { grep -E "$PROGS" || true; } |
             while read -r prog; do
                 awk -v c="$cfg" -v w="$w" -v p="$prog" '$2 == c && $3 == w && $4 == p { print $5, $6 }' \
