@@ -31,9 +31,29 @@ from helpers.oracles import TRACEFS  # noqa: E402
 from helpers.paths import REPO, WORKLOAD_SRC  # noqa: E402
 from helpers.prometheus import prometheus_release  # noqa: E402
 from helpers.signals import agent_path  # noqa: E402
+from helpers.tiers import MARKER, TIERS, tier_of, tier_problems  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption("--tier", choices=sorted(TIERS), default=None,
+                     help="run only this tier's tests (helpers/tiers.py; scripts/test.sh --fast is --tier=fast)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"{MARKER}(name): the test's tier, one of: "
+                            + "; ".join(f"{name}: {what}" for name, what in TIERS.items()))
 
 
 def pytest_collection_modifyitems(config, items):
+    problems = tier_problems(items)
+    if problems:
+        raise pytest.UsageError("every test has a tier (tests/e2e/helpers/tiers.py):\n  " + "\n  ".join(problems))
+    wanted = config.getoption("--tier")
+    if wanted:
+        dropped = [item for item in items if tier_of(item) != wanted]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if tier_of(item) == wanted]
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="needs root: loads BPF programs into the kernel")
@@ -81,9 +101,12 @@ def workload_bin():
     return out
 
 
-@pytest.fixture(scope="module", params=["tp-btf", "raw-tp"])
+@pytest.fixture(scope="session", params=["tp-btf", pytest.param("raw-tp", marks=pytest.mark.tier("full"))])
 def agent(request, agent_bin, tmp_path_factory):
-    """The agent with per-pid series, once per attach type."""
+    """The agent with per-pid series, once per attach type, shared by every
+    module that reads only its own workloads' series (pytest runs each
+    attach type's tests together). tp_btf's tests are in their modules'
+    tier; raw_tp's are in the full tier."""
     log = tmp_path_factory.mktemp("agent") / "agent.log"
     a = Agent(
         agent_bin,

@@ -23,6 +23,8 @@ from helpers.prometheus import prometheus_server
 from helpers.signals import declarations
 from test_runbook_links import DEFAULT_BASE as RUNBOOK_BASE  # the chart's default runbook
 
+pytestmark = pytest.mark.tier("full")
+
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.tier("fast")
+
 REPO = Path(__file__).resolve().parents[2]
 CHECK = REPO / "bpf" / "check-headers.sh"
 

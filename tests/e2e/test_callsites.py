@@ -15,6 +15,8 @@ from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("full")
+
 HARVEST = 1.0  # seconds between harvests (callsite_store::HARVEST_INTERVAL)
 NOFP_SRC = Path(__file__).resolve().parents[2] / "tests" / "workloads" / "sp-nofp.c"
 RECOVERED_BY = {"frame_pointer", "stack_top", "eh_frame"}

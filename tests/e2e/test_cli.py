@@ -21,6 +21,8 @@ from helpers.host import free_port
 from helpers.paths import REPO
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("fast")
+
 @pytest.fixture(autouse=True)
 def nothing_left_attached():
     before = our_program_ids()

@@ -25,6 +25,8 @@ from helpers.signal_facts import declared, flat, producible
 from helpers.signals import CORE_HOOKS, by_name
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("full")
+
 # What only each signal asks of the kernel (on x86_64), and its families, as
 # the agent declares them (`slowpath signals`): a syscall two signals count
 # (sleep's and the timer's nanosleep, clock_nanosleep) is neither's alone.

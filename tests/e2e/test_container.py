@@ -22,7 +22,7 @@ from helpers.host import free_port
 from helpers.paths import REPO
 from helpers.workload import run_workload
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")
+pytestmark = [pytest.mark.tier("full"), pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")]
 
 CONF = REPO / "tests" / "deploy" / "containers.conf"
 BASE = "localhost/slowpath-base:bookworm"

@@ -35,6 +35,8 @@ from helpers.signal_facts import declared, producible
 from helpers.signals import declarations
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("full")
+
 DASHBOARDS_DIR = REPO / "dashboards"
 DASHBOARDS = {  # file -> uid: uids are stable, links and bookmarks depend on them
     "slowpath-overview.json": "slowpath-overview",

@@ -30,6 +30,8 @@ import yaml
 from helpers.paths import REPO
 from helpers.tools import tools_cache
 
+pytestmark = pytest.mark.tier("fast")
+
 GENERATE = REPO / "docs" / "generate.py"
 PAGES = sorted([REPO / "README.md", REPO / "CONTRIBUTING.md", REPO / "ARCHITECTURE.md",
                 REPO / "dashboards" / "README.md",

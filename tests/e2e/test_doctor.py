@@ -13,6 +13,8 @@ import pytest
 
 from helpers.agent import doctor_report
 
+pytestmark = pytest.mark.tier("full")
+
 
 def with_workload(workload_bin, *args):
     """Start a workload; returns (process, pid)."""

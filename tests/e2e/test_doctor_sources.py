@@ -42,6 +42,8 @@ from helpers.agent import doctor_report
 from helpers.oracles import vmstat
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 PTH_SRC = REPO / "tests" / "workloads" / "pth-yield.c"
 JAVA_SRC = REPO / "tests" / "workloads" / "java" / "PreTouchHeap.java"
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")

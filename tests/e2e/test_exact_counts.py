@@ -15,6 +15,8 @@ from helpers.oracles import populated_zones, vmstat
 from helpers.signals import every_hook
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("fast")
+
 CLOCK = "slowpath_clock_syscalls_total"
 SIGMASK = "slowpath_rt_sigprocmask_calls_total"
 SLEEPS = "slowpath_sleep_calls_total"

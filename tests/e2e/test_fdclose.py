@@ -20,6 +20,8 @@ import pytest
 
 from test_findings import check_storm, stack, started  # noqa: F401
 
+pytestmark = pytest.mark.tier("fast")
+
 FDCLOSE = "slowpath_fd_close_unopened_calls_total"
 # pid, then a close that failed with EBADF (strace -f -o: "PID close(N) = -1 EBADF ...", or, when
 # another process's event came between its entry and exit, "PID <... close resumed>) = -1 EBADF")

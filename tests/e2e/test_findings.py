@@ -39,6 +39,8 @@ from helpers.prometheus import prom_query, prometheus_server
 from test_doctor_sources import JAVA_SRC as PRETOUCH_SRC, pth_bin, thp_always, workload_cmd  # noqa: F401
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA, NODE, PYTHON, go_ticker  # noqa: F401
 
+pytestmark = pytest.mark.tier("full")
+
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 KNOWN_SOURCES = yaml.safe_load((REPO / "deploy/helm/slowpath/files/known-sources.yaml").read_text())
 WINDOW = 8  # --findings.window, seconds

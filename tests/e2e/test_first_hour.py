@@ -17,6 +17,8 @@ import yaml
 from helpers.agent import Agent
 from helpers.prometheus import prom_get, prom_query, prometheus_release, prometheus_server
 
+pytestmark = pytest.mark.tier("full")
+
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "first-hour.md"
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"

@@ -27,6 +27,9 @@ from helpers.prometheus import prometheus_release
 from helpers.signal_facts import declared
 from helpers.signals import declarations
 from helpers.tools import tools_cache
+import pytest
+
+pytestmark = pytest.mark.tier("full")
 
 FLEET_SIM = Path(__file__).resolve().parents[2] / "scripts" / "fleet-sim.py"
 # The fleet rows of the signals with no busy-node program (helpers/signal_facts/):

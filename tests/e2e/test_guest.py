@@ -46,10 +46,10 @@ from helpers.signals import every_hook
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.tier("full"), pytest.mark.skipif(
     shutil.which("qemu-system-x86_64") is None or shutil.which("busybox") is None,
     reason="needs qemu-system-x86 and busybox-static (scripts/setup.sh --test)",
-)
+)]
 
 N = 20_000  # syscalls are slow under TCG: keep loops small
 # scripts/test-kernels.sh: every kernel for every scenario below, not only the

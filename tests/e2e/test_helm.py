@@ -33,6 +33,8 @@ from as_shipped import container_exec, image_binary, pod_prefix
 from helpers.signals import agent_path, declarations
 from helpers.agent import Agent
 
+pytestmark = pytest.mark.tier("full")
+
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "slowpath"
 PLAIN = REPO / "deploy" / "kubernetes" / "slowpath.yaml"

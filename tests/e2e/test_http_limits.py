@@ -13,6 +13,8 @@ import pytest
 
 from helpers.agent import Agent
 
+pytestmark = pytest.mark.tier("full")
+
 CLOSED = "slowpath_http_connections_closed_total"
 
 

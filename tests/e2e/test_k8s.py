@@ -36,6 +36,8 @@ from helpers.agent import Agent  # noqa: E402
 from helpers.host import cgroup2_root  # noqa: E402
 from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 
+pytestmark = pytest.mark.tier("full")
+
 ROLLOUT_TIMEOUT = 90
 
 

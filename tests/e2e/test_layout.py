@@ -17,6 +17,8 @@ import pytest
 from helpers import signal_facts
 from helpers.signals import declarations
 
+pytestmark = pytest.mark.tier("fast")
+
 E2E = Path(__file__).resolve().parent
 CONFTEST = E2E / "conftest.py"
 

@@ -14,6 +14,8 @@ import yaml
 
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 _jsonnet = pytest.importorskip("_jsonnet", reason="python3-jsonnet not installed (scripts/setup.sh --test)")
 
 MIXIN = REPO / "deploy" / "mixin"

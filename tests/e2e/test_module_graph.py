@@ -11,6 +11,9 @@ Loads no BPF and runs no agent: reads the sources only.
 import subprocess
 import sys
 from pathlib import Path
+import pytest
+
+pytestmark = pytest.mark.tier("fast")
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "module-graph.py"

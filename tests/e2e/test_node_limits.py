@@ -42,6 +42,8 @@ from helpers.agent import Agent, Scrape
 from helpers.host import cgroup2_root
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 PIDS_MAX = 1024
 NOFILE = (1024, min(524288, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 IDLE_CONNECTIONS = 2000

@@ -15,6 +15,8 @@ from helpers.agent import Agent
 from helpers.prometheus import prom_query, prometheus_server
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("full")
+
 @pytest.fixture(scope="module")
 def agent(agent_bin, tmp_path_factory):
     a = Agent(agent_bin, ["--metrics.pid-label"], tmp_path_factory.mktemp("agent") / "agent.log")

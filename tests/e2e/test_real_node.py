@@ -84,6 +84,8 @@ from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 from k8s_node import NODE_IP, NetNS, Node, build_pause_image, save_image  # noqa: E402
 from test_doctor_sources import pretouch_class  # noqa: E402,F401
 
+pytestmark = pytest.mark.tier("full")
+
 CHART = REPO / "deploy" / "helm" / "slowpath"
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 SECURITY_DOC = REPO / "docs" / "security.md"

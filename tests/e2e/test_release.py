@@ -50,6 +50,8 @@ from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
 
 import test_container as container  # noqa: E402  (its podman helpers; a module, so not collected twice)
 
+pytestmark = pytest.mark.tier("full")
+
 VERSION = re.search(r'^version = "(.+)"$', (REPO / "agent/Cargo.toml").read_text(), re.M)[1]
 EM_X86_64, EM_AARCH64 = 62, 183
 

@@ -17,6 +17,8 @@ import yaml
 
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 BASE = "https://runbooks.example.test/slowpath.md"
 RENDER = REPO / "deploy" / "render.sh"
 CHART = REPO / "deploy" / "helm" / "slowpath"

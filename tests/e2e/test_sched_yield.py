@@ -25,6 +25,8 @@ import pytest
 from helpers.oracles import wait_ready
 from test_findings import check_storm, stack, started  # noqa: F401
 
+pytestmark = pytest.mark.tier("fast")
+
 YIELDS = "slowpath_sched_yield_calls_total"
 SPIN = Path(__file__).resolve().parents[1] / "workloads" / "disruptor-spin"
 

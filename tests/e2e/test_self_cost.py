@@ -23,6 +23,8 @@ from helpers.agent import Agent, error_line, run_agent
 from helpers.bpf import bpf_fd_ids
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
 RUNS = "slowpath_probe_runs_total"
 SECONDS = "slowpath_probe_run_seconds_total"

@@ -16,6 +16,8 @@ from helpers.paths import REPO
 from helpers.signal_facts import declared
 from helpers.signals import declarations
 
+pytestmark = pytest.mark.tier("full")
+
 # Each declared signal's program on the busy node (helpers/signal_facts/).
 BUSY = {name: facts.BUSY_NODE for name, facts in declared().items() if facts.BUSY_NODE}
 # The counters of the signals with no busy-node program: the busy node's

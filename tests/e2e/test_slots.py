@@ -12,6 +12,9 @@ import subprocess
 
 from helpers.oracles import TimerOracle, strace_counts
 from helpers.workload import run_workload
+import pytest
+
+pytestmark = pytest.mark.tier("fast")
 
 CLOCK = "slowpath_clock_syscalls_total"
 WAKEUPS = "slowpath_timer_wakeups_total"

@@ -10,6 +10,9 @@ import importlib.util
 import subprocess
 
 from helpers.paths import REPO
+import pytest
+
+pytestmark = pytest.mark.tier("full")
 
 SOAK = REPO / "scripts" / "soak.py"
 

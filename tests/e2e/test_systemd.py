@@ -41,6 +41,8 @@ from helpers.agent import Scrape
 from helpers.bpf import bpf_fd_ids
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 UNIT = REPO / "deploy" / "systemd" / "slowpath.service"
 CONF = REPO / "tests" / "deploy" / "containers.conf"
 BASE_IMAGE = "localhost/slowpath-base:bookworm"

@@ -26,6 +26,8 @@ from helpers.agent import doctor_report, Agent
 from helpers.oracles import wait_ready
 from helpers.paths import REPO
 
+pytestmark = pytest.mark.tier("full")
+
 WAKEUPS = "slowpath_timer_wakeups_total"
 TICKER_SRC = REPO / "tests" / "workloads" / "sentinel-ticker"
 WINDOW = 5  # seconds of counting, for slowpath and bpftrace alike

@@ -11,6 +11,9 @@ import time
 from collections import Counter
 
 from helpers.agent import Agent
+import pytest
+
+pytestmark = pytest.mark.tier("full")
 
 PROCESSES = 300
 TIMER_FAMILIES = ("slowpath_timer_wakeups_total", "slowpath_timer_requested_seconds")

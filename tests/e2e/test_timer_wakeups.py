@@ -28,6 +28,8 @@ import pytest
 from helpers.agent import Agent
 from helpers.oracles import TimerOracle
 
+pytestmark = pytest.mark.tier("fast")
+
 WAKEUPS = "slowpath_timer_wakeups_total"
 REQUESTED = "slowpath_timer_requested_seconds"
 WAITS = "slowpath_timer_waits_total"

@@ -34,6 +34,8 @@ from test_doctor_sources import pretouch_class, pth_bin, thp_always  # noqa: F40
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA
 from test_web_config import PASSWORD, Pki, bcrypt_hash, write_config
 
+pytestmark = pytest.mark.tier("full")
+
 
 def top(agent_bin, agent, *args, timeout=60):
     return subprocess.run([str(agent_bin), "top", "--batch", f"--agent.url={agent.url}/metrics", *args],

@@ -16,6 +16,8 @@ from helpers.agent import Agent
 from helpers.host import cgroup2_root
 from helpers.workload import run_workload
 
+pytestmark = pytest.mark.tier("full")
+
 SIGMASK = "slowpath_rt_sigprocmask_calls_total"
 CLOCK = "slowpath_clock_syscalls_total"
 LOST = "slowpath_lost_events_total"

@@ -22,6 +22,8 @@ import pytest
 from helpers.prometheus import prom_query
 from test_findings import FOREVER, WINDOW, check_storm, finding_series, stack, started  # noqa: F401
 
+pytestmark = pytest.mark.tier("fast")
+
 TZFILE = "slowpath_tzfile_stat_calls_total"
 N = 20_000
 STATS = "trace=execve,stat,lstat,newfstatat,statx"

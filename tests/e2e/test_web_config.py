@@ -26,6 +26,8 @@ from helpers.agent import Agent, Scrape, error_line, run_agent
 from helpers.bpf import our_program_ids, wait_unloaded
 from helpers.prometheus import prom_query, prometheus_release, prometheus_server
 
+pytestmark = pytest.mark.tier("full")
+
 PASSWORD = "correct horse battery staple"
 
 

@@ -11,6 +11,7 @@ which defines nothing else). Import from the module by name:
   bpf         bpf_fd_ids, our_program_ids, wait_unloaded: BPF objects in the
               kernel
   tools       tools_cache: the tools install-tools.sh builds
+  tiers       TIERS, tier_of, tier_problems: the suite's tiers (the `tier` marker)
   prometheus  prometheus_release, prometheus_server, prom_get, prom_query
   signals     declarations, by_name, every_hook: the signals as the agent
               declares them (`slowpath signals`)
