@@ -36,7 +36,12 @@
 # 2.2 min after the others), warm
 # 0.05 s.
 # Only the Go module proxy and PyPI are used.
+#
+#   install-tools.sh --check   builds nothing: exits 1 naming every tool that
+#                              is missing or stale (a test's way to find out)
 set -euo pipefail
+check=0
+[[ ${1:-} == --check ]] && check=1
 
 # Pinned versions: bump deliberately, the tests' expectations follow them.
 HELM_VERSION=v3.22.0
@@ -49,18 +54,28 @@ PROMETHEUS_MODULE_VERSION=v0.316.0          # github.com/prometheus/prometheus: 
 THANOS_VERSION=v0.42.4                      # the newest whose go.mod this Go (1.26.x) builds (v0.42.5 wants 1.26.10)
 
 cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}
-mkdir -p "$cache/bin"
-cache=$(cd "$cache" && pwd)
-
-# One installer at a time (pytest sessions or humans may race).
-exec 9>"$cache/.install-tools.lock"
-flock 9
-
 log() { echo "install-tools.sh: $*" >&2; }
+
+# --check reads the stamps only: no lock (a build under way may hold it),
+# nothing created.
+stale=()
+if ((check)); then
+  [[ -d $cache ]] || { log "no cache $cache: run scripts/setup.sh --test"; exit 1; }
+  cache=$(cd "$cache" && pwd)
+else
+  mkdir -p "$cache/bin"
+  cache=$(cd "$cache" && pwd)
+  # One installer at a time (pytest sessions or humans may race).
+  exec 9>"$cache/.install-tools.lock"
+  flock 9
+fi
 
 # A stamp per tool records what was installed; a changed pin reinstalls.
 have() { [[ -e "$cache/$1" && "$(cat "$cache/.stamp-$2" 2>/dev/null)" == "$3" ]]; }
 stamp() { echo "$2" >"$cache/.stamp-$1"; }
+# `if ! have ... && build NAME`: true when NAME is to be built now; with
+# --check it only records NAME as missing.
+build() { ((check)) && { stale+=("$1"); return 1; }; return 0; }
 
 # Go builds stay inside the cache too (module and build caches), so a cold run
 # is really cold and nothing outside the cache is touched. GOTOOLCHAIN=local:
@@ -74,7 +89,7 @@ need_go() { command -v go >/dev/null || { log "go is not installed (needed to bu
 # `helm template`/`lint`) through -ldflags; a bare `go install` leaves the
 # latter at v1.20.0, which our chart's kubeVersion (>=1.25) rejects. Same
 # flags here, the Kubernetes minor taken from helm's client-go like the Makefile.
-if ! have bin/helm helm "$HELM_VERSION"; then
+if ! have bin/helm helm "$HELM_VERSION" && build helm; then
   log "building helm $HELM_VERSION (about 150 s cold)"
   need_go helm
   helm_mod=$(go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')
@@ -89,7 +104,7 @@ if ! have bin/helm helm "$HELM_VERSION"; then
   stamp helm "$HELM_VERSION"
 fi
 
-if ! have bin/kubeconform kubeconform "$KUBECONFORM_VERSION"; then
+if ! have bin/kubeconform kubeconform "$KUBECONFORM_VERSION" && build kubeconform; then
   log "building kubeconform $KUBECONFORM_VERSION"
   need_go kubeconform
   GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w" "github.com/yannh/kubeconform/cmd/kubeconform@$KUBECONFORM_VERSION"
@@ -98,7 +113,7 @@ fi
 
 # actionlint checks .github/workflows (tests/e2e/test_release.py); its
 # version stamp as its release build sets it.
-if ! have bin/actionlint actionlint "$ACTIONLINT_VERSION"; then
+if ! have bin/actionlint actionlint "$ACTIONLINT_VERSION" && build actionlint; then
   log "building actionlint $ACTIONLINT_VERSION"
   need_go actionlint
   GOBIN="$cache/bin" go install -trimpath \
@@ -109,7 +124,7 @@ fi
 
 # Prometheus 3 and its promtool, with the version they report stamped as
 # Prometheus' own build does (.promu.yml: github.com/prometheus/common/version).
-if ! have prometheus3/bin/promtool prometheus3 "$PROMETHEUS_MODULE_VERSION"; then
+if ! have prometheus3/bin/promtool prometheus3 "$PROMETHEUS_MODULE_VERSION" && build prometheus3; then
   log "building prometheus and promtool $PROMETHEUS_MODULE_VERSION (about 5 min cold)"
   need_go prometheus
   mkdir -p "$cache/prometheus3/bin"
@@ -127,7 +142,7 @@ fi
 # takes another memory layout than Thanos assumes, and query and receive
 # panic at their first gRPC call.
 THANOS_RECIPE="$THANOS_VERSION tags=netgo,slicelabels"
-if ! have thanos/bin/thanos thanos "$THANOS_RECIPE"; then
+if ! have thanos/bin/thanos thanos "$THANOS_RECIPE" && build thanos; then
   log "building thanos $THANOS_VERSION (about 5 min cold)"
   need_go thanos
   src="$cache/thanos/src"
@@ -156,7 +171,7 @@ fi
 # kubernetes-validate in its own venv (Debian's Python refuses a system-wide
 # pip install; PEP 668). Its wheel carries the schemas, so nothing is
 # downloaded at validation time.
-if ! have venv/bin/kubernetes-validate kubernetes-validate "$KUBERNETES_VALIDATE_VERSION"; then
+if ! have venv/bin/kubernetes-validate kubernetes-validate "$KUBERNETES_VALIDATE_VERSION" && build kubernetes-validate; then
   log "installing kubernetes-validate $KUBERNETES_VALIDATE_VERSION into $cache/venv"
   rm -rf "$cache/venv"
   /usr/bin/python3 -m venv "$cache/venv"
@@ -176,7 +191,7 @@ fi
 # not find schema"). Turning the $id into a $comment and the refs into
 # sibling-relative ones ("_definitions.json#/...") makes the very same schemas
 # resolve from disk: two independent validators, one set of schemas.
-if [[ ! -e "$cache/schemas/.complete" ]]; then
+if [[ ! -e "$cache/schemas/.complete" ]] && build schemas; then
   log "preparing kubeconform schemas from kubernetes-validate's bundle"
   src=$("$cache/venv/bin/python" -c \
     'import kubernetes_validate, os; print(os.path.join(os.path.dirname(kubernetes_validate.__file__), "kubernetes-json-schema"))')
@@ -303,7 +318,7 @@ EOF
 }
 # Rebuilt when a pin or the source above changes.
 crd_pin="$PROMETHEUS_OPERATOR_API_VERSION $SIGS_YAML_VERSION $( (crdcheck_go_mod; crdcheck_main_go) | sha256sum | cut -c1-16)"
-if ! have bin/sp-crdcheck crdcheck "$crd_pin"; then
+if ! have bin/sp-crdcheck crdcheck "$crd_pin" && build crdcheck; then
   log "building sp-crdcheck (prometheus-operator API $PROMETHEUS_OPERATOR_API_VERSION)"
   need_go sp-crdcheck
   src="$cache/crdcheck-src"
@@ -319,11 +334,15 @@ fi
 # and everything it builds with; rebuilt when they or its source change.
 opconfig_src="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/opconfig"
 opconfig_pin="$(cat "$opconfig_src"/go.mod "$opconfig_src"/go.sum "$opconfig_src"/*.go | sha256sum | cut -c1-16)"
-if ! have bin/sp-opconfig opconfig "$opconfig_pin"; then
+if ! have bin/sp-opconfig opconfig "$opconfig_pin" && build opconfig; then
   log "building sp-opconfig ($(sed -n 's|^\tgithub.com/prometheus-operator/prometheus-operator \(v.*\)$|prometheus-operator \1|p' "$opconfig_src/go.mod"))"
   need_go sp-opconfig
   (cd "$opconfig_src" && go build -mod=readonly -trimpath -ldflags=-s -o "$cache/bin/sp-opconfig" .)
   stamp opconfig "$opconfig_pin"
 fi
 
+if ((${#stale[@]})); then
+  log "missing or stale in $cache: ${stale[*]} (run scripts/setup.sh --test)"
+  exit 1
+fi
 echo "$cache"

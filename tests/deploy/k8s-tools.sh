@@ -39,7 +39,12 @@
 # control plane is in the build cache, containerd 235 s, the CNI plugins 23 s,
 # also measured under competition). Warm well under a second. Safe to run
 # concurrently: one builder at a time (flock).
+#
+#   k8s-tools.sh --check   builds nothing: exits 1 naming every component that
+#                          is missing or stale (a test's way to find out)
 set -euo pipefail
+check=0
+[[ ${1:-} == --check ]] && check=1
 
 # Pinned versions: bump deliberately.
 KUBERNETES_VERSION=v1.36.4   # staging modules k8s.io/* at v0.36.4
@@ -52,14 +57,21 @@ CNI_PLUGINS_VERSION=v1.10.0  # github.com/containernetworking/plugins
 RECIPE=1
 
 cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools/k8s}
-mkdir -p "$cache/bin"
-cache=$(cd "$cache" && pwd)
-
-exec 9>"$cache/.lock"
-flock 9
-
 t_start=$SECONDS
 log() { echo "k8s-tools.sh: [$((SECONDS - t_start))s] $*" >&2; }
+
+# --check reads the stamps only: no lock (a build under way holds it for
+# minutes), nothing created.
+stale=()
+if ((check)); then
+  [[ -d $cache ]] || { log "no cache $cache: run scripts/setup.sh --test"; exit 1; }
+  cache=$(cd "$cache" && pwd)
+else
+  mkdir -p "$cache/bin"
+  cache=$(cd "$cache" && pwd)
+  exec 9>"$cache/.lock"
+  flock 9
+fi
 
 have() { # stamp-name value binaries...
   local name=$1 value=$2
@@ -69,6 +81,9 @@ have() { # stamp-name value binaries...
   for b in "$@"; do [[ -x "$cache/bin/$b" ]] || return 1; done
 }
 stamp() { echo "$2" >"$cache/.stamp-$1"; }
+# `if ! have ... && build NAME`: true when NAME is to be built now; with
+# --check it only records NAME as missing.
+build() { ((check)) && { stale+=("$1"); return 1; }; return 0; }
 
 # Go state stays inside the cache (module and build caches); GOTOOLCHAIN=local:
 # never download another Go toolchain, fail instead. Static binaries.
@@ -76,7 +91,7 @@ export GOPATH="$cache/go" GOMODCACHE="$cache/go/pkg/mod" GOCACHE="$cache/go/buil
 export GOTOOLCHAIN=local GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0
 export GOPROXY=${GOPROXY:-https://proxy.golang.org,direct}
 command -v go >/dev/null || [[ ! -x /usr/local/go/bin/go ]] || PATH="/usr/local/go/bin:$PATH"
-command -v go >/dev/null || { log "go is not installed"; exit 1; }
+((check)) || command -v go >/dev/null || { log "go is not installed"; exit 1; }
 
 # go build -o DIR of several main packages, then move the results into bin/
 # (a reader never sees a half-written binary).
@@ -140,7 +155,7 @@ kubernetes_wrapper() {
 
 # --- kube-apiserver, kube-controller-manager, kube-scheduler, kubectl ---------
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-if ! have kubernetes "$KUBERNETES_VERSION/$RECIPE" "${k8s_bins[@]}"; then
+if ! have kubernetes "$KUBERNETES_VERSION/$RECIPE" "${k8s_bins[@]}" && build kubernetes; then
   t0=$SECONDS
   log "building kubernetes $KUBERNETES_VERSION: ${k8s_bins[*]} (about 15 min cold)"
   kubernetes_wrapper
@@ -155,7 +170,7 @@ fi
 # (hybrid): kubelet 1.35+ runs there only with failCgroupV1: false in its
 # configuration (tests/deploy/k8s_node.py sets it).
 node_bins=(kubelet kube-proxy)
-if ! have kubernetes-node "$KUBERNETES_VERSION/$RECIPE" "${node_bins[@]}"; then
+if ! have kubernetes-node "$KUBERNETES_VERSION/$RECIPE" "${node_bins[@]}" && build kubernetes-node; then
   t0=$SECONDS
   log "building kubernetes $KUBERNETES_VERSION: ${node_bins[*]}"
   kubernetes_wrapper
@@ -170,8 +185,8 @@ fi
 # used). Version stamped as containerd's Makefile does. Its upstream unit file
 # (the limits containerd's containers inherit) is kept beside the binaries.
 containerd_bins=(containerd ctr containerd-shim-runc-v2)
-if ! have containerd "$CONTAINERD_VERSION/$RECIPE" "${containerd_bins[@]}" ||
-   [[ ! -s "$cache/share/containerd.service" ]]; then
+if { ! have containerd "$CONTAINERD_VERSION/$RECIPE" "${containerd_bins[@]}" ||
+     [[ ! -s "$cache/share/containerd.service" ]]; } && build containerd; then
   t0=$SECONDS
   log "building containerd $CONTAINERD_VERSION"
   mod=github.com/containerd/containerd/v2
@@ -187,7 +202,7 @@ fi
 
 # --- CNI plugins ----------------------------------------------------------------
 cni_plugins=(main/bridge ipam/host-local main/loopback meta/portmap)
-if ! have cni "$CNI_PLUGINS_VERSION/$RECIPE" ../cni/bridge ../cni/host-local ../cni/loopback ../cni/portmap; then
+if ! have cni "$CNI_PLUGINS_VERSION/$RECIPE" ../cni/bridge ../cni/host-local ../cni/loopback ../cni/portmap && build cni; then
   t0=$SECONDS
   log "building CNI plugins $CNI_PLUGINS_VERSION"
   mkdir -p "$cache/cni"
@@ -198,7 +213,7 @@ if ! have cni "$CNI_PLUGINS_VERSION/$RECIPE" ../cni/bridge ../cni/host-local ../
 fi
 
 # --- etcd ---------------------------------------------------------------------
-if ! have etcd "$ETCD_VERSION/$RECIPE" etcd; then
+if ! have etcd "$ETCD_VERSION/$RECIPE" etcd && build etcd; then
   t0=$SECONDS
   log "building etcd $ETCD_VERSION"
   # go.etcd.io/etcd/server/v3's go.mod replaces its sibling modules with
@@ -240,7 +255,7 @@ EOF
 fi
 
 # --- kwok ---------------------------------------------------------------------
-if ! have kwok "$KWOK_VERSION/$RECIPE" kwok; then
+if ! have kwok "$KWOK_VERSION/$RECIPE" kwok && build kwok; then
   t0=$SECONDS
   log "building kwok $KWOK_VERSION"
   GOBIN="$cache/bin" go install -trimpath -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
@@ -255,7 +270,7 @@ fi
 # Ready condition), node-heartbeat-with-lease (with --node-lease-duration-seconds),
 # pod-ready (a scheduled pod becomes Running/Ready), pod-complete, pod-delete.
 if [[ "$(cat "$cache/.stamp-kwok-stages" 2>/dev/null)" != "$KWOK_VERSION/$RECIPE" ||
-      ! -s "$cache/share/kwok-stages.yaml" ]]; then
+      ! -s "$cache/share/kwok-stages.yaml" ]] && build kwok-stages; then
   log "writing share/kwok-stages.yaml from kwok $KWOK_VERSION"
   dl=$(cd "$cache" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION") || {
     log "cannot download sigs.k8s.io/kwok@$KWOK_VERSION:"; echo "$dl" >&2; exit 1; }
@@ -273,5 +288,9 @@ if [[ "$(cat "$cache/.stamp-kwok-stages" 2>/dev/null)" != "$KWOK_VERSION/$RECIPE
   stamp kwok-stages "$KWOK_VERSION/$RECIPE"
 fi
 
-log "done in $((SECONDS - t_start))s"
+if ((${#stale[@]})); then
+  log "missing or stale in $cache: ${stale[*]} (run scripts/setup.sh --test)"
+  exit 1
+fi
+((check)) || log "done in $((SECONDS - t_start))s"
 echo "$cache/bin"
