@@ -179,6 +179,7 @@ def test_btf_path_that_does_not_exist(agent_bin):
     assert "BTF file /nonexistent/vmlinux does not exist" in error_line(result)
 
 
+@pytest.mark.tier("full")  # the fault-injection build: the full set-up makes it
 def test_refused_probe_degrades_and_the_rest_keep_counting(faults_bin, workload_bin, tmp_path):
     agent = Agent(faults_bin, ["--metrics.pid-label", "--bpf.test-break-probe=mm_compaction_end"],
                   tmp_path / "agent.log")
@@ -196,6 +197,7 @@ def test_refused_probe_degrades_and_the_rest_keep_counting(faults_bin, workload_
         assert agent.stop() == 0
 
 
+@pytest.mark.tier("full")  # the fault-injection build: the full set-up makes it
 def test_a_hook_the_verifier_refuses_is_left_out_and_the_rest_load(faults_bin, workload_bin, tmp_path):
     """The verifier refuses both mm_page_alloc programs (a helper call no
     kernel has, as 5.10 refuses bpf_get_current_task_btf()): that hook steps
@@ -271,6 +273,7 @@ def test_the_product_has_no_fault_injection_flags(agent_bin, flag):
     assert f"unexpected argument '{flag}'" in result.stderr
 
 
+@pytest.mark.tier("full")  # the fault-injection build: the full set-up makes it
 def test_the_product_embeds_no_fault_injection_bpf_code(agent_bin, faults_bin):
     """The switch of the test-only BPF code (`test_refuse_page_alloc`, under
     SP_FAULT_INJECTION) is not in the product's embedded object."""

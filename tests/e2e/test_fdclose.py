@@ -89,6 +89,7 @@ def perl_sweeper():
     return ["prlimit", f"--nofile={SOFT_LIMIT}:{SOFT_LIMIT * 2}", "perl", "-e", script]
 
 
+@pytest.mark.tier("full")  # a finding end to end (Prometheus and its rules): the whole suite
 def test_a_perl_sweeper_is_found_with_its_limit_and_alerted(stack, started):
     began = time.monotonic()
     started(perl_sweeper())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import signal_facts
+from helpers import signal_facts, tiers
 from helpers.signals import declarations
 
 pytestmark = pytest.mark.tier("fast")
@@ -165,3 +165,32 @@ def test_every_declared_signal_has_a_facts_module_and_no_other():
 ])
 def test_the_facts_check_names_what_is_missing(declared, modules, problem):
     assert signal_facts.mismatch(declared, modules) == problem
+
+
+class _Item:
+    """A collected test as tier_problems sees it: a node id, its closest
+    `tier` marker and its fixtures."""
+
+    def __init__(self, tier=None, fixtures=()):
+        self.nodeid = "tests/e2e/test_x.py::test_y"
+        self.fixturenames = list(fixtures)
+        self._marker = None if tier is None else pytest.mark.tier(tier).mark
+
+    def get_closest_marker(self, name):
+        return self._marker if name == tiers.MARKER else None
+
+
+@pytest.mark.parametrize("item, problem", [
+    (_Item("fast"), None),
+    (_Item("full", ["faults_bin"]), None),
+    (_Item(), "no tier"),
+    (_Item("slow"), "unknown tier 'slow'"),
+    (_Item("fast", ["agent_bin", "faults_bin"]), "a fast test needs faults_bin (the fault-injection build)"),
+])
+def test_the_tier_check_names_a_test_without_a_known_tier(item, problem):
+    problems = tiers.tier_problems([item])
+    if problem is None:
+        assert problems == []
+    else:
+        [line] = problems
+        assert line.startswith(f"{item.nodeid}: {problem}"), line

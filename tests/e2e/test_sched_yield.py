@@ -86,6 +86,7 @@ def test_the_disruptor_jvm_is_exact_against_bpftrace(agent, disruptor, tracefs):
     assert scrape.value(YIELDS, pid=str(pid), runnable="none") >= 0.9 * counted[pid]
 
 
+@pytest.mark.tier("full")  # a finding end to end (Prometheus and its rules): the whole suite
 def test_the_disruptor_spin_is_found_with_its_fix_and_shown_in_top(stack, started, disruptor, agent_bin):
     began = time.monotonic()
     _, pid = started(["java", "-cp", disruptor, "Spin", "300", "yielding"])

@@ -160,6 +160,7 @@ def kernel_wakeup_cost(workload_bin):
     return sorted((run(4200) - run(200)) / 4000 for _ in range(3))[1]
 
 
+@pytest.mark.tier("full")  # its own agent, bracketed by the kernel's charge: the whole suite
 def test_the_wakeup_cost_is_what_the_kernel_charges_a_sleeping_process(
         agent, agent_bin, workload_bin, tmp_path):
     """slowpath_timer_wakeup_cost_seconds (an agent's own timed sleeps, at its

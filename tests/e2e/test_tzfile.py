@@ -111,6 +111,7 @@ def perl_logger(tz=None):
     return ["perl", "-e", script], env
 
 
+@pytest.mark.tier("full")  # a finding end to end (Prometheus and its rules): the whole suite
 def test_a_perl_logger_with_tz_set_has_no_finding(stack, started):
     argv, env = perl_logger(tz=":/etc/localtime")
     started(argv, env=env)
@@ -121,6 +122,7 @@ def test_a_perl_logger_with_tz_set_has_no_finding(stack, started):
     assert finding_series(base, "tzfile_checks", "perl") == []
 
 
+@pytest.mark.tier("full")  # a finding end to end (Prometheus and its rules): the whole suite
 def test_a_perl_logger_is_found_named_and_alerted(stack, started):
     argv, env = perl_logger()
     began = time.monotonic()
@@ -137,6 +139,7 @@ def test_a_perl_logger_is_found_named_and_alerted(stack, started):
     assert took < WINDOW + 20, took
 
 
+@pytest.mark.tier("full")  # a finding end to end (Prometheus and its rules): the whole suite
 def test_a_c_logger_is_found_with_the_glibc_source(stack, started, workload_bin):
     env = {k: v for k, v in os.environ.items() if k != "TZ"}
     started([str(workload_bin), "localtime", str(FOREVER), "200"], env=env)

@@ -19,6 +19,12 @@ TIERS = {
     "full": "the rest of the whole suite (scripts/test.sh runs both tiers)",
 }
 MARKER = "tier"
+# Fixtures whose builds only the whole suite's set-up makes (scripts/test.sh
+# without --fast): a fast test must not need them.
+FULL_ONLY_FIXTURES = {
+    "faults_bin": "the fault-injection build",
+    "agent_bin_arm64": "the arm64 cross build",
+}
 
 
 def tier_of(item):
@@ -41,4 +47,10 @@ def tier_problems(items):
                             "(or its module: pytestmark = pytest.mark.tier(...))")
         elif tier not in TIERS:
             problems.append(f"{item.nodeid}: unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
+        elif tier == "fast":
+            needs = [f"{name} ({what})" for name, what in FULL_ONLY_FIXTURES.items()
+                     if name in getattr(item, "fixturenames", ())]
+            if needs:
+                problems.append(f"{item.nodeid}: a fast test needs {', '.join(needs)}, which scripts/test.sh "
+                                "--fast does not build: mark it @pytest.mark.tier(\"full\")")
     return problems
