@@ -27,6 +27,7 @@ import pytest
 
 from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids, our_program_ids
+from helpers.costs import on_cpu_seconds
 from helpers.oracles import vmstat, wait_ready
 from helpers.signals import declarations
 from helpers.workload import run_workload
@@ -90,27 +91,22 @@ def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, work
     assert round(increases(frames, ctx_pid, "sigprocmask")) == ctx["rt_sigprocmask"] >= 4000
 
 
-def on_cpu_seconds(pid):
-    """The kernel's exact time on a CPU of a single-threaded process
-    (/proc/PID/schedstat, first field, in ns)."""
-    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
-
-
 @pytest.mark.parametrize("mode, args", [
     ("clock-raw", ["100000000"]),    # nothing but raw clock_gettime syscalls
     ("sleep", ["100000", "1000"]),   # nothing but 1 ms sleeps, each a timer wakeup
 ])
 def test_the_cpu_column_is_what_the_kernel_charges_the_process(agent_bin, workload_bin, tmp_path, mode, args):
     """The estimated CPU of a process that does nothing but one slow path
-    against the time the kernel ran it over the same frames (schedstat):
-    the node's measured cost of one event (slowpath_syscall_seconds,
-    slowpath_timer_wakeup_cost_seconds) times its rate. An estimate, and
-    low: a raw clock_gettime does more than the getppid the syscall figure
-    times, and a 1 ms sleep wakes colder than the agent's 200 us ones (seen
-    here: 0.54-0.81 of the kernel's figure for the clock loop, 0.51-0.84
-    for the sleeps on an AMD EPYC, and once 0.40 for the sleeps in a full
-    run on an Intel Xeon), so 0.3x to 1.4x: a cost read in the wrong unit
-    or a rate over the wrong interval is off by far more."""
+    (the node's measured cost of one event, slowpath_syscall_seconds or
+    slowpath_timer_wakeup_cost_seconds, times its rate: the arithmetic is
+    the unit tests' in top/rows.rs) over three frames, with the time the
+    kernel ran it over the same frames (schedstat) beside it. How close the
+    two come moves with the host's cost of a syscall or a wakeup, so the
+    ratio is a benchmark's figure (tests/bench/estimates.py top: 0.4x to
+    0.85x seen, and the host's drift alone moves it 2x); here the estimate
+    must be within 20x of the kernel's either way: a cost read in the wrong
+    unit (ns as us) or a rate per frame instead of per second is off by
+    1,000x or more."""
     agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
     load = subprocess.Popen([str(workload_bin), mode, *args], stdout=subprocess.DEVNULL)
     try:
@@ -133,7 +129,7 @@ def test_the_cpu_column_is_what_the_kernel_charges_the_process(agent_bin, worklo
         r["interval_seconds"] for r in rows)
     actual = ran / wall
     print(f"{mode}: estimated {estimated:.4f} of a CPU, the kernel ran it {actual:.4f}")
-    assert 0.3 * actual <= estimated <= 1.4 * actual, (estimated, actual, rows)
+    assert 0 < actual <= 1.05 and actual / 20 <= estimated <= 20 * actual, (estimated, actual, rows)
 
 
 def test_text_frames_put_the_busiest_process_first(agent_bin, workload_bin, tmp_path):
