@@ -4,7 +4,7 @@ for the tests that must start it that way and never with friendlier ones.
 
 - chart_capabilities(): the DaemonSet's capabilities.add, after drop ALL.
 - image_file_capabilities(): the setcap argument of deploy/build-image.sh.
-- container_exec(dir): tests/workloads/sp-container-exec.c built statically
+- container_exec(): tests/workloads/sp-container-exec.c built statically
   (it repeats runc's steps: rlimits, bounding set, uid, capset, no_new_privs,
   exec), for a guest or the host; pod_prefix(): its command line for the
   chart's pod on this host; image_binary(): a copy of the agent with the
@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from helpers.paths import REPO
+from helpers.tools import built
 
 RUNTIME_MEMLOCK_KIB = 8 * 1024
 
@@ -48,12 +49,10 @@ def image_file_capabilities():
     return m.group(1)
 
 
-def container_exec(directory):
-    """Path of sp-container-exec, built (static) into `directory`."""
-    out = Path(directory) / "sp-container-exec"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-static", str(REPO / "tests/workloads/sp-container-exec.c"),
-                    "-o", str(out)], check=True)
-    return out
+def container_exec():
+    """Path of sp-container-exec (tests/workloads/sp-container-exec.c, static),
+    as tests/workloads/build.sh built it."""
+    return built("sp-container-exec")
 
 
 # The capabilities by number (linux/capability.h), for the host's sets.

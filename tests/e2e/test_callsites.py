@@ -13,12 +13,12 @@ import pytest
 
 from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids
+from helpers.tools import built
 from helpers.workload import run_workload
 
 pytestmark = pytest.mark.tier("full")
 
 HARVEST = 1.0  # seconds between harvests (callsite_store::HARVEST_INTERVAL)
-NOFP_SRC = Path(__file__).resolve().parents[2] / "tests" / "workloads" / "sp-nofp.c"
 RECOVERED_BY = {"frame_pointer", "stack_top", "eh_frame"}
 LINE = re.compile(r"^(\S[^\n]*) (\d+)$")
 
@@ -278,24 +278,17 @@ def test_symbolizing_a_root_process_as_non_root_needs_three_more_capabilities(ag
 
 # Without frame pointers: the stack copy unwound with .eh_frame.
 
-def build_nofp(out_dir, defines=(), libs=()):
-    """sp-nofp built as distributions build: -O2, no frame pointers."""
-    out = out_dir / "sp-nofp"
-    subprocess.run(["gcc", "-O2", "-fomit-frame-pointer", "-Wall", "-Werror", *defines, str(NOFP_SRC),
-                    "-o", str(out), *libs], check=True)
-    return out
+@pytest.fixture(scope="module")
+def nofp_bin():
+    """tests/workloads/sp-nofp.c built as distributions build: -O2, no frame
+    pointers (tests/workloads/build.sh)."""
+    return built("sp-nofp")
 
 
 @pytest.fixture(scope="module")
-def nofp_bin(tmp_path_factory):
-    return build_nofp(tmp_path_factory.mktemp("nofp"))
-
-
-@pytest.fixture(scope="module")
-def nofp_pth_bin(tmp_path_factory):
-    if not Path("/usr/include/pth.h").exists():
-        pytest.skip("GNU Pth missing (apt-get install libpth-dev; scripts/setup.sh installs it)")
-    return build_nofp(tmp_path_factory.mktemp("nofp-pth"), ["-DSP_WITH_PTH"], ["-lpth"])
+def nofp_pth_bin():
+    """The same with -DSP_WITH_PTH, against GNU Pth (libpth-dev)."""
+    return built("nofp-pth") / "sp-nofp"
 
 
 def start(binary, *args):

@@ -31,7 +31,6 @@ JVM, which must cover most of the heap's 2 MiB pages."""
 
 import json
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -40,12 +39,10 @@ import pytest
 
 from helpers.agent import doctor_report
 from helpers.oracles import vmstat
-from helpers.paths import REPO
+from helpers.tools import built
 
 pytestmark = pytest.mark.tier("full")
 
-PTH_SRC = REPO / "tests" / "workloads" / "pth-yield.c"
-JAVA_SRC = REPO / "tests" / "workloads" / "java" / "PreTouchHeap.java"
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 FOREVER = 10**12  # an iteration count no test waits for: the workload is killed
 RECOVERED_BY = ("frame_pointer", "stack_top", "eh_frame")
@@ -53,14 +50,9 @@ RECOVERED_BY = ("frame_pointer", "stack_top", "eh_frame")
 
 @pytest.fixture(scope="session")
 def pth_bin():
-    """tests/workloads/pth-yield.c, built against GNU Pth (libpth-dev)."""
-    if not Path("/usr/include/pth.h").exists():
-        pytest.skip("GNU Pth headers missing: scripts/setup.sh installs libpth-dev")
-    out = REPO / "tests" / "workloads" / "bin" / "pth-yield"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-Wall", "-Werror", str(PTH_SRC), "-lpth", "-o",
-                    str(out)], check=True)
-    return out
+    """tests/workloads/pth-yield.c, built against GNU Pth (libpth-dev) by
+    tests/workloads/build.sh."""
+    return built("pth-yield")
 
 
 def workload_cmd(case, workload_bin, pth_bin, n):
@@ -247,13 +239,10 @@ def thp_always():
 
 
 @pytest.fixture(scope="session")
-def pretouch_class(tmp_path_factory):
-    """tests/workloads/java/PreTouchHeap.java compiled: the directory of the class."""
-    if not shutil.which("javac"):
-        pytest.skip("no javac (a JDK)")
-    out = tmp_path_factory.mktemp("java")
-    subprocess.run(["javac", "-d", str(out), str(JAVA_SRC)], check=True, timeout=120)
-    return out
+def pretouch_class():
+    """tests/workloads/java/PreTouchHeap.java compiled (tests/workloads/build.sh):
+    the directory of the class."""
+    return built("pretouch")
 
 
 HEAP_MIB = 512

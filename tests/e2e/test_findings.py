@@ -36,7 +36,7 @@ import yaml
 from helpers.agent import Agent
 from helpers.paths import REPO
 from helpers.prometheus import prom_query, prometheus_server
-from test_doctor_sources import JAVA_SRC as PRETOUCH_SRC, pth_bin, thp_always, workload_cmd  # noqa: F401
+from test_doctor_sources import pretouch_class, pth_bin, thp_always, workload_cmd  # noqa: F401
 from test_timer_runtimes import JAVA_SRC as TIMER_LOOP_JAVA, NODE, PYTHON, go_ticker  # noqa: F401
 
 pytestmark = pytest.mark.tier("full")
@@ -191,12 +191,9 @@ def test_rt_sigprocmask_storm_sources(stack, started, workload_bin, pth_bin, cas
     check_storm(stack, pid, "rt_sigprocmask_storm", Path(cmd[0]).name[:15], "sigmask", row_id)
 
 
-def test_jvm_pretouching_a_thp_heap(stack, started, thp_always, tmp_path):  # noqa: F811
-    if not shutil.which("javac"):
-        pytest.skip("no javac (a JDK)")
-    subprocess.run(["javac", "-d", str(tmp_path), str(PRETOUCH_SRC)], check=True, timeout=120)
+def test_jvm_pretouching_a_thp_heap(stack, started, thp_always, pretouch_class):  # noqa: F811
     _, pid = started(["java", "-XX:+UseTransparentHugePages", "-XX:+AlwaysPreTouch", "-Xms512m", "-Xmx512m",
-                      "-cp", str(tmp_path), "PreTouchHeap", "60"])
+                      "-cp", str(pretouch_class), "PreTouchHeap", "60"])
     agent, base = stack
     found = wait_for_findings("thp_faults for java with a known source",
                      lambda: known_source_of(base, "thp_faults", "java"), WINDOW + 25, agent)

@@ -28,7 +28,6 @@ Each scenario is one boot (about 10 s on x86_64, 35 s for the runtimes' one,
 30-60 s on arm64).
 """
 
-import hashlib
 import json
 import os
 import re
@@ -42,6 +41,7 @@ import pytest
 from helpers.agent import Scrape
 from helpers.signal_facts import GuestRun, declared
 from helpers.signals import every_hook
+from helpers.tools import built
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402
@@ -190,7 +190,6 @@ def test_read_cost_is_many_times_the_tsc_cost(fallback):
 
 # ---- runtimes on a real vDSO fallback: a JVM and Go -----------------------------
 
-WORKLOADS = Path(__file__).resolve().parents[1] / "workloads"
 # The doctor observes from before the programs start until both have read
 # the clock for this many seconds; then they are stopped (SIGSTOP) and the
 # doctor ended (SIGTERM: the report covers the time observed). Under TCG,
@@ -203,7 +202,6 @@ RUNTIME_BOTH_S = 3
 # STOP (after the doctor's report), at most this long.
 RUNTIME_MAX_S = 120
 JAVA_OPTS = "-Xmx64m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xss512k"
-JLINK_OPTS = ["--add-modules", "java.base", "--strip-debug", "--no-man-pages", "--no-header-files"]
 RUNTIME_SCENARIO = f"""
 agent_start --findings.window=4s --log.level=debug
 STOP=/tmp/stop-reading
@@ -260,40 +258,14 @@ agent_stop
 """
 
 
-def java_runtime():
-    """A jlink'ed runtime of java.base only (about 45 MB), made once per JDK
-    in the guest cache."""
-    jlink = shutil.which("jlink") or "/usr/bin/jlink"
-    version = subprocess.run([jlink, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-    key = hashlib.sha256(" ".join([version, *JLINK_OPTS]).encode()).hexdigest()[:12]
-    out = harness.CACHE / f"jre-java.base-{version}-{key}"
-    if not (out / "bin/java").exists():
-        harness.CACHE.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".partial")
-        shutil.rmtree(tmp, ignore_errors=True)
-        subprocess.run([jlink, *JLINK_OPTS, "--output", str(tmp)], check=True, timeout=300)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-    return out
-
-
 @pytest.fixture(scope="module")
-def runtimes(agent_bin, tmp_path_factory):
+def runtimes(agent_bin):
     """One boot (acpi_pm: the vDSO cannot read it) with the JVM and the Go
-    program reading the clock while the doctor observes."""
-    for tool in ["jlink", "javac"]:
-        if shutil.which(tool) is None:
-            pytest.fail(f"needs {tool} (openjdk-17-jdk-headless)")
-    tmp = tmp_path_factory.mktemp("runtimes")
-    classes = tmp / "classes"
-    subprocess.run(["javac", "--release", "17", "-d", str(classes), str(WORKLOADS / "java/WallClock.java")],
-                   check=True, timeout=120)
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    go_bin = tmp / "go-timenow"
-    subprocess.run([go, "build", "-trimpath", "-o", str(go_bin), "."], cwd=WORKLOADS / "go-timenow",
-                   check=True, timeout=600, env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"})
-    files = {"/opt/java": java_runtime(), "/usr/bin/go-timenow": go_bin,
-             "/opt/wallclock/WallClock.class": classes / "WallClock.class"}
+    program reading the clock while the doctor observes. The runtime
+    (jlink'ed java.base, about 45 MB), the class and the Go program are
+    tests/workloads/build.sh's."""
+    files = {"/opt/java": built("jre"), "/usr/bin/go-timenow": built("go-timenow"),
+             "/opt/wallclock/WallClock.class": built("wallclock") / "WallClock.class"}
     secs = boot(agent_bin, RUNTIME_SCENARIO, "acpi_pm", extra_files=files)
     assert secs["doctor_rc"].strip() == "rc=0", secs
     assert secs["exits"].split() == ["java=0", "go=0"], secs

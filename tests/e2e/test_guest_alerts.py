@@ -59,7 +59,7 @@ SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
 
 @pytest.fixture(scope="module")
 def idle(agent_bin, tmp_path_factory):
-    files = {"/usr/bin/sp-container-exec": container_exec(tmp_path_factory.mktemp("launcher")),
+    files = {"/usr/bin/sp-container-exec": container_exec(),
              "/usr/bin/setcap": shutil.which("setcap")}
     console, secs = harness.run_scenario(agent_bin, SCENARIO, clocksource="tsc", extra_cmdline="tsc=reliable",
                                          suite="bullseye", extra_files=files)

@@ -117,7 +117,7 @@ section uname uname -r
 
 
 def boot(agent_bin, tmp_path, suite, cases, extra=""):
-    files = {"/usr/bin/sp-container-exec": container_exec(tmp_path), "/usr/bin/setcap": shutil.which("setcap"),
+    files = {"/usr/bin/sp-container-exec": container_exec(), "/usr/bin/setcap": shutil.which("setcap"),
              "/usr/bin/getcap": shutil.which("getcap")}
     console, secs = harness.run_scenario(agent_bin, scenario(cases, extra), clocksource="acpi_pm", suite=suite,
                                          extra_files=files, extra_cmdline="tsc=reliable")

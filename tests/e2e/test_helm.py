@@ -32,6 +32,7 @@ import yaml
 from as_shipped import container_exec, image_binary, pod_prefix
 from helpers.signals import agent_path, declarations
 from helpers.agent import Agent
+from helpers.tools import tools_cache
 
 pytestmark = pytest.mark.tier("full")
 
@@ -39,7 +40,6 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "slowpath"
 PLAIN = REPO / "deploy" / "kubernetes" / "slowpath.yaml"
 RENDER = REPO / "deploy" / "render.sh"
-INSTALL_TOOLS = REPO / "tests" / "deploy" / "install-tools.sh"
 
 NAMESPACE = "slowpath"
 # Oldest bundled schema (the chart's kubeVersion floor), a middle one, newest.
@@ -120,21 +120,9 @@ class Tools:
         self.schemas = self.cache / "schemas"
 
 
-def _unavailable(reason):
-    if os.environ.get("CI"):
-        pytest.fail(f"chart tools unavailable in CI: {reason}")
-    pytest.skip(f"chart tools unavailable: {reason}")
-
-
 @pytest.fixture(scope="session")
 def tools():
-    try:
-        res = subprocess.run([str(INSTALL_TOOLS)], capture_output=True, text=True, timeout=1200)
-    except subprocess.TimeoutExpired:
-        _unavailable("tests/deploy/install-tools.sh took more than 20 minutes")
-    if res.returncode != 0:
-        _unavailable(f"tests/deploy/install-tools.sh exited {res.returncode}: {res.stderr[-2000:]}")
-    t = Tools(res.stdout.strip().splitlines()[-1])
+    t = Tools(tools_cache())
     for tool in (t.helm, t.kubeconform, t.crdcheck, t.kubernetes_validate):
         assert tool.exists(), f"install-tools.sh did not provide {tool}"
     return t
@@ -674,7 +662,7 @@ def test_agent_accepts_the_daemonset_environment(tools, tmp_path, agent_bin, mon
 
     # Started as runc starts the pod: uid 65534, the chart's capabilities
     # permitted (none ambient), no_new_privs, the image's file capabilities.
-    prefix = pod_prefix(container_exec(tmp_path))
+    prefix = pod_prefix(container_exec())
     # The listen address is the test's own port (a flag wins over the
     # environment); the chart's ":9891" is checked above.
     with image_binary(agent_bin) as binary:

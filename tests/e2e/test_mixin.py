@@ -6,6 +6,7 @@ durations and selectors, and what it renders then still passes promtool
 rules.template.json, which must be what deploy/render.sh renders now."""
 
 import json
+import os
 import re
 import subprocess
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from helpers.paths import REPO
+from helpers.tools import tools_cache
 
 pytestmark = pytest.mark.tier("full")
 
@@ -42,7 +44,7 @@ def groups(rendered):
 
 def test_the_rules_template_is_the_rendered_chart():
     out = subprocess.run([str(REPO / "deploy/render.sh"), "rules-template"], check=True, capture_output=True,
-                         text=True, timeout=1500)
+                         text=True, timeout=1500, env={**os.environ, "HELM": str(tools_cache() / "bin/helm")})
     assert out.stdout == (MIXIN / "rules.template.json").read_text(), "run deploy/render.sh"
 
 
@@ -101,8 +103,7 @@ def test_namespace_and_release_render_what_the_chart_installed_there_alerts():
     `observability` (its kubectl commands find the agent pod by that
     namespace and release), the job selector aside (the chart's names the
     release's fullname)."""
-    helm = subprocess.run([str(REPO / "tests/deploy/install-tools.sh")], check=True, capture_output=True,
-                          text=True, timeout=1500).stdout.strip() + "/bin/helm"
+    helm = str(tools_cache() / "bin/helm")
     chart = subprocess.run([helm, "template", "agent", str(REPO / "deploy/helm/slowpath"), "--namespace",
                             "observability", "--set", "prometheusRule.enabled=true",
                             "--show-only", "templates/prometheusrule.yaml"],

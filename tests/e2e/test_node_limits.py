@@ -118,7 +118,7 @@ def pod_agent(agent_bin, tmp_path):
     agent = None
     try:
         with image_binary(agent_bin) as binary:
-            prefix = pod_prefix(container_exec(tmp_path), nofile=NOFILE, cgroups=pod.dirs())
+            prefix = pod_prefix(container_exec(), nofile=NOFILE, cgroups=pod.dirs())
             agent = Agent(str(binary), ["--canary.interval=1s"], tmp_path / "agent.log", prefix=prefix)
             yield agent, pod
     finally:

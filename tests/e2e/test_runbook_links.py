@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from helpers.paths import REPO
+from helpers.tools import tools_cache
 
 pytestmark = pytest.mark.tier("full")
 
@@ -45,6 +46,7 @@ def links(text):
 
 def render(*args, base=None):
     env = {k: v for k, v in os.environ.items() if k != "RUNBOOK_BASE_URL"}
+    env.setdefault("HELM", str(tools_cache() / "bin/helm"))  # render.sh would build it
     if base:
         env["RUNBOOK_BASE_URL"] = base
     return subprocess.run([str(RENDER), *args], check=True, capture_output=True, text=True, env=env,
@@ -52,9 +54,7 @@ def render(*args, base=None):
 
 
 def chart(base, path=CHART):
-    helm = os.environ.get("HELM") or subprocess.run(
-        [str(REPO / "tests/deploy/install-tools.sh")], check=True, capture_output=True, text=True,
-        timeout=1500).stdout.strip() + "/bin/helm"
+    helm = os.environ.get("HELM") or str(tools_cache() / "bin/helm")
     base_set = ["--set-string", f"prometheusRule.runbookBaseURL={base}"] if base else []
     return subprocess.run([helm, "template", "slowpath", str(path), "--set", "prometheusRule.enabled=true",
                            *base_set, "--show-only", "templates/prometheusrule.yaml"],

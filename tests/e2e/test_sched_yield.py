@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from helpers.oracles import wait_ready
+from helpers.tools import built
 from test_findings import check_storm, stack, started  # noqa: F401
 
 pytestmark = pytest.mark.tier("fast")
@@ -32,13 +33,13 @@ SPIN = Path(__file__).resolve().parents[1] / "workloads" / "disruptor-spin"
 
 
 @pytest.fixture(scope="module")
-def disruptor(tmp_path_factory):
-    """The classpath of the Disruptor workload, built with the jar from Maven."""
-    out = tmp_path_factory.mktemp("disruptor")
-    built = subprocess.run(["sh", str(SPIN / "build.sh"), str(out)], capture_output=True, text=True,
-                           timeout=600)
-    assert built.returncode == 0, built.stderr
-    return built.stdout.strip()
+def disruptor():
+    """The classpath of the Disruptor workload (the jar from Maven and its
+    classes, tests/workloads/build.sh's)."""
+    classpath = (built("disruptor-spin") / "classpath").read_text().strip()
+    missing = [p for p in classpath.split(":") if not Path(p).exists()]
+    assert not missing, f"{missing} gone: run scripts/setup.sh --test"
+    return classpath
 
 
 def run_workload(workload_bin, *args):

@@ -15,7 +15,6 @@ finding."""
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -24,12 +23,11 @@ import pytest
 
 from helpers.agent import doctor_report, Agent
 from helpers.oracles import wait_ready
-from helpers.paths import REPO
+from helpers.tools import built
 
 pytestmark = pytest.mark.tier("full")
 
 WAKEUPS = "slowpath_timer_wakeups_total"
-TICKER_SRC = REPO / "tests" / "workloads" / "sentinel-ticker"
 WINDOW = 5  # seconds of counting, for slowpath and bpftrace alike
 
 PYTHON = ["/usr/bin/python3", "-c",
@@ -55,14 +53,10 @@ def timer_agent(agent_bin, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def go_ticker(tmp_path_factory):
-    """The sentinel-golang ticker, built from the Go module proxy (go.sum
-    pins every module)."""
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    out = tmp_path_factory.mktemp("go") / "sentinel-ticker"
-    subprocess.run([go, "build", "-o", str(out), "."], cwd=TICKER_SRC, check=True, timeout=600,
-                   env={**os.environ, "GOFLAGS": "-mod=readonly"})
-    return out
+def go_ticker():
+    """The sentinel-golang ticker (tests/workloads/sentinel-ticker, its
+    modules pinned by go.sum), as tests/workloads/build.sh built it."""
+    return built("sentinel-ticker")
 
 
 @pytest.fixture

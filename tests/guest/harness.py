@@ -21,9 +21,17 @@ that is the kernel the system's apt sources offer (bookworm's 6.1); with a
 suite ("bullseye" for 5.10, "trixie" for 6.12) apt works on a private state
 in the cache, so the system's apt configuration stays as it is.
 
+Only fetch() downloads (apt-get update, apt-get download; scripts/setup.sh
+--test runs it, through tests/deploy/test-tools.sh) and so does the command
+line (DOWNLOAD): a test finds the kernels, busybox and the static workloads
+ready, or fails naming what is missing and scripts/setup.sh --test.
+
 Command line (for local runs):
   python3 tests/guest/harness.py SCENARIO_FILE [--clocksource NAME] [--suite NAME]
-prints the raw serial output.
+prints the raw serial output;
+  python3 tests/guest/harness.py --fetch [--full] [--check]
+fetches what the tests' guests boot (--full: SLOWPATH_GUEST_MATRIX=full's too;
+--check: only checks it is there).
 """
 
 import argparse
@@ -51,6 +59,14 @@ ARCHES = {
               ["/usr/aarch64-linux-gnu/lib", str(REPO / "target/aarch64-libs/usr/lib/aarch64-linux-gnu"),
                str(REPO / "target/aarch64-libs/lib/aarch64-linux-gnu")]),
 }
+# Whether a missing kernel or package may be downloaded (fetch(), the command
+# line, tests/guest/bench.py) or is an error (the tests).
+DOWNLOAD = False
+SETUP = "scripts/setup.sh --test"
+# What the tests boot: (suite, arch) of every guest in the default matrix
+# (tests/e2e/test_guest*.py), and what SLOWPATH_GUEST_MATRIX=full adds.
+DEFAULT_KERNELS = [(None, "x86_64"), ("bullseye", "x86_64"), ("trixie", "x86_64"), ("bookworm", "arm64")]
+FULL_KERNELS = [("bullseye", "arm64"), ("trixie", "arm64")]
 BOOT_TIMEOUT = 150  # seconds for one boot-to-poweroff; a scenario takes 10-30 s under TCG
 # arm64 under TCG is slower, and how much depends on the host's CPU: the arm64
 # scenario of test_guest.py (jiffies clocksource, a doctor run) took about
@@ -123,7 +139,10 @@ def apt_options(suite, arch="x86_64"):
     # A stamp of our own, outside lists/ (apt-get update deletes strangers
     # there): apt dates the list files by the archive's Last-Modified.
     stamp = state / "updated"
-    if not stamp.exists() or time.time() - stamp.stat().st_mtime > 86400:
+    if not DOWNLOAD:
+        if not stamp.exists():
+            raise RuntimeError(f"no apt lists for {suite} {deb_arch} in {state}: run {SETUP}")
+    elif not stamp.exists() or time.time() - stamp.stat().st_mtime > 86400:
         subprocess.run(["apt-get", *options, "update", "-qq"], check=True)
         stamp.touch()
     return options
@@ -138,7 +157,7 @@ def kernel_package(options=(), deb_arch="amd64"):
     pattern = rf"Depends: (linux-image-[\w.+-]+-cloud-{deb_arch})"
     out = subprocess.run(depends, capture_output=True, text=True).stdout
     m = re.search(pattern, out)
-    if not m and not options:
+    if not m and not options and DOWNLOAD:
         subprocess.run(["apt-get", "update", "-qq"], check=True)
         out = subprocess.run(depends, capture_output=True, text=True).stdout
         m = re.search(pattern, out)
@@ -168,6 +187,8 @@ def fetch_package(package, options, deb_arch):
     """The unpacked tree of `package` (the candidate of apt with `options`),
     downloaded into CACHE and checked against apt's SHA256 once."""
     debs = sorted(CACHE.glob(f"{package}_*_{deb_arch}.deb"))
+    if not debs and not DOWNLOAD:
+        raise RuntimeError(f"no {package} ({deb_arch}) in {CACHE}: run {SETUP}")
     if not debs:
         subprocess.run(["apt-get", *options, "download", package],
                        cwd=CACHE, check=True, capture_output=True, text=True)
@@ -325,16 +346,32 @@ def guest_rc(console):
     return int(m.group(1)) if m else None
 
 
-def static_workload(tmpdir, arch="x86_64"):
+def static_workload(arch="x86_64"):
     """The workloads, linked statically (libc in a static binary still uses
-    the vDSO for clock reads)."""
-    out = Path(tmpdir) / "sp-workload"
-    subprocess.run(
-        [ARCHES[arch][3], "-O2", "-Wall", "-Werror", "-static", "-pthread",
-         str(REPO / "tests/workloads/sp-workload.c"), "-o", str(out)],
-        check=True,
-    )
-    return out
+    the vDSO for clock reads), as tests/workloads/build.sh built them."""
+    return built("sp-workload-static" if arch == "x86_64" else f"sp-workload-static-{arch}")
+
+
+def built(name):
+    """tests/workloads/bin/NAME, checked current (tests/workloads/build.sh
+    --check); RuntimeError naming scripts/setup.sh --test if not."""
+    out = subprocess.run(["bash", str(REPO / "tests/workloads/build.sh"), "--check", name],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip())
+    return REPO / "tests/workloads/bin" / name
+
+
+def fetch(full=False, download=True):
+    """Downloads and unpacks every kernel the tests boot (`full`: the full
+    matrix's too) and arm64's busybox into CACHE, each once; with
+    download=False only checks that they are there (RuntimeError if not).
+    Returns the kernels' paths."""
+    global DOWNLOAD
+    DOWNLOAD = download
+    kernels = [guest_kernel(suite, arch) for suite, arch in DEFAULT_KERNELS + (FULL_KERNELS if full else [])]
+    busybox_for("arm64")
+    return kernels
 
 
 # tzdata's UTC zone (scripts/setup.sh --test installs tzdata)
@@ -351,7 +388,7 @@ def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_
     with tempfile.TemporaryDirectory() as tmp:
         # a zone file at the default path: with TZ unset, glibc's localtime()
         # reads it once, then stats it on every call (the tzfile signal)
-        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(tmp, arch),
+        files = {"/usr/bin/slowpath": agent_bin, "/usr/bin/sp-workload": static_workload(arch),
                  "/etc/localtime": TZ_FILE}
         files.update(extra_files or {})
         initrd = Path(tmp) / "initrd.cpio"
@@ -362,8 +399,12 @@ def run_scenario(agent_bin, scenario, clocksource=None, extra_files=None, extra_
 
 
 def main():
+    global DOWNLOAD
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("scenario", type=Path, help="shell script run inside the guest")
+    parser.add_argument("scenario", type=Path, nargs="?", help="shell script run inside the guest")
+    parser.add_argument("--fetch", action="store_true", help="only fetch the tests' kernels (see fetch())")
+    parser.add_argument("--full", action="store_true", help="with --fetch: the full matrix's kernels too")
+    parser.add_argument("--check", action="store_true", help="with --fetch: download nothing, only check")
     parser.add_argument("--clocksource", help="clocksource= for the guest kernel")
     parser.add_argument("--agent", type=Path, default=REPO / "target/release/slowpath")
     parser.add_argument("--suite", help="Debian release whose cloud kernel to boot (bullseye, trixie); "
@@ -371,6 +412,16 @@ def main():
     parser.add_argument("--arch", choices=sorted(ARCHES), default="x86_64",
                         help="guest architecture (arm64: pass --agent target/aarch64-unknown-linux-gnu/...)")
     args = parser.parse_args()
+    if args.fetch:
+        try:
+            kernels = fetch(args.full, download=not args.check)
+        except RuntimeError as e:
+            raise SystemExit(f"harness.py: {e}") from None
+        print("\n".join(map(str, kernels)))
+        return
+    if args.scenario is None:
+        parser.error("a scenario file (or --fetch)")
+    DOWNLOAD = True
     console, _ = run_scenario(args.agent, args.scenario.read_text(), args.clocksource, suite=args.suite,
                               arch=args.arch)
     print(console)

@@ -30,6 +30,7 @@ declare -A SOURCES=(
   [nofp-pth]=tests/workloads/sp-nofp.c
   [pth-yield]=tests/workloads/pth-yield.c
   [overhead]=tests/bench/overhead.c
+  [overhead-static]=tests/bench/overhead.c
   [sp-container-exec]=tests/workloads/sp-container-exec.c
   [pause]=tests/deploy/pause.c
   [sentinel-ticker]="tests/workloads/sentinel-ticker/go.mod tests/workloads/sentinel-ticker/go.sum tests/workloads/sentinel-ticker/main.go"
@@ -43,7 +44,7 @@ declare -A COMPILER=(
   [sp-workload-static-arm64]=aarch64-linux-gnu-gcc [sentinel-ticker]=go [go-timenow]=go
   [wallclock]=javac [pretouch]=javac [disruptor-spin]=javac [jre]=jlink
 )
-TARGETS=(sp-workload sp-workload-static sp-workload-static-arm64 sp-nofp nofp-pth pth-yield overhead
+TARGETS=(sp-workload sp-workload-static sp-workload-static-arm64 sp-nofp nofp-pth pth-yield overhead overhead-static
          sp-container-exec pause sentinel-ticker go-timenow wallclock pretouch disruptor-spin jre)
 
 # The recipes: each writes OUT ($1), a file or a directory.
@@ -62,6 +63,8 @@ build_nofp-pth() {
 }
 build_pth-yield() { gcc -O2 -fno-omit-frame-pointer -Wall -Werror "$repo/tests/workloads/pth-yield.c" -lpth -o "$1"; }
 build_overhead() { gcc -O2 -Wall -pthread "$repo/tests/bench/overhead.c" -o "$1"; }
+# the guest's (tests/guest/bench.py)
+build_overhead-static() { gcc -O2 -static "$repo/tests/bench/overhead.c" -o "$1"; }
 build_sp-container-exec() { gcc -O2 -Wall -Werror -static "$repo/tests/workloads/sp-container-exec.c" -o "$1"; }
 build_pause() { gcc -O2 -Wall -Werror -static "$repo/tests/deploy/pause.c" -o "$1"; }
 # go.sum pins every module (-mod=readonly: never rewritten)

@@ -13,7 +13,10 @@ which defines nothing else). Import from the module by name:
               process cost
   bpf         bpf_fd_ids, our_program_ids, wait_unloaded: BPF objects in the
               kernel
-  tools       tools_cache: the tools install-tools.sh builds
+  tools       tools_cache, built, base_image, cargo_tools: what
+              scripts/setup.sh --test builds (install-tools.sh's tools,
+              tests/workloads/bin/, the base images, cargo-deb and
+              cargo-cyclonedx), checked ready or the test fails naming it
   tiers       TIERS, tier_of, tier_problems: the suite's tiers (the `tier` marker)
   prometheus  prometheus_release, prometheus_server, prom_get, prom_query
   signals     declarations, by_name, every_hook: the signals as the agent

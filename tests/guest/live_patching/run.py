@@ -79,11 +79,12 @@ def main():
     p.add_argument("--agent-args", default="")
     p.add_argument("--timeout", type=int, default=180)
     args = p.parse_args()
+    harness.DOWNLOAD = True  # a local run: the kernel is fetched if missing
     kernel = harness.guest_kernel(args.suite, "x86_64")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         files = {"/usr/bin/slowpath": REPO / "target/release/slowpath",
-                 "/usr/bin/sp-workload": harness.static_workload(tmp)}
+                 "/usr/bin/sp-workload": harness.static_workload()}
         if args.mode == "bare":
             build_bare(tmp)
             files |= {"/usr/bin/loader": tmp / "loader", "/fentry.bpf.o": tmp / "fentry.bpf.o"}
