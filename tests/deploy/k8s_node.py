@@ -2,10 +2,10 @@
 kube-proxy beside the control plane of k8s_cluster.Cluster, all inside a
 network namespace made for the test.
 
-    from k8s_cluster import Cluster, build_tools
+    from k8s_cluster import Cluster, tools_bin
     from k8s_node import NetNS, Node
 
-    bin_dir = build_tools()                      # tests/deploy/k8s-tools.sh (cached)
+    bin_dir = tools_bin()                        # built by tests/deploy/k8s-tools.sh
     with NetNS("sp-node") as netns, \\
          Cluster(bin_dir, nodes=(), netns=netns, node_ip=NODE_IP) as cluster, \\
          Node(cluster, images=[archive, ...]) as node:
@@ -22,7 +22,7 @@ NetNS.command) runs in that namespace, so no packet leaves it.
 Components (k8s-tools.sh builds them; runc is Debian's):
   containerd 2.x   its own root, state and socket under the node's directory,
                    the CRI plugin with the runc v2 shim (cgroupfs), CNI, and a
-                   sandbox image built here (tests/deploy/pause.c); started with
+                   sandbox image of tests/deploy/pause.c (pause_image); started with
                    the limits of containerd's upstream unit (containerd.service)
                    where this host allows them (see UNIT_DEVIATIONS)
   kubelet          the control plane's version, cgroupfs driver; this host is
@@ -58,8 +58,6 @@ import threading
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-PAUSE_SOURCE = HERE / "pause.c"
 
 NODE_NAME = "slowpath-node"
 NODE_IP = "10.99.0.1"  # on a veth inside the test's namespace only
@@ -182,14 +180,13 @@ def unit_limits(unit_text):
     return limits
 
 
-def build_pause_image(workdir, podman):
-    """The sandbox image: tests/deploy/pause.c built static, alone in an
-    image named SANDBOX_IMAGE. podman(*args) runs podman. Returns its
-    docker-archive's path."""
+def pause_image(workdir, podman, pause):
+    """The sandbox image: `pause` (tests/deploy/pause.c built static, by
+    tests/workloads/build.sh) alone in an image named SANDBOX_IMAGE.
+    podman(*args) runs podman. Returns its docker-archive's path."""
     root = Path(workdir) / "pause-root"
     root.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-static", "-o", str(root / "pause"), str(PAUSE_SOURCE)],
-                   check=True, capture_output=True, text=True)
+    shutil.copy2(pause, root / "pause")
     tar = subprocess.run(["tar", "-C", str(root), "-c", "pause"], check=True, capture_output=True).stdout
     podman("import", "--change", 'ENTRYPOINT ["/pause"]', "-", SANDBOX_IMAGE, input=tar)
     return save_image(SANDBOX_IMAGE, Path(workdir) / "pause.tar", podman)

@@ -20,6 +20,7 @@ import pytest
 from helpers.agent import Agent, Scrape
 from helpers.host import free_port
 from helpers.paths import REPO
+from helpers.tools import base_image
 from helpers.workload import run_workload
 
 pytestmark = [pytest.mark.tier("full"), pytest.mark.skipif(shutil.which("podman") is None, reason="podman not installed")]
@@ -39,7 +40,7 @@ def images(agent_bin, agent_bin_arm64):
     """{manifest, amd64, arm64}: the image names deploy/build-image.sh made."""
     env = {**os.environ, "CONTAINERS_CONF": str(CONF), "BASE_amd64": BASE, "BASE_arm64": BASE_ARM64}
     for arch in ["amd64", "arm64"]:
-        subprocess.run([str(REPO / "tests/deploy/base-image.sh"), arch], check=True, capture_output=True, env=env)
+        base_image(arch)
     # The build copies the release binaries: they must be the ones under test.
     assert Path(agent_bin).resolve() == (REPO / "target/release/slowpath").resolve()
     assert Path(agent_bin_arm64).resolve() == (REPO / "target/aarch64-unknown-linux-gnu/release/slowpath").resolve()

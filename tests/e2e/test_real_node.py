@@ -79,9 +79,9 @@ from helpers.bpf import bpf_fd_ids  # noqa: E402
 from helpers.host import cgroup2_root  # noqa: E402
 from helpers.oracles import TimerOracle, vmstat, wait_ready  # noqa: E402
 from helpers.prometheus import prom_get, prom_query, prometheus_release, prometheus_server  # noqa: E402
-from helpers.tools import tools_cache  # noqa: E402
-from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
-from k8s_node import NODE_IP, NetNS, Node, build_pause_image, save_image  # noqa: E402
+from helpers.tools import base_image, built, tools_cache  # noqa: E402
+from k8s_cluster import Cluster, ToolsUnavailable, tools_bin  # noqa: E402
+from k8s_node import NODE_IP, NetNS, Node, pause_image, save_image  # noqa: E402
 from test_doctor_sources import pretouch_class  # noqa: E402,F401
 
 pytestmark = pytest.mark.tier("full")
@@ -122,7 +122,7 @@ def images(agent_bin, workload_bin, pretouch_class, tmp_path_factory):  # noqa: 
     work = tmp_path_factory.mktemp("node-images")
     env = {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF), "BASE_amd64": "localhost/slowpath-base:bookworm"}
     for kind in ("amd64", "runtimes"):
-        subprocess.run([str(REPO / "tests/deploy/base-image.sh"), kind], check=True, capture_output=True, env=env)
+        base_image(kind)
     subprocess.run([str(REPO / "deploy/build-image.sh"), "--arch", "amd64", "--no-build", AGENT_IMAGE],
                    cwd=REPO, env=env, check=True, capture_output=True)
     context = work / "workloads"
@@ -136,14 +136,14 @@ def images(agent_bin, workload_bin, pretouch_class, tmp_path_factory):  # noqa: 
     return {
         "agent": save_image(f"{AGENT_IMAGE}-amd64", work / "agent.tar", podman),
         "workloads": save_image(WORKLOAD_IMAGE, work / "workloads.tar", podman),
-        "pause": build_pause_image(work, podman),
+        "pause": pause_image(work, podman, built("pause")),
     }
 
 
 @pytest.fixture(scope="module")
 def node(images):
     try:
-        bin_dir = build_tools()
+        bin_dir = tools_bin()
     except ToolsUnavailable as e:
         pytest.fail(f"Kubernetes tools unavailable: {e}")
     with NetNS("slowpath-e2e-node") as netns, \

@@ -42,11 +42,11 @@ import pytest
 from helpers.agent import Scrape
 from helpers.host import free_port
 from helpers.paths import REPO
-from helpers.tools import tools_cache
+from helpers.tools import base_image, cargo_tools, tools_cache
 from helpers.workload import run_workload
 
 sys.path.insert(0, str(REPO / "tests" / "deploy"))
-from k8s_cluster import Cluster, ToolsUnavailable, build_tools  # noqa: E402
+from k8s_cluster import Cluster, ToolsUnavailable, tools_bin  # noqa: E402
 
 import test_container as container  # noqa: E402  (its podman helpers; a module, so not collected twice)
 
@@ -72,7 +72,8 @@ def release(tmp_path_factory, agent_bin, agent_bin_arm64):
            "BASE_amd64": container.BASE, "BASE_arm64": container.BASE_ARM64,
            "PATH": f"{tools_cache()}/bin:{os.environ['PATH']}"}
     for arch in ["amd64", "arm64"]:
-        subprocess.run([str(REPO / "tests/deploy/base-image.sh"), arch], check=True, capture_output=True, env=env)
+        base_image(arch)
+    cargo_tools()  # release.sh would install them
     image = f"localhost/slowpath-release-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
     out = subprocess.run([str(clone / "scripts/release.sh"), "--image", image], cwd=clone, env=env,
@@ -211,7 +212,7 @@ def test_sbom_names_the_locked_dependencies(release):
 @pytest.fixture(scope="module")
 def cluster():
     try:
-        bin_dir = build_tools()
+        bin_dir = tools_bin()
     except ToolsUnavailable as e:
         pytest.fail(f"Kubernetes tools unavailable: {e}")
     with Cluster(bin_dir) as c:

@@ -25,7 +25,6 @@ file), and the agent's :9891 is private to the container, so parallel runs
 and other agents on the host never collide.
 """
 
-import hashlib
 import os
 import re
 import shutil
@@ -40,26 +39,19 @@ import pytest
 from helpers.agent import Scrape
 from helpers.bpf import bpf_fd_ids
 from helpers.paths import REPO
+from helpers.tools import base_image, cargo_tools
 
 pytestmark = pytest.mark.tier("full")
 
 UNIT = REPO / "deploy" / "systemd" / "slowpath.service"
 CONF = REPO / "tests" / "deploy" / "containers.conf"
-BASE_IMAGE = "localhost/slowpath-base:bookworm"
-# Packages on top of the debootstrap minbase: systemd as init, the .deb's
-# dependency that minbase lacks (libelf1; libc6 and zlib1g are there), curl
-# to scrape from inside.
-IMAGE_PACKAGES = ["systemd", "systemd-sysv", "libelf1", "curl", "man-db"]
-SYSTEMD_IMAGE = "localhost/slowpath-systemd:bookworm-" + hashlib.sha256(
-    " ".join(IMAGE_PACKAGES).encode()
-).hexdigest()[:12]
 MAX_EXPOSURE = 4.0
 CAP_BPF, CAP_PERFMON = 39, 38
 
 
 def need(tool):
     if shutil.which(tool) is None:
-        pytest.skip(f"{tool} not installed")
+        pytest.fail(f"{tool} not installed: run scripts/setup.sh --test")
 
 
 def run(cmd, check=True, timeout=120, **kwargs):
@@ -156,6 +148,7 @@ def deb(agent_bin):
     """The .deb of the binary under test (cargo-deb packages target/release/slowpath)."""
     assert Path(agent_bin).resolve() == (REPO / "target/release/slowpath").resolve(), \
         "the package is built from target/release/slowpath"
+    cargo_tools()  # build-deb.sh would install cargo-deb
     out = run([str(REPO / "tests/deploy/build-deb.sh"), "--no-build"], timeout=900, cwd=REPO)
     path = Path(out.stdout.strip().splitlines()[-1])
     assert path.is_file(), out.stderr
@@ -164,25 +157,10 @@ def deb(agent_bin):
 
 @pytest.fixture(scope="module")
 def systemd_image():
-    """Base image + systemd, cached by tag (the tag hashes the package list)."""
+    """Base image + systemd (tests/deploy/base-image.sh systemd: its tag
+    hashes the package list)."""
     need("podman")
-    if podman("image", "exists", SYSTEMD_IMAGE, check=False).returncode == 0:
-        return SYSTEMD_IMAGE
-    if podman("image", "exists", BASE_IMAGE, check=False).returncode != 0:
-        need("debootstrap")
-        run([str(REPO / "tests/deploy/base-image.sh")], timeout=900,
-            env={**os.environ, "CONTAINERS_CONF": str(CONF)})
-    build = f"slowpath-systemd-build-{uuid.uuid4().hex[:8]}"
-    script = ("set -e; export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; "
-              "apt-get install -y -qq --no-install-recommends " + " ".join(IMAGE_PACKAGES) + " >/dev/null; "
-              "apt-get clean; rm -rf /var/lib/apt/lists/*")
-    try:
-        # Host network only for this step: apt fetches from Debian's mirror.
-        podman("run", "--name", build, "--network=host", BASE_IMAGE, "sh", "-c", script, timeout=900)
-        podman("commit", "-q", "--change", 'CMD ["/sbin/init"]', build, SYSTEMD_IMAGE)
-    finally:
-        podman("rm", "-f", build, check=False)
-    return SYSTEMD_IMAGE
+    return base_image("systemd")
 
 
 class Container:
