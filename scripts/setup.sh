@@ -6,13 +6,15 @@
 #                             arm64 libelf and zlib unpacked into target/aarch64-libs
 #   scripts/setup.sh --test   plus --arm64 and what the test suite uses (strace,
 #                             bpftool, pytest, prometheus-client, Debian's Prometheus
-#                             2.42 and promtool, the Go-built test tools (Prometheus 3
-#                             and its promtool, Thanos, helm, kubeconform: tests/
-#                             deploy/install-tools.sh, cached; about 15 min the
-#                             first time), bpftrace, QEMU
-#                             x86_64 and aarch64, busybox and cpio for the guest
-#                             kernel tests, runc and iptables for the real node's
-#                             containerd and kube-proxy)
+#                             2.42 and promtool, bpftrace, QEMU x86_64 and aarch64,
+#                             busybox and cpio for the guest kernel tests, runc and
+#                             iptables for the real node's containerd and
+#                             kube-proxy), then builds everything the tests use
+#                             but do not test, once, into its cache (tests/deploy/
+#                             test-tools.sh: the Go-built tools, the Kubernetes
+#                             components, cargo-deb and cargo-cyclonedx, the base
+#                             images, the guest kernels, the workloads; about 25 min
+#                             the first time, seconds after). No test builds them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,6 +72,6 @@ if ((want_arm64)); then
     || scripts/debian-fetch.sh bookworm arm64 target/aarch64-libs libelf1 libelf-dev zlib1g zlib1g-dev
 fi
 if ((want_test)); then
-  echo "setup.sh: test tools (Prometheus 3, Thanos, helm, kubeconform) in $(tests/deploy/install-tools.sh)"
+  tests/deploy/test-tools.sh
 fi
 echo "setup.sh: ready ($(cargo --version), $(clang --version | head -1))"
