@@ -15,8 +15,8 @@ it (deploy/kubernetes/slowpath.yaml), checked without a cluster:
   capabilities and no_new_privs, attaches and serves.
 
 The tools come from tests/deploy/install-tools.sh (cached outside the repo,
-about 3-4 minutes the first time). Without them the tests skip, except in CI
-(CI set), where a missing tool is a failure: CI must not pass by skipping.
+built by scripts/setup.sh --test). Without them the tests fail naming that
+command.
 """
 
 import copy

@@ -3,7 +3,7 @@
 A real control plane (etcd, kube-apiserver with RBAC, kube-controller-manager,
 kube-scheduler) runs on loopback, with kwok playing the kubelet of two fake
 nodes (tests/deploy/k8s_cluster.py; binaries built and cached by
-tests/deploy/k8s-tools.sh: about 12-15 min the first time, then cached).
+tests/deploy/k8s-tools.sh, which scripts/setup.sh --test runs).
 
   (a) deploy/kubernetes/slowpath.yaml applies server-side (every object valid
       for the real API server, admission included), twice (no field conflicts);
