@@ -24,7 +24,8 @@ crate=$1 version=$2
 cache=${SLOWPATH_TOOLS_CACHE:-/var/cache/slowpath-tools}
 root=$cache/$crate
 
-installed() { cargo install --list --root "$root" 2>/dev/null | grep -qxF "$crate v$version:"; }
+# (cargo install --list creates the root: not before an install is due)
+installed() { [[ -d $root ]] && cargo install --list --root "$root" 2>/dev/null | grep -qxF "$crate v$version:"; }
 
 if ((check)) && ! installed; then
   echo "cargo-tool.sh: $crate $version not installed in $root: run scripts/setup.sh --test" >&2
