@@ -121,13 +121,19 @@ def apt_options(suite, arch="x86_64"):
     """apt-get/apt-cache options for `suite` and `arch`: none for the system's
     sources (suite None on x86_64), else a private sources list, lists and
     cache under CACHE / apt-SUITE[-ARCH], so that another release's or
-    architecture's index never mixes into the system's. Its lists are
-    refreshed when missing or older than a day."""
+    architecture's index never mixes into the system's. With DOWNLOAD its
+    lists are refreshed when missing or older than a day; without, missing
+    lists are an error (and old ones are used as they are)."""
     deb_arch = ARCHES[arch][0]
     if suite is None and arch == "x86_64":
         return []
     suite = suite or "bookworm"
     state = CACHE / (f"apt-{suite}" if arch == "x86_64" else f"apt-{suite}-{deb_arch}")
+    # A stamp of our own, outside lists/ (apt-get update deletes strangers
+    # there): apt dates the list files by the archive's Last-Modified.
+    stamp = state / "updated"
+    if not DOWNLOAD and not stamp.exists():
+        raise RuntimeError(f"no apt lists for {suite} {deb_arch} in {state}: run {SETUP}")
     (state / "lists/partial").mkdir(parents=True, exist_ok=True)
     (state / "cache/archives/partial").mkdir(parents=True, exist_ok=True)
     sources = state / "sources.list"
@@ -136,13 +142,7 @@ def apt_options(suite, arch="x86_64"):
                "-o", f"Dir::State::Lists={state}/lists", "-o", f"Dir::Cache={state}/cache",
                "-o", f"APT::Architecture={deb_arch}", "-o", f"APT::Architectures={deb_arch}",
                "-o", "APT::Sandbox::User=root"]
-    # A stamp of our own, outside lists/ (apt-get update deletes strangers
-    # there): apt dates the list files by the archive's Last-Modified.
-    stamp = state / "updated"
-    if not DOWNLOAD:
-        if not stamp.exists():
-            raise RuntimeError(f"no apt lists for {suite} {deb_arch} in {state}: run {SETUP}")
-    elif not stamp.exists() or time.time() - stamp.stat().st_mtime > 86400:
+    if DOWNLOAD and (not stamp.exists() or time.time() - stamp.stat().st_mtime > 86400):
         subprocess.run(["apt-get", *options, "update", "-qq"], check=True)
         stamp.touch()
     return options
