@@ -29,7 +29,6 @@ from test_findings import check_storm, stack, started  # noqa: F401
 pytestmark = pytest.mark.tier("fast")
 
 YIELDS = "slowpath_sched_yield_calls_total"
-SPIN = Path(__file__).resolve().parents[1] / "workloads" / "disruptor-spin"
 
 
 @pytest.fixture(scope="module")
