@@ -7,7 +7,8 @@
 # Takes about 15 minutes on 2 vCPUs (TCG). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --test
+# the full matrix's kernels too (tests/deploy/test-tools.sh's kernels step)
+SLOWPATH_GUEST_MATRIX=full scripts/setup.sh --test
 source "$HOME/.cargo/env" 2>/dev/null || true
 cargo build --release --locked -p slowpath
 cargo build --release --locked -p slowpath --target aarch64-unknown-linux-gnu
