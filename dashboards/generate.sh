@@ -8,6 +8,9 @@
 #                                     which grafanaDashboards.enabled turns into ConfigMaps:
 #                                     Helm reads no file outside the chart's directory)
 #   dashboards/generate.sh OUTDIR     write them to OUTDIR instead (tests compare)
+#   dashboards/generate.sh --setup    only install the virtualenv (scripts/setup.sh --test)
+#   dashboards/generate.sh --check    install nothing: exit 3 unless the virtualenv is
+#                                     there with the pinned requirements (the tests)
 #
 # Environment: PYTHON (default /usr/bin/python3 if present, else python3; 3.11+),
 # SLOWPATH_TOOLS_CACHE (default /var/cache/slowpath-tools, or ~/.cache/slowpath-tools
@@ -15,6 +18,10 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
+mode=generate
+case ${1:-} in
+--setup | --check) mode=${1#--}; shift ;;
+esac
 out="${1:-$here}"
 
 python="${PYTHON:-}"
@@ -31,7 +38,13 @@ venv="$cache/dashboards-venv"
 stamp="$venv/.requirements.sha256"
 want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
 
-if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+current() { [[ -x "$venv/bin/python" && "$(cat "$stamp" 2>/dev/null)" == "$want" ]]; }
+if [[ $mode == check ]]; then
+  current && exit 0
+  echo "generate.sh: no virtualenv with the pinned requirements in $venv: run scripts/setup.sh --test" >&2
+  exit 3
+fi
+if ! current; then
   echo "generate.sh: installing the pinned grafana-foundation-sdk into $venv" >&2
   rm -rf "$venv"
   if ! "$python" -m venv "$venv" >&2 ||
@@ -43,6 +56,7 @@ if [[ ! -x "$venv/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; th
   fi
   echo "$want" > "$stamp"
 fi
+[[ $mode == setup ]] && exit 0
 
 (cd "$here/src" && PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" generate.py "$out")
 if [[ $# -eq 0 ]]; then

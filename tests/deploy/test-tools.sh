@@ -13,6 +13,7 @@
 #   kernels         tests/guest/harness.py --fetch: the guests' Debian kernels
 #                   (SLOWPATH_GUEST_MATRIX=full: the full matrix's too)
 #   workloads       tests/workloads/build.sh: the C, Go and Java workloads
+#   dashboards      dashboards/generate.sh --setup: the pinned grafana-foundation-sdk's virtualenv
 #
 #   test-tools.sh               every step
 #   test-tools.sh STEP...       those steps
@@ -29,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v go >/dev/null || PATH="$PATH:/usr/local/go/bin"
 
-STEPS=(tools k8s cargo image-amd64 image-arm64 image-runtimes kernels workloads)
+STEPS=(tools k8s cargo image-amd64 image-arm64 image-runtimes kernels workloads dashboards)
 # --check is passed on: every script the steps run has its own
 check=()
 if [[ ${1:-} == --check ]]; then
@@ -56,6 +57,9 @@ step_kernels() {
   /usr/bin/python3 tests/guest/harness.py --fetch "${full[@]}" "${check[@]}"
 }
 step_workloads() { tests/workloads/build.sh "${check[@]}"; }
+step_dashboards() {
+  if ((${#check[@]})); then dashboards/generate.sh --check; else dashboards/generate.sh --setup; fi
+}
 
 names=("$@")
 ((${#names[@]})) || names=("${STEPS[@]}")
