@@ -60,8 +60,6 @@ if [[ -z $tier ]]; then
   stamp "the agent cross-built for arm64 (booted in an arm64 guest by test_guest.py)"
   cargo build --release --locked -p slowpath --target aarch64-unknown-linux-gnu
 fi
-mkdir -p tests/workloads/bin
-gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread tests/workloads/sp-workload.c -o tests/workloads/bin/sp-workload
 # Every e2e test of the tier, unless the arguments name test files themselves.
 where=(tests/e2e)
 for arg in "$@"; do [[ $arg == tests/* ]] && where=(); done

@@ -14,7 +14,9 @@ Environment:
 
 Prometheus: the tests run Prometheus 3 (built from the Go module proxy by
 tests/deploy/install-tools.sh, cached) and, where a test is about the servers
-users still run, Debian's Prometheus 2.42 as well (`release` below).
+users still run, Debian's Prometheus 2.42 as well (`release` below). No test
+builds what it uses: scripts/setup.sh --test does (tests/deploy/test-tools.sh),
+and a test that finds something missing fails, naming that command.
 """
 
 import os
@@ -28,10 +30,11 @@ pytest.register_assert_rewrite("helpers")
 
 from helpers.agent import Agent  # noqa: E402
 from helpers.oracles import TRACEFS  # noqa: E402
-from helpers.paths import REPO, WORKLOAD_SRC  # noqa: E402
+from helpers.paths import REPO  # noqa: E402
 from helpers.prometheus import prometheus_release  # noqa: E402
 from helpers.signals import agent_path  # noqa: E402
 from helpers.tiers import MARKER, TIERS, tier_of, tier_problems  # noqa: E402
+from helpers.tools import built  # noqa: E402
 
 
 def pytest_addoption(parser):
@@ -90,15 +93,11 @@ def agent_bin_arm64():
 
 @pytest.fixture(scope="session")
 def workload_bin():
+    """The C workloads (tests/workloads/build.sh, which scripts/setup.sh
+    --test runs), or SP_WORKLOAD."""
     if "SP_WORKLOAD" in os.environ:
         return Path(os.environ["SP_WORKLOAD"])
-    out = REPO / "tests" / "workloads" / "bin" / "sp-workload"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        ["gcc", "-O2", "-fno-omit-frame-pointer", "-Wall", "-Werror", "-pthread", str(WORKLOAD_SRC), "-o", str(out)],
-        check=True,
-    )
-    return out
+    return built("sp-workload")
 
 
 @pytest.fixture(scope="session", params=["tp-btf", pytest.param("raw-tp", marks=pytest.mark.tier("full"))])

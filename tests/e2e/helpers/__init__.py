@@ -1,7 +1,7 @@
 """What the end-to-end tests share besides fixtures (those are in conftest.py,
 which defines nothing else). Import from the module by name:
 
-  paths       REPO and the workload's source
+  paths       REPO: the repository
   host        free_port, cgroup2_root, thp_enabled: facts of this machine
   agent       Agent (a running slowpath), Scrape (its /metrics), run_agent,
               error_line, doctor_report

@@ -1,6 +1,5 @@
-"""Where the repository and the tests' sources are."""
+"""Where the repository is."""
 
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
-WORKLOAD_SRC = REPO / "tests" / "workloads" / "sp-workload.c"
