@@ -31,10 +31,8 @@ loopback ports and the workloads of tests/workloads/bin (scripts/setup.sh
 Exits 0 when it ran: a benchmark reports, it does not judge."""
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +42,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "e2e"))
 
 from helpers.agent import Agent  # noqa: E402
-from helpers.costs import clock_load, kernel_stats_on, kernel_totals, on_cpu_seconds, untraced_syscall_ns  # noqa: E402
+from helpers.costs import clock_load, kernel_stats_on, kernel_totals, top_cpu_share, untraced_figures  # noqa: E402
 
 AGENT = Path(os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"))
 WORKLOAD = Path(os.environ.get("SP_WORKLOAD", REPO / "tests" / "workloads" / "bin" / "sp-workload"))
@@ -70,24 +68,8 @@ def top_cpu_column(work):
     """`slowpath top`'s CPU column against schedstat, per workload."""
     print("top: the CPU column against the kernel's time on a CPU (3 frames of 1 s)")
     for mode, args in [("clock-raw", ["100000000"]), ("sleep", ["100000", "1000"])]:
-        agent = Agent(AGENT, ["--metrics.pid-label"], work / f"top-{mode}.log")
-        load = subprocess.Popen([str(WORKLOAD), mode, *args], stdout=subprocess.DEVNULL)
-        try:
-            time.sleep(0.5)
-            view = subprocess.Popen([str(AGENT), "top", "--batch", "--json", "-n", "3", "-d", "1",
-                                     f"--agent.url={agent.url}/metrics"],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            start, t0 = on_cpu_seconds(load.pid), time.monotonic()
-            out, _ = view.communicate(timeout=60)
-            ran, wall = on_cpu_seconds(load.pid) - start, time.monotonic() - t0
-        finally:
-            load.kill()
-            load.wait()
-            agent.stop()
-        rows = [r for r in map(json.loads, out.splitlines()) if r.get("pid") == str(load.pid)]
-        estimated = sum(r["estimated_cpu_share"] * r["interval_seconds"] for r in rows) / max(
-            sum(r["interval_seconds"] for r in rows), 1e-9)
-        row(f"{mode} loop: share of a CPU", estimated, ran / wall, "CPU")
+        estimated, actual, _ = top_cpu_share(AGENT, WORKLOAD, work / f"top-{mode}.log", mode, args)
+        row(f"{mode} loop: share of a CPU", estimated, actual, "CPU")
 
 
 def statistics_windows(work):
@@ -116,17 +98,8 @@ def statistics_windows(work):
 def untraced_syscall(work, cycles):
     """The agent's figures for an untraced syscall against the benchmark's."""
     print(f"untraced: getppid as the agent times it at start and as tests/bench/overhead.c does ({cycles} starts)")
-    without, during, ours, whole = [untraced_syscall_ns(OVERHEAD)], [], [], []
-    for cycle in range(cycles):
-        agent = Agent(AGENT, [], work / f"untraced{cycle}.log")
-        try:
-            during.append(untraced_syscall_ns(OVERHEAD))
-            scrape = agent.scrape()
-        finally:
-            agent.stop()
-        without.append(untraced_syscall_ns(OVERHEAD))
-        ours.append(scrape.value("slowpath_untraced_syscall_added_seconds") * 1e9)
-        whole.append(scrape.value("slowpath_syscall_seconds") * 1e9)
+    figures, _ = untraced_figures(AGENT, OVERHEAD, work, cycles)
+    ours, without, during, whole = (figures[k] for k in ("ours", "without", "during", "whole"))
     outside = [d - (b + a) / 2 for d, b, a in zip(during, without, without[1:])]
     row("added to an untraced syscall (median)", statistics.median(ours), statistics.median(outside), "ns")
     row("an untraced syscall with the agent (median)", statistics.median(whole), statistics.median(during), "ns")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from helpers.agent import Agent, error_line, run_agent
-from helpers.costs import STATS, clock_load, kernel_stats_on, kernel_totals, untraced_syscall_ns
+from helpers.costs import STATS, clock_load, kernel_stats_on, kernel_totals, untraced_figures
 from helpers.tools import built
 
 pytestmark = pytest.mark.tier("full")
@@ -151,19 +151,8 @@ def test_the_untraced_syscall_costs_what_the_benchmark_times(agent_bin, overhead
     the wrong unit is 1,000x off), and with sys_enter as a tracepoint every
     run of it is charged that dispatch less the program's own time, never
     more."""
-    without, during, ours, whole = [untraced_syscall_ns(overhead_bin)], [], [], []
-    for cycle in range(UNTRACED_CYCLES):
-        agent = Agent(agent_bin, [], tmp_path / f"agent{cycle}.log")
-        try:
-            during.append(untraced_syscall_ns(overhead_bin))
-            scrape = agent.scrape()
-        finally:
-            assert agent.stop() == 0, agent.log_text()
-        without.append(untraced_syscall_ns(overhead_bin))
-        assert scrape.select(UNTRACED_ADDED), "no untraced syscall figure"
-        ours.append(scrape.value(UNTRACED_ADDED) * 1e9)
-        whole.append(scrape.value("slowpath_syscall_seconds") * 1e9)
-    figures = dict(ours=ours, without=without, during=during, whole=whole)
+    figures, scrape = untraced_figures(agent_bin, overhead_bin, tmp_path, UNTRACED_CYCLES)
+    ours, during, whole = figures["ours"], figures["during"], figures["whole"]
     print(figures)
     mid = lambda v: sorted(v)[len(v) // 2]
     assert all(0 <= x < 10 * mid(during) for x in ours), figures

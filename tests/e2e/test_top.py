@@ -27,7 +27,7 @@ import pytest
 
 from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids, our_program_ids
-from helpers.costs import on_cpu_seconds
+from helpers.costs import top_cpu_share
 from helpers.oracles import vmstat, wait_ready
 from helpers.signals import declarations
 from helpers.workload import run_workload
@@ -107,27 +107,7 @@ def test_the_cpu_column_is_what_the_kernel_charges_the_process(agent_bin, worklo
     must be within 20x of the kernel's either way: a cost read in the wrong
     unit (ns as us) or a rate per frame instead of per second is off by
     1,000x or more."""
-    agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
-    load = subprocess.Popen([str(workload_bin), mode, *args], stdout=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        view = subprocess.Popen([str(agent_bin), "top", "--batch", "--json", "-n", "3", "-d", "1",
-                                 f"--agent.url={agent.url}/metrics"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        # the frames cover 3 s from top's first read, about when it starts
-        start, t0 = on_cpu_seconds(load.pid), time.monotonic()
-        out, err = view.communicate(timeout=60)
-        ran, wall = on_cpu_seconds(load.pid) - start, time.monotonic() - t0
-    finally:
-        load.kill()
-        load.wait()
-        assert agent.stop() == 0, agent.log_text()
-    assert view.returncode == 0, err
-    rows = [r for r in map(json.loads, out.splitlines()) if r.get("pid") == str(load.pid)]
-    assert len(rows) == 3, out
-    estimated = sum(r["estimated_cpu_share"] * r["interval_seconds"] for r in rows) / sum(
-        r["interval_seconds"] for r in rows)
-    actual = ran / wall
+    estimated, actual, rows = top_cpu_share(agent_bin, workload_bin, tmp_path / "agent.log", mode, args)
     print(f"{mode}: estimated {estimated:.4f} of a CPU, the kernel ran it {actual:.4f}")
     assert 0 < actual <= 1.05 and actual / 20 <= estimated <= 20 * actual, (estimated, actual, rows)
 

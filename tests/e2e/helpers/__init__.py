@@ -8,7 +8,8 @@ which defines nothing else). Import from the module by name:
   workload    run_workload: the C workloads, with `strace -c` when asked
   oracles     strace_counts, vmstat, populated_zones, TimerOracle (bpftrace):
               the counts the agent's are compared with
-  costs       kernel_totals, kernel_stats_on, on_cpu_seconds, untraced_syscall_ns:
+  costs       kernel_totals, kernel_stats_on, on_cpu_seconds, untraced_syscall_ns,
+              top_cpu_share, untraced_figures:
               the kernel's figures of what the agent's programs and a
               process cost
   bpf         bpf_fd_ids, our_program_ids, wait_unloaded: BPF objects in the

@@ -7,9 +7,11 @@ overhead benchmark's timing of an untraced syscall."""
 
 import json
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from helpers.agent import Agent
 from helpers.bpf import bpf_fd_ids
 
 STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
@@ -80,3 +82,52 @@ def untraced_syscall_ns(overhead_bin):
     disturbed slices), timed with the vDSO clock."""
     out = subprocess.run([str(overhead_bin), "-r", "15"], capture_output=True, text=True, check=True).stdout
     return next(float(line.split()[1]) for line in out.splitlines() if line.startswith("getppid_min "))
+
+
+def top_cpu_share(agent_bin, workload_bin, log_path, mode, args):
+    """`slowpath top`'s estimated CPU of an sp-workload `mode` process over
+    three 1 s frames, and the share of a CPU the kernel ran it over the
+    same frames (schedstat): (estimated, actual, the process's rows), the
+    agent and the view checked to exit 0."""
+    agent = Agent(agent_bin, ["--metrics.pid-label"], log_path)
+    load = subprocess.Popen([str(workload_bin), mode, *args], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        view = subprocess.Popen([str(agent_bin), "top", "--batch", "--json", "-n", "3", "-d", "1",
+                                 f"--agent.url={agent.url}/metrics"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # the frames cover 3 s from top's first read, about when it starts
+        start, t0 = on_cpu_seconds(load.pid), time.monotonic()
+        out, err = view.communicate(timeout=60)
+        ran, wall = on_cpu_seconds(load.pid) - start, time.monotonic() - t0
+    finally:
+        load.kill()
+        load.wait()
+        assert agent.stop() == 0, agent.log_text()
+    assert view.returncode == 0, err
+    rows = [r for r in map(json.loads, out.splitlines()) if r.get("pid") == str(load.pid)]
+    assert len(rows) == 3, out
+    estimated = sum(r["estimated_cpu_share"] * r["interval_seconds"] for r in rows) / sum(
+        r["interval_seconds"] for r in rows)
+    return estimated, ran / wall, rows
+
+
+def untraced_figures(agent_bin, overhead_bin, work, cycles):
+    """The agent's figures for an untraced syscall, in ns, over `cycles`
+    agent starts, each between two timings of the benchmark without it:
+    ({ours: slowpath_untraced_syscall_added_seconds, whole:
+    slowpath_syscall_seconds, without, during: the benchmark's getppid
+    without and with the agent}, the last agent's scrape)."""
+    without, during, ours, whole = [untraced_syscall_ns(overhead_bin)], [], [], []
+    for cycle in range(cycles):
+        agent = Agent(agent_bin, [], Path(work) / f"agent{cycle}.log")
+        try:
+            during.append(untraced_syscall_ns(overhead_bin))
+            scrape = agent.scrape()
+        finally:
+            assert agent.stop() == 0, agent.log_text()
+        without.append(untraced_syscall_ns(overhead_bin))
+        assert scrape.select("slowpath_untraced_syscall_added_seconds"), "no untraced syscall figure"
+        ours.append(scrape.value("slowpath_untraced_syscall_added_seconds") * 1e9)
+        whole.append(scrape.value("slowpath_syscall_seconds") * 1e9)
+    return dict(ours=ours, without=without, during=during, whole=whole), scrape
