@@ -29,34 +29,42 @@ import pytest
 pytest.register_assert_rewrite("helpers")
 
 from helpers.agent import Agent  # noqa: E402
+from helpers.host import wait_for_build, without_transparent_huge_pages  # noqa: E402
 from helpers.oracles import TRACEFS  # noqa: E402
 from helpers.paths import REPO  # noqa: E402
 from helpers.prometheus import prometheus_release  # noqa: E402
 from helpers.signals import agent_path  # noqa: E402
-from helpers.tiers import MARKER, TIERS, tier_of, tier_problems  # noqa: E402
+from helpers.tiers import LANE_MARKER, LANES, MARKER, TIERS, lane_of, tier_of, tier_problems  # noqa: E402
 from helpers.tools import built  # noqa: E402
 
 
 def pytest_addoption(parser):
     parser.addoption("--tier", choices=sorted(TIERS), default=None,
                      help="run only this tier's tests (helpers/tiers.py; scripts/test.sh --fast is --tier=fast)")
+    parser.addoption("--lane", choices=sorted(LANES), default=None,
+                     help="run only this lane's tests (helpers/tiers.py; scripts/test.sh runs the lanes at once)")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", f"{MARKER}(name): the test's tier, one of: "
                             + "; ".join(f"{name}: {what}" for name, what in TIERS.items()))
+    config.addinivalue_line("markers", f"{LANE_MARKER}(name): the test's lane, one of: "
+                            + "; ".join(f"{name}: {what}" for name, what in LANES.items()))
+    if config.getoption("--lane") == "guest":
+        without_transparent_huge_pages()
 
 
 def pytest_collection_modifyitems(config, items):
     problems = tier_problems(items)
     if problems:
         raise pytest.UsageError("every test has a tier (tests/e2e/helpers/tiers.py):\n  " + "\n  ".join(problems))
-    wanted = config.getoption("--tier")
-    if wanted:
-        dropped = [item for item in items if tier_of(item) != wanted]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if tier_of(item) == wanted]
+    for option, of in (("--tier", tier_of), ("--lane", lane_of)):
+        wanted = config.getoption(option)
+        if wanted:
+            dropped = [item for item in items if of(item) != wanted]
+            if dropped:
+                config.hook.pytest_deselected(items=dropped)
+                items[:] = [item for item in items if of(item) == wanted]
     if os.geteuid() == 0:
         return
     skip = pytest.mark.skip(reason="needs root: loads BPF programs into the kernel")
@@ -83,9 +91,12 @@ def faults_bin():
 
 @pytest.fixture(scope="session")
 def agent_bin_arm64():
-    """The agent cross-built for arm64 (scripts/test.sh builds it)."""
+    """The agent cross-built for arm64 (scripts/test.sh builds it, in its
+    guest lane while the host lane runs: this waits until that build is
+    done, on the lock SLOWPATH_ARM64_BUILD_LOCK names)."""
     path = Path(os.environ.get("SLOWPATH_BIN_ARM64",
                                REPO / "target" / "aarch64-unknown-linux-gnu" / "release" / "slowpath"))
+    wait_for_build(os.environ.get("SLOWPATH_ARM64_BUILD_LOCK"))
     assert path.exists(), (f"{path} missing: scripts/setup.sh --arm64, then "
                            "cargo build --release --target aarch64-unknown-linux-gnu")
     return path

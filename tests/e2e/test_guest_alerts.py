@@ -26,7 +26,7 @@ from helpers.paths import REPO
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
 import harness  # noqa: E402
 
-pytestmark = [pytest.mark.tier("full"), pytest.mark.skipif(
+pytestmark = [pytest.mark.tier("full"), pytest.mark.lane("guest"), pytest.mark.skipif(
     shutil.which("qemu-system-x86_64") is None or shutil.which("busybox") is None
     or shutil.which("setcap") is None,
     reason="needs qemu-system-x86, busybox-static and libcap2-bin's setcap (scripts/setup.sh --test)",

@@ -169,15 +169,16 @@ def test_the_facts_check_names_what_is_missing(declared, modules, problem):
 
 class _Item:
     """A collected test as tier_problems sees it: a node id, its closest
-    `tier` marker and its fixtures."""
+    `tier` and `lane` markers and its fixtures."""
 
-    def __init__(self, tier=None, fixtures=()):
+    def __init__(self, tier=None, fixtures=(), lane=None):
         self.nodeid = "tests/e2e/test_x.py::test_y"
         self.fixturenames = list(fixtures)
-        self._marker = None if tier is None else pytest.mark.tier(tier).mark
+        self._markers = {tiers.MARKER: None if tier is None else pytest.mark.tier(tier).mark,
+                         tiers.LANE_MARKER: None if lane is None else pytest.mark.lane(lane).mark}
 
     def get_closest_marker(self, name):
-        return self._marker if name == tiers.MARKER else None
+        return self._markers.get(name)
 
 
 @pytest.mark.parametrize("item, problem", [
@@ -186,6 +187,9 @@ class _Item:
     (_Item(), "no tier"),
     (_Item("slow"), "unknown tier 'slow'"),
     (_Item("fast", ["agent_bin", "faults_bin"]), "a fast test needs faults_bin (the fault-injection build)"),
+    (_Item("full", ["agent_bin"], lane="guest"), None),
+    (_Item("full", lane="vm"), "unknown lane 'vm'"),
+    (_Item("full", ["agent"], lane="guest"), "a guest-lane test needs agent (the host's shared agent)"),
 ])
 def test_the_tier_check_names_a_test_without_a_known_tier(item, problem):
     problems = tiers.tier_problems([item])

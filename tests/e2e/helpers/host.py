@@ -1,6 +1,9 @@
 """Facts of this machine the tests adapt to: a free port, the cgroup2 mount,
 transparent huge pages."""
 
+import ctypes
+import fcntl
+import os
 import random
 import socket
 from pathlib import Path
@@ -53,3 +56,26 @@ def cgroup2_root():
 def thp_enabled():
     """Whether transparent huge pages can be allocated on faults here."""
     return "[never]" not in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+
+
+def without_transparent_huge_pages():
+    """This process and every process it starts from now on get no
+    transparent huge page (prctl PR_SET_THP_DISABLE, inherited over fork and
+    exec): QEMU asks for them on guest memory (MADV_HUGEPAGE), and the host
+    lane's tests running meanwhile compare thp_fault_alloc in /proc/vmstat,
+    which counts the whole machine's, exactly."""
+    pr_set_thp_disable = 41  # include/uapi/linux/prctl.h
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_thp_disable, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl(PR_SET_THP_DISABLE): {os.strerror(ctypes.get_errno())}")
+
+
+def wait_for_build(lock):
+    """Block until the build holding the flock(2) on the file `lock` (a path,
+    or None for no build under way) lets go of it: scripts/test.sh holds one
+    while a binary is being built beside the tests."""
+    if not lock:
+        return
+    with open(lock) as held:
+        fcntl.flock(held, fcntl.LOCK_SH)
+        fcntl.flock(held, fcntl.LOCK_UN)

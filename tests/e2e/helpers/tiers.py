@@ -4,6 +4,20 @@ closest one counts), or on a parameter (`pytest.param(..., marks=...)`).
 A test without one fails collection (conftest.py), and `--tier=NAME` runs
 only that tier's tests.
 
+Every test also runs in a lane, `@pytest.mark.lane(NAME)` placed as a tier
+is ("host" when none is): scripts/test.sh runs the whole suite as two pytest
+processes at once, one a lane, and `--lane=NAME` runs one lane's tests.
+
+  host   loads BPF programs into this machine's kernel and counts what its
+         workloads do there: one test at a time (the default)
+  guest  boots QEMU guests (tests/guest/harness.py) and loads nothing into
+         this machine's kernel: its single-threaded TCG boots (about 8
+         minutes of one core) run beside the host lane. Its processes run
+         without transparent huge pages (conftest.py: PR_SET_THP_DISABLE),
+         so QEMU's guest memory adds nothing to the /proc/vmstat THP counts
+         the host lane's tests compare exactly; a guest-lane test must not
+         use the host's agent or tracefs (HOST_ONLY_FIXTURES)
+
   fast  the loop for every change (scripts/test.sh --fast, under five
         minutes with a warm cargo build): the static checks and the
         exact-count core, every signal once on one attach type against its
@@ -19,6 +33,18 @@ TIERS = {
     "full": "the rest of the whole suite (scripts/test.sh runs both tiers)",
 }
 MARKER = "tier"
+LANES = {
+    "host": "tests of this machine's kernel, one at a time (the default lane)",
+    "guest": "tests in QEMU guests only, run beside the host lane (scripts/test.sh)",
+}
+LANE_MARKER = "lane"
+DEFAULT_LANE = "host"
+# Fixtures that load programs into, or read, this machine's kernel: a guest-
+# lane test runs while the host lane's tests count, so it must not use them.
+HOST_ONLY_FIXTURES = {
+    "agent": "the host's shared agent",
+    "tracefs": "the host's tracefs, for bpftrace",
+}
 # Fixtures whose builds only the whole suite's set-up makes (scripts/test.sh
 # without --fast): a fast test must not need them.
 FULL_ONLY_FIXTURES = {
@@ -36,11 +62,38 @@ def tier_of(item):
     return marker.args[0]
 
 
+def lane_of(item):
+    """The lane of a collected test (the closest `lane` marker's name, else
+    DEFAULT_LANE); None when the marker does not name exactly one."""
+    marker = item.get_closest_marker(LANE_MARKER)
+    if marker is None:
+        return DEFAULT_LANE
+    return marker.args[0] if len(marker.args) == 1 else None
+
+
+def lane_problem(item):
+    """Why a collected test's lane is wrong, or None."""
+    lane = lane_of(item)
+    if lane not in LANES:
+        return f"{item.nodeid}: unknown lane {lane!r} (lanes: {', '.join(LANES)})"
+    if lane == "guest":
+        needs = [f"{name} ({what})" for name, what in HOST_ONLY_FIXTURES.items()
+                 if name in getattr(item, "fixturenames", ())]
+        if needs:
+            return (f"{item.nodeid}: a guest-lane test needs {', '.join(needs)}, which runs beside it in "
+                    "the host lane: leave it in the host lane")
+    return None
+
+
 def tier_problems(items):
     """Why the collected tests cannot run as tiered, one line per test
-    without a known tier (empty when every test has one)."""
+    without a known tier or in a wrong lane (empty when every test has one
+    and is in its lane)."""
     problems = []
     for item in items:
+        lane = lane_problem(item)
+        if lane:
+            problems.append(lane)
         tier = tier_of(item)
         if tier is None:
             problems.append(f"{item.nodeid}: no tier: mark it @pytest.mark.tier(\"fast\" or \"full\") "
