@@ -3,7 +3,11 @@
 (`scripts/test.sh --junitxml=FILE`) as Markdown tables, per module (its
 tests, seconds, share of the run, slowest test) and the slowest tests.
 
-    scripts/durations.py RUN.xml [--before OLD.xml] [--top 30]
+    scripts/durations.py RUN.xml [RUN.guest.xml] [--before OLD.xml ...] [--top 30]
+
+Several reports of one run (scripts/test.sh's two lanes: FILE and
+FILE.guest.xml) are read as one; its seconds are then the tests' own, summed
+over both lanes, more than the run's wall time, since the lanes run at once.
 
 A test's time is pytest's for its setup, call and teardown together, so a
 module-scoped fixture's work (an agent, a guest boot, a built image) is
@@ -16,10 +20,11 @@ import collections
 import xml.etree.ElementTree as ET
 
 
-def read(path):
-    """{(module, test name): seconds} of a JUnit XML file of pytest."""
+def read(paths):
+    """{(module, test name): seconds} of JUnit XML files of pytest."""
     times = {}
-    for case in ET.parse(path).getroot().iter("testcase"):
+    cases = (case for path in paths for case in ET.parse(path).getroot().iter("testcase"))
+    for case in cases:
         module = case.get("classname", "").split(".")
         # pytest's classname: tests.e2e.test_x (or ...test_x.Class)
         name = next((part for part in module if part.startswith("test_")), ".".join(module)) + ".py"
@@ -66,8 +71,8 @@ def slowest_table(times, top):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report", help="JUnit XML of pytest (--junitxml)")
-    parser.add_argument("--before", help="an older run's JUnit XML, shown per module beside it")
+    parser.add_argument("report", nargs="+", help="JUnit XML of pytest (--junitxml), one per lane")
+    parser.add_argument("--before", nargs="+", help="an older run's JUnit XML, shown per module beside it")
     parser.add_argument("--top", type=int, default=30, help="how many of the slowest tests to list")
     args = parser.parse_args()
     times = read(args.report)
