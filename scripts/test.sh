@@ -31,6 +31,9 @@ started=$SECONDS
 if want e2e; then scripts/setup.sh --test; else scripts/setup.sh; fi
 source "$HOME/.cargo/env" 2>/dev/null || true
 stamp() { echo "== [$((SECONDS - started)) s] $*"; }
+# A fresh clone starts from the dependencies an earlier run compiled
+# (scripts/target-cache.sh; the whole suite's run saves them at its end).
+scripts/target-cache.sh restore
 
 if want style; then
   stamp "style: cargo fmt, clippy"
@@ -130,6 +133,7 @@ wait "$guest_pid" || guest_rc=$?
 trap - EXIT
 stamp "the guest lane done (exit $guest_rc): its output"
 cat "$guest_log"
+scripts/target-cache.sh save
 if ((host_rc || guest_rc)); then
   echo "test.sh: failed: the host lane exited $host_rc, the guest lane $guest_rc" >&2
   exit 1
