@@ -3,11 +3,10 @@
 (`scripts/test.sh --junitxml=FILE`) as Markdown tables, per module (its
 tests, seconds, share of the run, slowest test) and the slowest tests.
 
-    scripts/durations.py RUN.xml [RUN.guest.xml] [--before OLD.xml ...] [--top 30]
+    scripts/durations.py RUN.xml [RUN2.xml ...] [--before OLD.xml ...] [--top 30]
 
-Several reports of one run (scripts/test.sh's two lanes: FILE and
-FILE.guest.xml) are read as one; its seconds are then the tests' own, summed
-over both lanes, more than the run's wall time, since the lanes run at once.
+Several reports (one run's parts, such as one pytest per lane) are read as
+one; their seconds are the tests' own, summed, whatever ran at once.
 
 A test's time is pytest's for its setup, call and teardown together, so a
 module-scoped fixture's work (an agent, a guest boot, a built image) is
@@ -71,7 +70,7 @@ def slowest_table(times, top):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("report", nargs="+", help="JUnit XML of pytest (--junitxml), one per lane")
+    parser.add_argument("report", nargs="+", help="JUnit XML of pytest (--junitxml), one or more")
     parser.add_argument("--before", nargs="+", help="an older run's JUnit XML, shown per module beside it")
     parser.add_argument("--top", type=int, default=30, help="how many of the slowest tests to list")
     args = parser.parse_args()

@@ -29,7 +29,7 @@ import pytest
 pytest.register_assert_rewrite("helpers")
 
 from helpers.agent import Agent  # noqa: E402
-from helpers.host import wait_for_build, without_transparent_huge_pages  # noqa: E402
+from helpers.host import without_transparent_huge_pages  # noqa: E402
 from helpers.oracles import TRACEFS  # noqa: E402
 from helpers.paths import REPO  # noqa: E402
 from helpers.prometheus import prometheus_release  # noqa: E402
@@ -91,12 +91,9 @@ def faults_bin():
 
 @pytest.fixture(scope="session")
 def agent_bin_arm64():
-    """The agent cross-built for arm64 (scripts/test.sh builds it, in its
-    guest lane while the host lane runs: this waits until that build is
-    done, on the lock SLOWPATH_ARM64_BUILD_LOCK names)."""
+    """The agent cross-built for arm64 (scripts/test.sh builds it)."""
     path = Path(os.environ.get("SLOWPATH_BIN_ARM64",
                                REPO / "target" / "aarch64-unknown-linux-gnu" / "release" / "slowpath"))
-    wait_for_build(os.environ.get("SLOWPATH_ARM64_BUILD_LOCK"))
     assert path.exists(), (f"{path} missing: scripts/setup.sh --arm64, then "
                            "cargo build --release --target aarch64-unknown-linux-gnu")
     return path

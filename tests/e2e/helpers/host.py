@@ -2,7 +2,6 @@
 transparent huge pages."""
 
 import ctypes
-import fcntl
 import os
 import random
 import socket
@@ -69,13 +68,3 @@ def without_transparent_huge_pages():
     if libc.prctl(pr_set_thp_disable, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl(PR_SET_THP_DISABLE): {os.strerror(ctypes.get_errno())}")
 
-
-def wait_for_build(lock):
-    """Block until the build holding the flock(2) on the file `lock` (a path,
-    or None for no build under way) lets go of it: scripts/test.sh holds one
-    while a binary is being built beside the tests."""
-    if not lock:
-        return
-    with open(lock) as held:
-        fcntl.flock(held, fcntl.LOCK_SH)
-        fcntl.flock(held, fcntl.LOCK_UN)
