@@ -42,7 +42,7 @@ def pytest_addoption(parser):
     parser.addoption("--tier", choices=sorted(TIERS), default=None,
                      help="run only this tier's tests (helpers/tiers.py; scripts/test.sh --fast is --tier=fast)")
     parser.addoption("--lane", choices=sorted(LANES), default=None,
-                     help="run only this lane's tests (helpers/tiers.py; scripts/test.sh runs the lanes at once)")
+                     help="run only this lane's tests (helpers/tiers.py)")
 
 
 def pytest_configure(config):

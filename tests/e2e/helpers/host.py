@@ -60,11 +60,10 @@ def thp_enabled():
 def without_transparent_huge_pages():
     """This process and every process it starts from now on get no
     transparent huge page (prctl PR_SET_THP_DISABLE, inherited over fork and
-    exec): QEMU asks for them on guest memory (MADV_HUGEPAGE), and the host
-    lane's tests running meanwhile compare thp_fault_alloc in /proc/vmstat,
+    exec): QEMU asks for them on guest memory (MADV_HUGEPAGE), and host-lane
+    tests running meanwhile would compare thp_fault_alloc in /proc/vmstat,
     which counts the whole machine's, exactly."""
     pr_set_thp_disable = 41  # include/uapi/linux/prctl.h
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(pr_set_thp_disable, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), f"prctl(PR_SET_THP_DISABLE): {os.strerror(ctypes.get_errno())}")
-

@@ -5,18 +5,20 @@ A test without one fails collection (conftest.py), and `--tier=NAME` runs
 only that tier's tests.
 
 Every test also runs in a lane, `@pytest.mark.lane(NAME)` placed as a tier
-is ("host" when none is): scripts/test.sh runs the whole suite as two pytest
-processes at once, one a lane, and `--lane=NAME` runs one lane's tests.
+is ("host" when none is), and `--lane=NAME` runs one lane's tests.
+scripts/test.sh runs both in one pytest, one test at a time: run as two
+pytest processes at once, the host lane's bpftrace, cost and top tests
+failed on the shared CPU (docs/development.md, Tiers).
 
   host   loads BPF programs into this machine's kernel and counts what its
-         workloads do there: one test at a time (the default)
+         workloads do there (the default)
   guest  boots QEMU guests (tests/guest/harness.py) and loads nothing into
-         this machine's kernel: its single-threaded TCG boots (about 8
-         minutes of one core) run beside the host lane. Its processes run
-         without transparent huge pages (conftest.py: PR_SET_THP_DISABLE),
-         so QEMU's guest memory adds nothing to the /proc/vmstat THP counts
-         the host lane's tests compare exactly; a guest-lane test must not
-         use the host's agent or tracefs (HOST_ONLY_FIXTURES)
+         this machine's kernel. Run alone (--lane=guest), its processes get
+         no transparent huge pages (conftest.py: PR_SET_THP_DISABLE), so
+         QEMU's guest memory adds nothing to the /proc/vmstat THP counts the
+         host lane's tests compare exactly if those run meanwhile; a
+         guest-lane test must not use the host's agent or tracefs
+         (HOST_ONLY_FIXTURES)
 
   fast  the loop for every change (scripts/test.sh --fast, under five
         minutes with a warm cargo build): the static checks and the
@@ -34,13 +36,13 @@ TIERS = {
 }
 MARKER = "tier"
 LANES = {
-    "host": "tests of this machine's kernel, one at a time (the default lane)",
-    "guest": "tests in QEMU guests only, run beside the host lane (scripts/test.sh)",
+    "host": "tests of this machine's kernel (the default lane)",
+    "guest": "tests in QEMU guests only, loading nothing into this machine's kernel",
 }
 LANE_MARKER = "lane"
 DEFAULT_LANE = "host"
 # Fixtures that load programs into, or read, this machine's kernel: a guest-
-# lane test runs while the host lane's tests count, so it must not use them.
+# lane test may run while the host lane's tests count, so it must not use them.
 HOST_ONLY_FIXTURES = {
     "agent": "the host's shared agent",
     "tracefs": "the host's tracefs, for bpftrace",
@@ -71,17 +73,21 @@ def lane_of(item):
     return marker.args[0] if len(marker.args) == 1 else None
 
 
+def _needs(item, fixtures):
+    """Which of `fixtures` ({name: what}) the test asks for, as "name (what)"."""
+    return [f"{name} ({what})" for name, what in fixtures.items() if name in getattr(item, "fixturenames", ())]
+
+
 def lane_problem(item):
     """Why a collected test's lane is wrong, or None."""
     lane = lane_of(item)
     if lane not in LANES:
         return f"{item.nodeid}: unknown lane {lane!r} (lanes: {', '.join(LANES)})"
     if lane == "guest":
-        needs = [f"{name} ({what})" for name, what in HOST_ONLY_FIXTURES.items()
-                 if name in getattr(item, "fixturenames", ())]
+        needs = _needs(item, HOST_ONLY_FIXTURES)
         if needs:
-            return (f"{item.nodeid}: a guest-lane test needs {', '.join(needs)}, which runs beside it in "
-                    "the host lane: leave it in the host lane")
+            return (f"{item.nodeid}: a guest-lane test needs {', '.join(needs)}, which the host lane's "
+                    "tests use: leave it in the host lane")
     return None
 
 
@@ -101,8 +107,7 @@ def tier_problems(items):
         elif tier not in TIERS:
             problems.append(f"{item.nodeid}: unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
         elif tier == "fast":
-            needs = [f"{name} ({what})" for name, what in FULL_ONLY_FIXTURES.items()
-                     if name in getattr(item, "fixturenames", ())]
+            needs = _needs(item, FULL_ONLY_FIXTURES)
             if needs:
                 problems.append(f"{item.nodeid}: a fast test needs {', '.join(needs)}, which scripts/test.sh "
                                 "--fast does not build: mark it @pytest.mark.tier(\"full\")")
