@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.agent import doctor_report
+from helpers.agent import doctor_report, start_doctor
 
 pytestmark = pytest.mark.tier("full")
 
@@ -98,12 +98,10 @@ def test_cpu_time_clocks(agent_bin, running):
         "clock_gettime/process_cputime", "clock_gettime/thread_cputime", "clock_gettime/cpu_clock"}
 
 
-def test_thp_faults(agent_bin, workload_bin):
+def test_thp_faults(agent_bin, workload_bin, tmp_path):
     if "[never]" in Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text():
         pytest.skip("THP disabled")
-    doc = subprocess.Popen([str(agent_bin), "doctor", "--duration=3s", "--format=json"],
-                           stdout=subprocess.PIPE, text=True)
-    time.sleep(1)  # loaded and observing
+    doc = start_doctor(agent_bin, tmp_path / "doctor.log", "--duration=3s")
     out = subprocess.run([str(workload_bin), "thp", "256"], check=True, capture_output=True, text=True).stdout
     pid = int(re.search(r"pid=(\d+)", out).group(1))
     report = json.loads(doc.communicate(timeout=60)[0])

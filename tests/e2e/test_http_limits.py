@@ -71,7 +71,7 @@ def raw_request(agent, data, timeout=10):
 def agent(agent_bin, tmp_path):
     a = Agent(agent_bin, ["--web.read-header-timeout=2s", "--web.idle-timeout=3s"], tmp_path / "agent.log")
     yield a
-    assert a.stop() == 0
+    assert a.stop() == 0, a.log_text()
 
 
 def test_slowloris_sockets_are_closed_after_the_header_timeout(agent):

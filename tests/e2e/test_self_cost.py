@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.agent import Agent, error_line, run_agent
+from helpers.agent import Agent, error_line, run_agent, start_doctor
 from helpers.costs import STATS, clock_load, kernel_stats_on, kernel_totals, untraced_figures
 from helpers.tools import built
 
@@ -110,15 +110,14 @@ def test_a_window_as_long_as_the_interval_is_refused(agent_bin):
     assert error_line(result).startswith("slowpath: error: --bpf.stats-window (1s) must be shorter")
 
 
-def test_the_doctor_reports_its_own_cost(agent_bin, workload_bin):
+def test_the_doctor_reports_its_own_cost(agent_bin, workload_bin, tmp_path):
     """One statistics window at the end of the observation gives the time per
     run; the runs over the whole observation, at that time, are its cost."""
-    doc = subprocess.Popen([str(agent_bin), "doctor", "--duration=4s", "--format=json"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(1)
+    log = tmp_path / "doctor.log"
+    doc = start_doctor(agent_bin, log, "--duration=4s")
     subprocess.run([str(workload_bin), "clock-raw", "200000"], check=True, capture_output=True)
-    out, err = doc.communicate(timeout=60)
-    assert doc.returncode == 0, err
+    out, _ = doc.communicate(timeout=60)
+    assert doc.returncode == 0, log.read_text()
     cost = json.loads(out)["own_cost"]
     by_probe = {p["probe"]: p for p in cost["probes"]}
     assert by_probe["sys_enter"]["runs"] >= 200_000

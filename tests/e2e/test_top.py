@@ -65,17 +65,24 @@ def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, work
     """From the agent (with --metrics.pid-label) or standalone (the view's
     own programs: a series per pid)."""
     agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log") if source == "agent" else None
-    frames_args = ["--batch", "--json", "-n", "4", "-d", "2"]
+    frames_args = ["--batch", "--json", "-n", "5", "-d", "2"]
     try:
         if agent:
             view = subprocess.Popen([str(agent_bin), "top", *frames_args, f"--agent.url={agent.url}/metrics"],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         else:
             view = start_standalone_view(agent_bin, *frames_args)
-        time.sleep(1.5)  # after the first read; strace's stops make each call ~20 us: done well before 8 s
+        # the first frame is out, so its reading is taken, however long the
+        # view took to start; strace's stops make each call ~20 us: the
+        # workloads are done well within the 8 s of the other four frames
+        first = view.stdout.readline()
+        assert first, view.communicate()
+        started = time.monotonic()
         clock_pid, clock = run_workload(workload_bin, "clock-raw", 20000, strace=tmp_path / "clock.strace")
         ctx_pid, ctx = run_workload(workload_bin, "context", 2000, strace=tmp_path / "ctx.strace")
+        workloads_took = time.monotonic() - started
         out, err = view.communicate(timeout=60)
+        out = first + out
     finally:
         if agent:
             assert agent.stop() == 0, agent.log_text()
@@ -87,6 +94,7 @@ def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, work
     assert all(re.match(rf"node: clocksource \S+ \(vDSO .*\| {reader} \d+\.\d+% CPU", r["node"]) for r in frames), \
         frames[0]
     assert {r["comm"] for r in frames if r.get("pid") in (str(clock_pid), str(ctx_pid))} == {"sp-workload"}
+    assert workloads_took < 7, f"the workloads took {workloads_took:.1f} s: past the last frame"
     assert round(increases(frames, clock_pid, "clock_fallbacks")) == clock["clock_gettime"] == 20000
     assert round(increases(frames, ctx_pid, "sigprocmask")) == ctx["rt_sigprocmask"] >= 4000
 
@@ -533,14 +541,16 @@ def test_a_jvm_pretouching_a_thp_heap_is_what_vmstat_counts(agent_bin, thp_alway
     agent = Agent(agent_bin, ["--metrics.pid-label"], tmp_path / "agent.log")
     try:
         before = vmstat()["thp_fault_alloc"]
-        view = subprocess.Popen([str(agent_bin), "top", "--batch", "--json", "-n", "3", "-d", "2", "--rows", "0",
+        view = subprocess.Popen([str(agent_bin), "top", "--batch", "--json", "-n", "4", "-d", "2", "--rows", "0",
                                  f"--agent.url={agent.url}/metrics"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(0.5)  # after the first read
+        first = view.stdout.readline()  # the first frame: its reading is taken
+        assert first, view.communicate()
         java = subprocess.run(["java", "-XX:+UseTransparentHugePages", "-XX:+AlwaysPreTouch", "-Xms512m", "-Xmx512m",
                                "-cp", str(pretouch_class), "PreTouchHeap", "0"],
                               capture_output=True, text=True, timeout=60, check=True)  # done well before 6 s
         out, err = view.communicate(timeout=60)
+        out = first + out
         grown = vmstat()["thp_fault_alloc"] - before
     finally:
         assert agent.stop() == 0, agent.log_text()

@@ -187,6 +187,10 @@ pub fn run(
             .context("installing the SIGINT/SIGTERM handler")?;
     }
     let before = worker.snapshot()?;
+    // from here on every event counts: a script can start its workload at
+    // this line (shown with `--log.level=debug`: the doctor logs warnings
+    // alone by default)
+    tracing::info!(duration = ?opts.duration, "observing");
     let observed = observe(opts.duration, &interrupted);
     let after = worker.snapshot()?;
     let deltas = deltas(&before, &after, &opts.filter);

@@ -1,6 +1,7 @@
 """The agent under test: a running slowpath (`Agent`) and its parsed /metrics
 (`Scrape`), one run to its exit (`run_agent`, `error_line`) and the doctor's
-JSON report (`doctor_report`)."""
+JSON report (`doctor_report`), or the doctor started once it observes
+(`start_doctor`)."""
 
 import base64
 import json
@@ -92,7 +93,11 @@ class Agent:
             self.log.flush()
         return Path(self.log_path).read_text(errors="replace")
 
-    def stop(self, timeout=5):
+    def stop(self, timeout=20):
+        """SIGTERM, then the exit code; SIGKILL (-9) after `timeout` s. The
+        agent closes its connections and detaches every program first, which
+        a loaded host slows to seconds (CI once passed 5 s): a hang still
+        shows as -9."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -118,6 +123,25 @@ def error_line(result):
     lines = [l for l in result.stderr.splitlines() if l.strip()]
     assert lines, "no message on stderr"
     return lines[-1]
+
+
+def start_doctor(agent_bin, log_path, *args, timeout=30):
+    """`slowpath doctor --format=json` with `args` (stdout piped, the debug
+    log in `log_path`), returned once it logs "observing": its first
+    snapshot is taken, so every event from then on is in the report, however
+    long loading took on a busy host."""
+    with open(log_path, "w") as err:
+        doc = subprocess.Popen([str(agent_bin), "doctor", "--format=json", "--log.level=debug", *args],
+                               stdout=subprocess.PIPE, stderr=err, text=True)
+    deadline = time.monotonic() + timeout
+    while " observing" not in log_path.read_text():
+        if doc.poll() is not None or time.monotonic() > deadline:
+            doc.kill()
+            out, _ = doc.communicate()
+            raise AssertionError(f"doctor not observing within {timeout} s (exit {doc.returncode}): "
+                                 f"{log_path.read_text()}{out}")
+        time.sleep(0.05)
+    return doc
 
 
 def doctor_report(agent_bin, *args, duration="2s"):
