@@ -7,7 +7,14 @@
 #                                     the Helm chart (deploy/helm/slowpath/files/dashboards/,
 #                                     which grafanaDashboards.enabled turns into ConfigMaps:
 #                                     Helm reads no file outside the chart's directory)
-#   dashboards/generate.sh OUTDIR     write them to OUTDIR instead (tests compare)
+#                                     and the Grafana alert rules made from
+#                                     deploy/prometheus/slowpath-rules.yaml (run
+#                                     deploy/render.sh first) into
+#                                     provisioning/alerting/slowpath-alerts.yaml
+#   dashboards/generate.sh OUTDIR     write them all to OUTDIR instead (tests compare)
+#   dashboards/generate.sh --alerts RULES   print the Grafana alert rules made from the
+#                                     Prometheus rules file RULES (- for stdin:
+#                                     deploy/render.sh grafana-alerts - uses it)
 #   dashboards/generate.sh --setup    only install the virtualenv (scripts/setup.sh --test)
 #   dashboards/generate.sh --check    install nothing: exit 3 unless the virtualenv is
 #                                     there with the pinned requirements (the tests)
@@ -21,6 +28,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 mode=generate
 case ${1:-} in
 --setup | --check) mode=${1#--}; shift ;;
+--alerts) mode=alerts; rules_in=${2:?generate.sh: --alerts RULES (a Prometheus rules file, or -)}; shift 2 ;;
 esac
 out="${1:-$here}"
 
@@ -58,7 +66,31 @@ if ! current; then
 fi
 [[ $mode == setup ]] && exit 0
 
+# The Grafana alert rules: the rules file read, and the result written, as
+# YAML by the system's python3-yaml (the virtualenv holds the SDK alone).
+grafana_alerts() { # RULES_YAML (or -): the provisioning file on stdout
+  local json
+  json=$(mktemp)
+  trap 'rm -f "$json"' RETURN
+  "$python" -c 'import json, sys, yaml; json.dump(yaml.safe_load(sys.stdin), sys.stdout)' \
+    < <(if [[ $1 == - ]]; then cat; else cat "$1"; fi) >"$json"
+  (cd "$here/src" && PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" generate.py --alerts "$json") |
+    "$python" "$here/src/alerts_yaml.py"
+}
+if [[ $mode == alerts ]]; then
+  grafana_alerts "$rules_in"
+  exit 0
+fi
+
 (cd "$here/src" && PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" generate.py "$out")
+rules="$here/../deploy/prometheus/slowpath-rules.yaml"
+if [[ $# -eq 0 ]]; then
+  grafana_alerts "$rules" >"$here/provisioning/alerting/slowpath-alerts.yaml"
+  echo "wrote $here/provisioning/alerting/slowpath-alerts.yaml"
+else
+  grafana_alerts "$rules" >"$out/slowpath-alerts.yaml"
+  echo "wrote $out/slowpath-alerts.yaml"
+fi
 if [[ $# -eq 0 ]]; then
   chart_copies="$here/../deploy/helm/slowpath/files/dashboards"
   mkdir -p "$chart_copies"

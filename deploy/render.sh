@@ -14,9 +14,10 @@
 #   deploy/render.sh rules -  prints the rules file
 #   deploy/render.sh rules-template   prints deploy/mixin/rules.template.json
 #                             (also written by the first form)
-#   deploy/render.sh grafana-alerts -  prints the Grafana alert file
-#                             (dashboards/provisioning/alerting/slowpath-alerts.yaml,
-#                             whose runbook links the first form rewrites)
+#   deploy/render.sh grafana-alerts -  prints the Grafana alert file made from
+#                             the rules (dashboards/generate.sh --alerts; that
+#                             script writes the committed
+#                             dashboards/provisioning/alerting/slowpath-alerts.yaml)
 #
 # The alerts' runbook links start with the chart's
 # prometheusRule.runbookBaseURL, by default the project's public copy of
@@ -35,7 +36,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/kubernetes/slowpath.yaml}
 helm=${HELM:-$("$here/../tests/deploy/install-tools.sh")/bin/helm}
-grafana_alerts=$(dirname "$here")/dashboards/provisioning/alerting/slowpath-alerts.yaml
 # --set for the rules when RUNBOOK_BASE_URL is given, else the chart's default.
 runbook_set=()
 if [[ -n ${RUNBOOK_BASE_URL:-} ]]; then
@@ -91,23 +91,15 @@ rules = [r for g in yaml.safe_load(sys.stdin)["spec"]["groups"] for r in g["rule
 print(rules[0]["annotations"]["runbook_url"].split("#")[0])'
 }
 
-# The Grafana alert file with its runbook links (runbook_url, and the link
-# of a finding's known source in a cause) on runbook_base: the file is
-# written by hand, its base is not.
+# The Grafana alert file, made from the rules (with their runbook links) by
+# dashboards/generate.sh, which also writes the committed copy.
 render_grafana_alerts() {
-  python3 - "$(runbook_base)" "$grafana_alerts" <<'PY'
-import re, sys
-base = sys.argv[1]
-text = open(sys.argv[2]).read()
-text = re.sub(r"(runbook_url: )\S+?#", lambda m: m.group(1) + base + "#", text)
-text = re.sub(r"(\s)\S+?#(\{\{ \$labels\.known_source)", lambda m: m.group(1) + base + "#" + m.group(2), text)
-sys.stdout.write(text)
-PY
+  render_rules | "$(dirname "$here")/dashboards/generate.sh" --alerts -
 }
 
 # The rules with a placeholder for every setting the monitoring mixin's
 # _config holds (deploy/mixin: __t_<threshold>__, __for_<duration>__,
-# __runbook__, __selector__, __job__, __namespace__, __release__), as JSON: the mixin fills them in, so
+# __runbook__, __grafana__, __selector__, __job__, __namespace__, __release__), as JSON: the mixin fills them in, so
 # its rules come from this chart, never from a second copy. Its key
 # defaultRunbookBaseURL is the chart's default base (runbook_base), the
 # mixin's default _config.slowpathRunbookBaseURL.
@@ -118,7 +110,8 @@ import sys, yaml
 rule = yaml.safe_load(open(sys.argv[1]))["prometheusRule"]
 sets = [f"prometheusRule.thresholds.{k}=__t_{k}__" for k in rule["thresholds"]]
 sets += [f"prometheusRule.for.{k}=__for_{k}__" for k in rule["for"]]
-sets += ["prometheusRule.runbookBaseURL=__runbook__", "prometheusRule.selector=__selector__",
+sets += ["prometheusRule.runbookBaseURL=__runbook__", "prometheusRule.grafanaURL=__grafana__",
+         "prometheusRule.selector=__selector__",
          "prometheusRule.jobSelector=__job__"]
 print(",".join(sets))
 PY
@@ -162,7 +155,5 @@ else
   echo "render.sh: wrote $here/prometheus/slowpath-rules.yaml" >&2
   render_rules_template >"$here/mixin/rules.template.json"
   echo "render.sh: wrote $here/mixin/rules.template.json" >&2
-  alerts=$(render_grafana_alerts)
-  printf '%s\n' "$alerts" >"$grafana_alerts"
-  echo "render.sh: wrote $grafana_alerts" >&2
+  echo "render.sh: now run dashboards/generate.sh (the dashboards and the Grafana alerts read these rules)" >&2
 fi

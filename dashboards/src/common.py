@@ -6,6 +6,7 @@ Prometheus scrapes slowpath.
 """
 
 import json
+import os
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import common as cb
@@ -20,9 +21,10 @@ DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 # The agents' signals as the chart lists them (deploy/render.sh writes the
 # file from `slowpath signals`): collector names, recorded rates, fleet rows.
-SIGNALS = json.loads(
-    (Path(__file__).resolve().parents[2] / "deploy" / "helm" / "slowpath" / "files" / "signals.json").read_text()
-)["signals"]
+# SLOWPATH_SIGNALS_JSON reads another copy (the tests add a scratch signal).
+SIGNALS_JSON = Path(os.environ.get("SLOWPATH_SIGNALS_JSON") or
+                    Path(__file__).resolve().parents[2] / "deploy" / "helm" / "slowpath" / "files" / "signals.json")
+SIGNALS = json.loads(SIGNALS_JSON.read_text())["signals"]
 
 # Counters that carry the per-process labels (comm, cgroup, unit; namespace,
 # pod, container with Kubernetes; pid with --metrics.pid-label): the variables

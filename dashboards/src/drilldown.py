@@ -11,10 +11,14 @@ from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS
                     link, query_variable, row, stat_panel, state_timeline_panel, table_panel, target,
                     timeseries_panel, value_mappings)
 
+import declared
+
 UID = "slowpath-drilldown"
 
-NODE = 'job="$job", instance="$instance"'
-PROC = NODE + ', namespace=~"$namespace", pod=~"$pod", comm="$comm"'
+# instance and comm may be All (.*): a link that names only a pod (the fleet's
+# pod tables) opens on that pod's processes, wherever they run
+NODE = 'job="$job", instance=~"$instance"'
+PROC = NODE + ', namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
 RI = "$__rate_interval"
 RANGE = "$__range"
 
@@ -37,7 +41,8 @@ def variables():
         query_variable("job", "Job", "label_values(slowpath_build_info, job)",
                        "Prometheus job that scrapes the slowpath agents.", multi=False, include_all=False),
         query_variable("instance", "Node", 'label_values(slowpath_build_info{job="$job"}, instance)',
-                       "Scrape target of the agent on the node to look at.", multi=False, include_all=False),
+                       "Scrape target of the agent on the node to look at. All: every node (a link that names "
+                       "a pod alone opens there).", multi=False, include_all=True),
         query_variable("namespace", "Namespace",
                        f'label_values({{__name__=~"{PER_PROCESS_METRICS}", {NODE}}}, namespace)',
                        "Kubernetes namespace. Empty outside Kubernetes: All (.*) also matches series without it.",
@@ -49,7 +54,8 @@ def variables():
         query_variable("comm", "Process (comm)",
                        f'label_values({{__name__=~"{PER_PROCESS_METRICS}", {NODE}, namespace=~"$namespace", '
                        f'pod=~"$pod"}}, comm)',
-                       "The process (comm of the thread-group leader) to look at.", multi=False, include_all=False),
+                       "The process (comm of the thread-group leader) to look at. All: every process of the "
+                       "node, namespace and pod chosen.", multi=False, include_all=True),
     ]
 
 
@@ -314,4 +320,34 @@ keep hitting fragmented memory.""",
         OPS, [target(rate("slowpath_compaction_runs_total", by="trigger"), "{{trigger}}")],
         w=12, h=8,
     ))
+
+    # --- The other signals, from their declarations --------------------------------------------
+    for signal in declared.generated_signals():
+        d = declared_rows(d, ids, signal)
     return d.build()
+
+
+def declared_rows(d, ids, signal):
+    """A signal's row from its declaration (dashboards/src/declared.py): per
+    recorded rate, this process's rate and, where a cost is declared, what it
+    costs."""
+    d = d.with_row(row(ids(), declared.row_title(signal)))
+    for r in declared.rates(signal):
+        steps = [(None, "green"), (r.threshold, "red")] if r.threshold else None
+        d = d.with_panel(timeseries_panel(
+            ids(), f"{r.title} per second", f"""
+This process's {r.title.lower()} (`{declared.series(r)}`): {r.meaning}.{declared.alert_sentence(r)}""",
+            r.unit, [target(rate(r.family, r.selector), r.title.lower())],
+            w=12, h=8, threshold_steps=steps,
+        ))
+        if r.cost_gauge:
+            cost = f"max by (instance) ({r.cost_gauge}{{{NODE}}})"
+            d = d.with_panel(timeseries_panel(
+                ids(), f"Estimated CPU of {r.title.lower()} (% of a core)", f"""
+What this process's {r.title.lower()} cost, as a fraction of one core: the rate times the node's measured cost of
+one call (`{r.cost_gauge}`), as `slowpath top` and the estimated-CPU recording rule charge them.""",
+                RATIO, [target(f"{rate(r.family, r.selector, by='instance')} * on (instance) {cost}",
+                               "estimated CPU")],
+                w=12, h=8,
+            ))
+    return d

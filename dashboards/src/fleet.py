@@ -99,11 +99,9 @@ def build():
 Every node summed (cluster: recording rules, one series per signal and per `cluster` label if your
 Prometheus sets one). Normal: flat; a step up is a rollout or a node change. Drill into the tables below for who.""",
         OPS,
-        [target("cluster:slowpath_clock_fallbacks:rate5m", "clock fallbacks", "A"),
-         target("cluster:slowpath_rt_sigprocmask_calls:rate5m", "rt_sigprocmask", "B"),
-         target("cluster:slowpath_timer_wakeups:rate5m", "timer wakeups", "C"),
-         target("cluster:slowpath_thp_fault_fallbacks:rate5m", "THP fault fallbacks", "D"),
-         target("cluster:slowpath_tzfile_stat_calls:rate5m", "time-zone file checks", "E")],
+        # every declared fleet row counted in calls (or events) per second
+        [target(f"cluster:{metric}:rate5m", title.lower(), chr(ord("A") + i))
+         for i, (metric, title, _, _) in enumerate(r for r in fleet_rows() if r[2] == OPS)],
         w=12, h=8,
     ))
     d = d.with_panel(stat_panel(
@@ -151,6 +149,22 @@ at http://NODE:9891/debug/findings. The link opens the node in the overview.""",
                 fmt=pm.PromQueryFormat.TABLE)],
         w=24, h=8, hide=("Time",), unit=SINCE,
     ).data_links([TO_NODE]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(False)]))
+    d = d.with_row(row(ids(), "Estimated CPU: the costliest pods and nodes"))
+    estimated = "instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m"
+    why = ("what the slow paths cost, as a fraction of one core: each event's rate times its node's measured cost "
+           f"of one, every slow path summed (recording rule {estimated}, the charge of `slowpath top`'s CPU column)")
+    d = d.with_panel(table_panel(
+        ids(), "Estimated CPU: top pods", f"Per pod, {why}. The link opens the pod in the drill-down dashboard.",
+        [target(f'topk(10, sum by (namespace, pod) ({estimated}{{{NS}, pod!=""}}) > 0)', instant=True,
+                fmt=pm.PromQueryFormat.TABLE)],
+        w=12, h=8, hide=("Time",), unit=RATIO,
+    ).data_links([TO_POD]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(True)]))
+    d = d.with_panel(table_panel(
+        ids(), "Estimated CPU: top nodes", f"Per node, {why}. The link opens the node in the overview.",
+        [target("topk(10, instance:slowpath_estimated_cpu_seconds:rate5m > 0)", instant=True,
+                fmt=pm.PromQueryFormat.TABLE)],
+        w=12, h=8, hide=("Time",), unit=RATIO,
+    ).data_links([TO_NODE]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(True)]))
     d = signal_rows(d, ids)
     d = d.with_row(row(ids(), "Node settings"))
     d = d.with_panel(table_panel(

@@ -1,4 +1,6 @@
-"""Writes the dashboards' JSON: python3 generate.py OUTDIR (see ../generate.sh)."""
+"""Writes the dashboards' JSON: python3 generate.py OUTDIR; or prints the
+Grafana alert rules made from a Prometheus rules file given as JSON:
+python3 generate.py --alerts RULES.json (see ../generate.sh)."""
 
 import json
 import sys
@@ -6,6 +8,7 @@ from pathlib import Path
 
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 
+import alerts
 import drilldown
 import fleet
 import overview
@@ -24,8 +27,12 @@ def render(build):
 
 
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--alerts":
+        rules = json.loads(Path(argv[2]).read_text())
+        print(json.dumps(alerts.build(rules), indent=1, ensure_ascii=False))
+        return 0
     if len(argv) != 2:
-        print("usage: generate.py OUTDIR", file=sys.stderr)
+        print("usage: generate.py OUTDIR | generate.py --alerts RULES.json", file=sys.stderr)
         return 2
     out = Path(argv[1])
     out.mkdir(parents=True, exist_ok=True)

@@ -5,17 +5,21 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, BYTES,
+from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE, BYTES,
                     TZFILE_CHECKS_PER_SECOND, Ids,
-                    clocksource_switch_annotation, dashboard, data_link, datasource_variable, heatmap_panel, link,
+                    clocksource_switch_annotation, dashboard, data_link, datasource_variable, findings_expr, heatmap_panel, link,
                     query_variable, regex_mapping, row, stat_panel, state_timeline_panel, table_panel, target,
                     timeseries_panel, value_mappings)
+
+import declared
 
 UID = "slowpath-overview"
 
 NODE = 'job=~"$job", instance=~"$instance"'
 PROC = NODE + ', namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
 BY_PROC = "instance, namespace, pod, cgroup, comm"
+# Recorded per-process series keep no job label (the rules sum by the process's labels).
+RECORDED_PROC = 'instance=~"$instance", namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
 LEGEND_PROC = "{{comm}} {{pod}} {{cgroup}} @ {{instance}}"
 RI = "$__rate_interval"
 
@@ -73,6 +77,30 @@ def build():
              "One node, namespace, pod and process over time"),
     )
     d = d.annotation(clocksource_switch_annotation(NODE))
+
+    # --- What is wrong now ---------------------------------------------------------
+    d = d.with_row(row(ids(), "What is wrong now: findings and the costliest processes"))
+    d = d.with_panel(table_panel(
+        ids(), "Findings held now", """
+What the agents' findings engines judge wrong now (`slowpath_finding_info`, one row per finding and process, on a
+sliding window, --findings.window), with its severity, the known source its call sites matched (empty: none
+matched or not sampled yet) and since when. Each finding's fix is in the alert it raises and in the runbook (Known
+sources); `slowpath doctor --pid` on the node shows the call sites. Normal: empty.""",
+        [target(findings_expr(PROC, "instance, namespace, pod, comm, finding, known_source, severity"),
+                instant=True, fmt=pm.PromQueryFormat.TABLE)],
+        w=12, h=9, hide=("Time",), unit=SINCE,
+    ))
+    d = d.with_panel(timeseries_panel(
+        ids(), "Estimated CPU per process, every slow path (% of a core)", f"""
+The day's costliest processes: what each process's slow paths cost, summed over them, as a fraction of one core
+(recording rule instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m, the same charge `slowpath top`'s CPU
+column makes: each event's rate times the node's measured cost of one), top 10. Needs the chart's recording rules
+(prometheusRule.enabled, or deploy/prometheus/slowpath-rules.yaml). Normal: well under 1 %.""",
+        RATIO,
+        [target(f"topk(10, sum by ({BY_PROC}) (instance_cgroup_comm:slowpath_estimated_cpu_seconds:rate5m"
+                f"{{{RECORDED_PROC}}}))", LEGEND_PROC)],
+        w=12, h=9, links=[DRILLDOWN],
+    ))
 
     # --- Nodes: clocksource and the vDSO -------------------------------------
     d = d.with_row(row(ids(), "Nodes: clocksource and the vDSO"))
@@ -396,6 +424,10 @@ to keep high-order pages available.""",
         w=8, h=8,
     ))
 
+    # --- The other signals, from their declarations ----------------------------------------
+    for signal in declared.generated_signals():
+        d = declared_rows(d, ids, signal)
+
     # --- Agent health --------------------------------------------------------------------
     d = d.with_row(row(ids(), "Agent health"))
     d = d.with_panel(stat_panel(
@@ -493,3 +525,38 @@ after a rollout; mixed versions mean the rollout is incomplete.""",
         w=8, h=8,
     ))
     return d.build()
+
+
+def declared_rows(d, ids, signal):
+    """A signal's row from its declaration (dashboards/src/declared.py): per
+    recorded rate, the top processes and what they cost (or the rate per
+    node where no cost is declared)."""
+    d = d.with_row(row(ids(), declared.row_title(signal)))
+    for r in declared.rates(signal):
+        steps = [(None, "green"), (r.threshold, "red")] if r.threshold else None
+        d = d.with_panel(timeseries_panel(
+            ids(), f"Top processes by {r.title.lower()}", f"""
+{r.title} per process, top 10 (`{declared.series(r)}`): {r.meaning}.{declared.alert_sentence(r)}""",
+            r.unit,
+            [target(f"topk(10, {rate(r.family, r.selector)})", LEGEND_PROC)],
+            w=12, h=9, threshold_steps=steps, links=[DRILLDOWN],
+        ))
+        if r.cost_gauge:
+            cost = f"max by (instance) ({r.cost_gauge}{{{NODE}}})"
+            d = d.with_panel(timeseries_panel(
+                ids(), f"Estimated CPU of {r.title.lower()} (% of a core)", f"""
+What the {r.title.lower()} of the top 10 processes cost, as a fraction of one core: their rate times the node's
+measured cost of one call (`{r.cost_gauge}`), as `slowpath top` and the estimated-CPU recording rule charge them.""",
+                RATIO,
+                [target(f"topk(10, {rate(r.family, r.selector)} * on (instance) group_left {cost})", LEGEND_PROC)],
+                w=12, h=9, links=[DRILLDOWN],
+            ))
+        else:
+            d = d.with_panel(timeseries_panel(
+                ids(), f"{r.title} per node", f"""
+{r.title} per node, every process summed (`{declared.series(r)}`): {r.meaning}.""",
+                r.unit,
+                [target(rate(r.family, r.selector, by="instance"), "{{instance}}")],
+                w=12, h=9,
+            ))
+    return d

@@ -31,6 +31,9 @@ local template = import 'rules.template.json';
     // The runbook's URL: the chart's value, or when empty the chart's
     // default, the project's runbook of the chart's appVersion.
     slowpathRunbookBaseURL: if values.runbookBaseURL != '' then values.runbookBaseURL else template.defaultRunbookBaseURL,
+    // Your Grafana's external URL, which each alert's dashboard_url starts
+    // with (the chart's prometheusRule.grafanaURL); empty: the path alone.
+    slowpathGrafanaURL: values.grafanaURL,
     // Where the agent runs, for the kubectl commands in the alerts'
     // descriptions (the doctor in the alert's node's agent pod, the agent's
     // findings through the API server's pod proxy): its namespace and its
@@ -56,7 +59,8 @@ local template = import 'rules.template.json';
     local settings =
       [['__t_%s__' % k, number(config.slowpathThresholds[k])] for k in std.objectFields(config.slowpathThresholds)]
       + [['__for_%s__' % k, config.slowpathFor[k]] for k in std.objectFields(config.slowpathFor)]
-      + [['__runbook__', config.slowpathRunbookBaseURL], ['__job__', config.slowpathJobSelector],
+      + [['__runbook__', config.slowpathRunbookBaseURL], ['__grafana__', std.rstripChars(config.slowpathGrafanaURL, '/')],
+         ['__job__', config.slowpathJobSelector],
          ['__namespace__', config.slowpathNamespace], ['__release__', config.slowpathRelease]];
     std.foldl(function(acc, kv) std.strReplace(acc, kv[0], kv[1]), settings, selector),
 

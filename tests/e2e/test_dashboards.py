@@ -83,6 +83,7 @@ EMPTY_ALLOWED = {key for facts in FACTS.values() for key in facts.DASHBOARD_EMPT
 for _title in (r["fleet"]["title"] for d in declarations() for r in d["recorded"] if r["fleet"]):
     for _level in ["namespaces", "pods"]:
         EMPTY_ALLOWED.add(("slowpath-fleet", f"{_title}: top {_level}", "A"))
+EMPTY_ALLOWED.add(("slowpath-fleet", "Estimated CPU: top pods", "A"))
 for _facts in FACTS.values():
     # a signal this machine cannot produce (memory without THP): nothing to show
     if not producible(_facts):
@@ -146,6 +147,78 @@ def test_committed_json_is_what_the_generator_produces(tmp_path):
         fresh = (tmp_path / name).read_text()
         assert (DASHBOARDS_DIR / name).read_text() == fresh, \
             f"dashboards/{name} differs from dashboards/src/: run dashboards/generate.sh and commit the JSON"
+
+
+def panel_exprs(dash):
+    return [t.get("expr", "") for _, t in targets(dash)]
+
+
+def reads(exprs, family, selector):
+    """Whether one of the queries reads `family` with `selector`, or with
+    the selector's labels as a grouping (by (trigger) shows trigger="direct")."""
+    matchers = [m for m in selector.split(", ") if m]
+    return any(family in e and all(m in e or re.search(rf"by \([^)]*\b{m.split('=')[0]}\b", e) for m in matchers)
+               for e in exprs)
+
+
+def test_every_declared_rate_has_panels_in_overview_and_drilldown():
+    """Each signal's recorded rates, as the chart's signals.json declares
+    them (test_helm holds it to `slowpath signals`), are read with their
+    selector by a panel of Overview and of Drill-down; the fleet has a pod table
+    of every fleet row."""
+    signals = json.loads((REPO / "deploy/helm/slowpath/files/signals.json").read_text())["signals"]
+    assert {s["name"] for s in signals} == {d["name"] for d in declarations()}
+    for name in ("slowpath-overview.json", "slowpath-drilldown.json"):
+        exprs = panel_exprs(load(name))
+        for s in signals:
+            for r in s["recorded"]:
+                assert reads(exprs, r["family"], r["selector"]), f"{name}: no panel reads {s['name']}'s {r['name']}"
+    fleet = panel_exprs(load("slowpath-fleet.json"))
+    for s in signals:
+        for r in s["recorded"]:
+            if r["fleet"]:
+                assert any(f"namespace_pod:{r['name']}:rate5m" in e for e in fleet), r["name"]
+
+
+def test_a_new_signal_gets_its_panels_with_no_edit_under_dashboards(tmp_path):
+    """A scratch signal appended to a copy of signals.json (as deploy/render.sh
+    would write it for a new declaration): the generator gives it a row in
+    Overview and in Drill-down, with its top processes, its alert's threshold
+    and its estimated CPU."""
+    signals = json.loads((REPO / "deploy/helm/slowpath/files/signals.json").read_text())
+    scratch = {"name": "scratch", "summary": "scratch calls, a signal made up by the test",
+               "recorded": [{"name": "slowpath_scratch_calls", "family": "slowpath_scratch_calls_total",
+                             "selector": 'kind="slow"', "fleet": {"title": "Scratch calls",
+                                                                  "meaning": "scratch calls per second"}}],
+               "cost": [{"slow_path": "scratch", "kind": "gauge", "gauge": "slowpath_syscall_seconds",
+                         "recorded": "slowpath_scratch_calls", "family": "slowpath_scratch_calls_total",
+                         "selector": 'kind="slow"'}],
+               "syscalls": True,
+               "alert": {"name": "SlowpathScratchStorm", "rate": "slowpath_scratch_calls",
+                         "threshold": {"key": "scratchPerProcess", "default": "1234", "why": ""},
+                         "for": {"key": "scratch", "default": "10m", "why": ""}, "findings": "scratch",
+                         "summary": "", "description": "", "runbook": "scratch-storms"}}
+    signals["signals"].append(scratch)
+    copy = tmp_path / "signals.json"
+    copy.write_text(json.dumps(signals))
+    out = tmp_path / "out"
+    result = subprocess.run([str(DASHBOARDS_DIR / "generate.sh"), str(out)], capture_output=True, text=True,
+                            timeout=900, env={**os.environ, "SLOWPATH_SIGNALS_JSON": str(copy)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("slowpath-overview.json", "slowpath-drilldown.json"):
+        dash = json.loads((out / name).read_text())
+        rows = [p["title"] for p in all_panels(dash) if p["type"] == "row"]
+        assert "Scratch calls: scratch calls, a signal made up by the test" in rows, (name, rows)
+        panels = [p for p in data_panels(dash) if "slowpath_scratch_calls_total" in json.dumps(p.get("targets"))]
+        assert len(panels) == 2, (name, [p["title"] for p in panels])
+        rate_panel, cost_panel = panels
+        assert 'kind="slow"' in rate_panel["targets"][0]["expr"]
+        assert "SlowpathScratchStorm fires above 1234/s" in rate_panel["description"]
+        steps = rate_panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+        assert [s["value"] for s in steps] == [None, 1234], steps
+        assert "slowpath_syscall_seconds" in cost_panel["targets"][0]["expr"], cost_panel["title"]
+    fleet = json.dumps(json.loads((out / "slowpath-fleet.json").read_text()))
+    assert "cluster:slowpath_scratch_calls:rate5m" in fleet and "namespace_pod:slowpath_scratch_calls:rate5m" in fleet
 
 
 # --- (b) structure ----------------------------------------------------------------------------
@@ -250,6 +323,8 @@ def expected_unit(panel):
         return "s"
     if " / " in joined:
         return "percentunit"
+    if re.search(r"\* on \(instance\)(?: group_left)? max by \(instance\) \(slowpath_\w+_seconds\b", joined):
+        return "percentunit"  # events per second times seconds per event: a fraction of a core
     if panel["type"] != "heatmap" and all("rate(" in e for e in exprs):
         return "ops"
     if all("increase(" in e for e in exprs):

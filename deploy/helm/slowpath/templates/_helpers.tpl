@@ -164,6 +164,21 @@ of the version the chart deploys.
 {{- end }}
 
 {{/*
+An alert's dashboard_url: prometheusRule.grafanaURL plus Drill-down on the
+alert's process (view "process": its instance, namespace, pod and comm, the
+labels URL-escaped; empty namespace and pod outside Kubernetes select series
+without them) or Overview on its node (view "node"). Arguments: view, root.
+*/}}
+{{- define "slowpath.dashboardURL" -}}
+{{- $base := trimSuffix "/" .root.Values.prometheusRule.grafanaURL -}}
+{{- if eq .view "process" -}}
+{{ $base }}/d/slowpath-drilldown/slowpath-drilldown?var-instance={{`{{ $labels.instance | urlquery }}`}}&var-namespace={{`{{ $labels.namespace | urlquery }}`}}&var-pod={{`{{ $labels.pod | urlquery }}`}}&var-comm={{`{{ $labels.comm | urlquery }}`}}
+{{- else -}}
+{{ $base }}/d/slowpath-overview/slowpath-overview?var-instance={{`{{ $labels.instance | urlquery }}`}}
+{{- end -}}
+{{- end }}
+
+{{/*
 The agent pod on a node, as a shell command substitution for the commands
 an alert gives: kubectl finds it by the release's selector labels and
 spec.nodeName. Arguments: root (the chart's top context), node (default the
