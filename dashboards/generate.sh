@@ -83,14 +83,10 @@ if [[ $mode == alerts ]]; then
 fi
 
 (cd "$here/src" && PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" generate.py "$out")
-rules="$here/../deploy/prometheus/slowpath-rules.yaml"
-if [[ $# -eq 0 ]]; then
-  grafana_alerts "$rules" >"$here/provisioning/alerting/slowpath-alerts.yaml"
-  echo "wrote $here/provisioning/alerting/slowpath-alerts.yaml"
-else
-  grafana_alerts "$rules" >"$out/slowpath-alerts.yaml"
-  echo "wrote $out/slowpath-alerts.yaml"
-fi
+alerts_out="$out/slowpath-alerts.yaml"
+[[ $# -eq 0 ]] && alerts_out="$here/provisioning/alerting/slowpath-alerts.yaml"
+grafana_alerts "$here/../deploy/prometheus/slowpath-rules.yaml" >"$alerts_out"
+echo "wrote $alerts_out"
 if [[ $# -eq 0 ]]; then
   chart_copies="$here/../deploy/helm/slowpath/files/dashboards"
   mkdir -p "$chart_copies"

@@ -20,7 +20,6 @@ HAND_WRITTEN = frozenset({"clock", "sigmask", "sleep", "timer", "memory", "tzfil
 class Rate:
     """One declared recorded rate, as the dashboards use it."""
 
-    signal: str
     family: str  # the counter
     selector: str  # its label matchers ('' for all its series)
     title: str  # e.g. "Close sweeps"
@@ -42,7 +41,7 @@ def rates(signal):
         mine = alert.get("rate") == r["name"]
         cost = costs.get(r["name"], {})
         out.append(Rate(
-            signal=signal["name"], family=r["family"], selector=r["selector"],
+            family=r["family"], selector=r["selector"],
             title=fleet.get("title") or r["name"].removeprefix("slowpath_").replace("_", " ").capitalize(),
             meaning=fleet.get("meaning") or signal["summary"],
             unit=RATIO if r["family"].endswith("_seconds_total") else OPS,
@@ -69,10 +68,6 @@ def alert_sentence(rate):
         return ""
     return (f" {rate.alert} fires above {rate.threshold:g}/s per process (`slowpath doctor --pid` names the call "
             f"site and the fix; docs/runbook.md#{rate.runbook}).")
-
-
-def matchers(base, rate):
-    return base + (", " + rate.selector if rate.selector else "")
 
 
 def series(rate):
