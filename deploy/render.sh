@@ -99,7 +99,7 @@ render_grafana_alerts() {
 
 # The rules with a placeholder for every setting the monitoring mixin's
 # _config holds (deploy/mixin: __t_<threshold>__, __for_<duration>__,
-# __runbook__, __grafana__, __selector__, __job__, __namespace__, __release__), as JSON: the mixin fills them in, so
+# __runbook__, __grafana__, __cluster__, __selector__, __job__, __namespace__, __release__), as JSON: the mixin fills them in, so
 # its rules come from this chart, never from a second copy. Its key
 # defaultRunbookBaseURL is the chart's default base (runbook_base), the
 # mixin's default _config.slowpathRunbookBaseURL.
@@ -111,6 +111,7 @@ rule = yaml.safe_load(open(sys.argv[1]))["prometheusRule"]
 sets = [f"prometheusRule.thresholds.{k}=__t_{k}__" for k in rule["thresholds"]]
 sets += [f"prometheusRule.for.{k}=__for_{k}__" for k in rule["for"]]
 sets += ["prometheusRule.runbookBaseURL=__runbook__", "prometheusRule.grafanaURL=__grafana__",
+         "prometheusRule.clusterLabel=__cluster__",
          "prometheusRule.selector=__selector__",
          "prometheusRule.jobSelector=__job__"]
 print(",".join(sets))

@@ -34,6 +34,10 @@ local template = import 'rules.template.json';
     // Your Grafana's external URL, which each alert's dashboard_url starts
     // with (the chart's prometheusRule.grafanaURL); empty: the path alone.
     slowpathGrafanaURL: values.grafanaURL,
+    // The label that names a cluster (kubernetes-mixin's clusterLabel): every
+    // aggregate, recorded rate and join keeps it, so a central ruler keeps
+    // clusters apart; series without it give what one cluster's rules give.
+    clusterLabel: values.clusterLabel,
     // Where the agent runs, for the kubectl commands in the alerts'
     // descriptions (the doctor in the alert's node's agent pod, the agent's
     // findings through the API server's pod proxy): its namespace and its
@@ -60,6 +64,7 @@ local template = import 'rules.template.json';
       [['__t_%s__' % k, number(config.slowpathThresholds[k])] for k in std.objectFields(config.slowpathThresholds)]
       + [['__for_%s__' % k, config.slowpathFor[k]] for k in std.objectFields(config.slowpathFor)]
       + [['__runbook__', config.slowpathRunbookBaseURL], ['__grafana__', std.rstripChars(config.slowpathGrafanaURL, '/')],
+         ['__cluster__', config.clusterLabel],
          ['__job__', config.slowpathJobSelector],
          ['__namespace__', config.slowpathNamespace], ['__release__', config.slowpathRelease]];
     std.foldl(function(acc, kv) std.strReplace(acc, kv[0], kv[1]), settings, selector),

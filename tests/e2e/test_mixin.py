@@ -118,6 +118,36 @@ def test_namespace_and_release_render_what_the_chart_installed_there_alerts():
     assert "-n slowpath" not in text
 
 
+def chart_rules(*sets):
+    helm = str(tools_cache() / "bin/helm")
+    args = [a for kv in sets for a in ("--set", kv)]
+    return subprocess.run([helm, "template", "slowpath", str(REPO / "deploy/helm/slowpath"), "--namespace",
+                           "slowpath", "--set", "prometheusRule.enabled=true", *args,
+                           "--show-only", "templates/prometheusrule.yaml"], capture_output=True, text=True)
+
+
+def test_cluster_label_is_kept_by_every_aggregation_and_join():
+    """_config.clusterLabel and the chart's prometheusRule.clusterLabel: the
+    same rules, and every grouping (by, on) that keeps a node, a namespace or
+    the cluster level keeps the label, the default's name nowhere left."""
+    chart = chart_rules("prometheusRule.clusterLabel=k8s_cluster")
+    assert chart.returncode == 0, chart.stderr
+    want = yaml.safe_load(chart.stdout)["spec"]["groups"]
+    rendered = render("_config+:: { clusterLabel: 'k8s_cluster' },")
+    assert {g["name"]: g for g in groups(rendered)} == {g["name"]: g for g in want}
+    exprs = [r["expr"] for g in want for r in g["rules"]]
+    groupings = [m for e in exprs for m in re.findall(r"\b(?:by|on) \(([^)]*)\)", e)]
+    kept = [g for g in groupings if re.search(r"\b(instance|namespace)\b", g)]
+    assert kept and all(g.startswith("k8s_cluster, ") for g in kept), [g for g in kept if "k8s_cluster" not in g]
+    assert not [g for g in groupings if re.search(r"\bcluster\b", g)]
+    assert any(re.search(r"sum by \(k8s_cluster\) \(instance:", e) for e in exprs)
+
+
+def test_an_empty_cluster_label_is_refused_with_its_fix():
+    out = chart_rules("prometheusRule.clusterLabel=")
+    assert out.returncode != 0 and "prometheusRule.clusterLabel must name a label" in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("overrides", ["", CONFIG], ids=["defaults", "config"])
 def test_promtool_checks_what_the_mixin_renders(release, tmp_path, overrides):
     path = tmp_path / "rules.yaml"
