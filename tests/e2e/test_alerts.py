@@ -336,10 +336,12 @@ def test_recorded_rates_read_what_the_agent_exports():
     exports, with the label value it selects: the golden exposition of a busy
     node (agent/tests/golden/metrics-plain.prom, written by the exporter, not
     by the declarations) has the family as a counter and a series with that
-    label pair; and each level's rule sums exactly that selection."""
+    label pair; and each level's rule sums exactly that selection, keeping the cluster label."""
     exposition = (REPO / "agent" / "tests" / "golden" / "metrics-plain.prom").read_text()
     counters = set(re.findall(r"^# TYPE (\w+) counter$", exposition, re.M))
     recs = records()
+    # the chart's default cluster label, which every level keeps
+    cluster = yaml.safe_load((REPO / "deploy/helm/slowpath/values.yaml").read_text())["prometheusRule"]["clusterLabel"]
     assert SIGNALS, "no recorded rate declared"
     for d in declarations():
         for r in d["recorded"]:
@@ -352,8 +354,8 @@ def test_recorded_rates_read_what_the_agent_exports():
                 assert any(re.search(rf'(^|,){label}="{value}"(,|$)', s) for s in series), r
             rate = f"rate({r['family']}{selector}[5m])"
             assert recs[f"instance_cgroup_comm:{r['name']}:rate5m"] == \
-                f"sum by (instance, namespace, pod, container, unit, cgroup, comm) ({rate})", r
-            assert recs[f"instance:{r['name']}:rate5m"] == f"sum by (instance) ({rate})", r
+                f"sum by ({cluster}, instance, namespace, pod, container, unit, cgroup, comm) ({rate})", r
+            assert recs[f"instance:{r['name']}:rate5m"] == f"sum by ({cluster}, instance) ({rate})", r
 
 
 def test_the_estimated_cpu_record_charges_what_top_charges():
