@@ -149,7 +149,8 @@ def test_the_untraced_syscall_costs_what_the_benchmark_times(agent_bin, overhead
     it); here each figure is some ns, in the benchmark's range (a figure in
     the wrong unit is 1,000x off), and with sys_enter as a tracepoint every
     run of it is charged that dispatch less the program's own time, never
-    more."""
+    more, or charged nothing with the agent's warning that the timing was
+    disturbed."""
     figures, scrape = untraced_figures(agent_bin, overhead_bin, tmp_path, UNTRACED_CYCLES)
     ours, during, whole = figures["ours"], figures["during"], figures["whole"]
     print(figures)
@@ -161,7 +162,12 @@ def test_the_untraced_syscall_costs_what_the_benchmark_times(agent_bin, overhead
         assert not scrape.select(DISPATCH), "fentry: no syscall pays a tracepoint's dispatch"
         return
     runs, dispatch = scrape.value(RUNS, probe="sys_enter"), scrape.value(DISPATCH, probe="sys_enter")
-    assert runs > 0 and 0 < dispatch / runs <= ours[-1] / 1e9 + 1e-12, (dispatch, runs, ours)
+    assert runs > 0 and 0 <= dispatch / runs <= ours[-1] / 1e9 + 1e-12, (dispatch, runs, ours)
+    if dispatch == 0:
+        # a slow timing before attaching (CI once read "added" 0 ns) leaves
+        # nothing to charge: the agent must say so rather than stay silent
+        log = (tmp_path / f"agent{UNTRACED_CYCLES - 1}.log").read_text()
+        assert "timed no slower with sys_enter's tracepoint attached" in log, (ours, log)
 
 
 def test_process_cpu_seconds_match_the_kernels_utime_plus_stime(agent):
