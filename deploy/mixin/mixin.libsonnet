@@ -55,18 +55,22 @@ local template = import 'rules.template.json';
     if std.isNumber(x) then (if std.floor(x) == x then std.format('%d', x) else std.format('%g', x))
     else x,
 
+  // Every setting and its placeholder, computed once and not for each of the
+  // template's strings: std.format (number) is jsonnet code, and per string
+  // it is most of a render's time.
+  local settings =
+    [['__t_%s__' % k, number(config.slowpathThresholds[k])] for k in std.objectFields(config.slowpathThresholds)]
+    + [['__for_%s__' % k, config.slowpathFor[k]] for k in std.objectFields(config.slowpathFor)]
+    + [['__runbook__', config.slowpathRunbookBaseURL], ['__grafana__', std.rstripChars(config.slowpathGrafanaURL, '/')],
+       ['__cluster__', config.clusterLabel],
+       ['__job__', config.slowpathJobSelector],
+       ['__namespace__', config.slowpathNamespace], ['__release__', config.slowpathRelease]],
+
   local fill(s) =
     local selector =
       if config.slowpathSelector == '' then
         std.strReplace(std.strReplace(s, '{__selector__}', ''), ', __selector__', '')
       else std.strReplace(s, '__selector__', config.slowpathSelector);
-    local settings =
-      [['__t_%s__' % k, number(config.slowpathThresholds[k])] for k in std.objectFields(config.slowpathThresholds)]
-      + [['__for_%s__' % k, config.slowpathFor[k]] for k in std.objectFields(config.slowpathFor)]
-      + [['__runbook__', config.slowpathRunbookBaseURL], ['__grafana__', std.rstripChars(config.slowpathGrafanaURL, '/')],
-         ['__cluster__', config.clusterLabel],
-         ['__job__', config.slowpathJobSelector],
-         ['__namespace__', config.slowpathNamespace], ['__release__', config.slowpathRelease]];
     std.foldl(function(acc, kv) std.strReplace(acc, kv[0], kv[1]), settings, selector),
 
   local filled(v) =

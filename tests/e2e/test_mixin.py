@@ -5,6 +5,7 @@ durations and selectors, and what it renders then still passes promtool
 (Prometheus 3 and 2.42). Its rules come from the chart through
 rules.template.json, which must be what deploy/render.sh renders now."""
 
+import functools
 import json
 import os
 import re
@@ -25,8 +26,8 @@ RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 DASHBOARDS = REPO / "dashboards"
 
 
-def render(overrides=""):
-    """The mixin's three fields, with `overrides` (jsonnet) added to it."""
+@functools.lru_cache(maxsize=None)
+def _rendered(overrides):
     snippet = f"""
     local mixin = (import 'mixin.libsonnet') + {{ {overrides} }};
     {{
@@ -35,7 +36,14 @@ def render(overrides=""):
       dashboards: mixin.grafanaDashboards,
     }}
     """
-    return json.loads(_jsonnet.evaluate_snippet("test", snippet, jpathdir=[str(MIXIN)]))
+    return _jsonnet.evaluate_snippet("test", snippet, jpathdir=[str(MIXIN)])
+
+
+def render(overrides=""):
+    """The mixin's three fields, with `overrides` (jsonnet) added to it;
+    each rendering once per run (the promtool checks render what other
+    tests render already)."""
+    return json.loads(_rendered(overrides))
 
 
 def groups(rendered):
