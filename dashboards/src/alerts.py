@@ -14,7 +14,12 @@ What changes on the way, and why:
   (Grafana's `$value` is a description of every query's result);
 - an alert name the Prometheus rules use twice (SlowpathEventsLost, warning
   and info) gets its severity in the Grafana title: Grafana before 12 wants
-  titles unique in a folder. Its `alertname` is then the title.
+  titles unique in a folder. Its `alertname` is then the title;
+- each rule is linked to a panel (dashboardUid, panelId: the SDK's rule has
+  no such fields, so they are added to its JSON) of the dashboard its
+  dashboard_url opens: the first time series (else any panel) that reads a
+  family of the agent the alert's expression reads, so the alert's state
+  changes show on that panel through the dashboard's built-in annotations.
 """
 
 import json
@@ -84,17 +89,59 @@ def rule(alert, records, repeated):
             .annotations({k: grafana_template(v) for k, v in alert["annotations"].items()}))
 
 
-def build(rules):
+FAMILY = re.compile(r"(?<![\w:])(slowpath_[a-z_]+?|up|process_[a-z_]+)(?:_bucket|_count|_sum)?(?![\w:])")
+LINKED_TYPES = ("timeseries", "state-timeline")
+
+
+def panels(dashboard):
+    """Every panel of a dashboard's JSON, rows' panels included, in order."""
+    for p in dashboard["panels"]:
+        yield p
+        yield from panels({"panels": p.get("panels", [])})
+
+
+def families(expr):
+    return set(FAMILY.findall(expr))
+
+
+def linked_panel(alert, expr, dashboards):
+    """(dashboard uid, panel id) for an alert with its recorded series
+    inlined in `expr`: the dashboard its dashboard_url opens, and there the
+    first panel of LINKED_TYPES, else of any type, whose queries read one of
+    the families `expr` reads (else a family of the same subject, the word
+    after slowpath_). Raises ValueError when none does: every alert
+    has a panel to show it on."""
+    uid = alert["annotations"]["dashboard_url"].split("/d/", 1)[1].split("/", 1)[0]
+    read = lambda p: {f for t in p.get("targets", []) for f in families(t.get("expr", ""))}  # noqa: E731
+    reads = families(expr)
+    candidates = [p for p in panels(dashboards[uid]) if reads & read(p)]
+    if not candidates:
+        # a family no panel plots (the clocksource's switches are an
+        # annotation): a panel of its subject, slowpath_<subject>_...
+        subjects = {"_".join(f.split("_")[:2]) + "_" for f in reads}
+        candidates = [p for p in panels(dashboards[uid]) if any(f.startswith(tuple(subjects)) for f in read(p))]
+    if not candidates:
+        raise ValueError(f"{alert['alert']}: no panel of {uid} reads {sorted(reads)}")
+    best = next((p for p in candidates if p["type"] in LINKED_TYPES), candidates[0])
+    return uid, best["id"]
+
+
+def build(rules, dashboards):
     """The provisioning document (apiVersion 1, one group) for a parsed
-    Prometheus rules file."""
+    Prometheus rules file; `dashboards` maps each dashboard's uid to its
+    JSON, for the panel each rule is linked to."""
     records = recording_rules(rules)
     alerts = alert_rules(rules)
     names = [a["alert"] for a in alerts]
-    built = [json.loads(json.dumps(rule(a, records, names.count(a["alert"]) > 1).build(), cls=JSONEncoder))
-             for a in alerts]
+    built = []
+    for a in alerts:
+        r = json.loads(json.dumps(rule(a, records, names.count(a["alert"]) > 1).build(), cls=JSONEncoder))
+        r["dashboardUid"], r["panelId"] = linked_panel(a, inlined(a["expr"], records), dashboards)
+        built.append(r)
     # file provisioning takes the folder and group from the group; the
     # identity first, for whoever reads the file
-    order = ["uid", "title", "condition", "data", "for", "noDataState", "execErrState", "labels", "annotations"]
+    order = ["uid", "title", "condition", "data", "dashboardUid", "panelId", "for", "noDataState", "execErrState",
+             "labels", "annotations"]
     built = [{k: r[k] for k in order if k in r} | {k: v for k, v in r.items() if k not in order and k not in API_ONLY}
              for r in built]
     return {"apiVersion": 1,

@@ -266,10 +266,12 @@ def row(pid, title):
 
 def dashboard(title, uid, description, variables, other):
     """A slowpath dashboard: shared tags, range, refresh and cursor, a link to
-    the `other` dashboard (a `link(...)`), and the given variables."""
+    the `other` dashboard (a `link(...)`), the given variables, and Grafana's
+    built-in annotations (alerts_annotation)."""
     return (
         db.Dashboard(title)
         .uid(uid)
+        .annotation(alerts_annotation())
         .description(description)
         .tags(["slowpath", "ebpf", "kernel"])
         .time("now-1h", "now")
@@ -279,6 +281,16 @@ def dashboard(title, uid, description, variables, other):
         .link(other)
         .variables(variables)
     )
+
+
+def alerts_annotation():
+    """Grafana's built-in "Annotations & Alerts": the state changes of the
+    Grafana-managed alerts linked to this dashboard's panels (dashboardUid and
+    panelId in provisioning/alerting/slowpath-alerts.yaml, dashboards/src/
+    alerts.py) and annotations made on it, as Grafana adds to a new dashboard."""
+    return (db.AnnotationQuery().name("Annotations & Alerts").built_in(1)
+            .datasource(dm.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+            .enable(True).hide(True).icon_color("rgba(0, 211, 255, 1)").type("dashboard"))
 
 
 def clocksource_switch_annotation(selector):

@@ -29,7 +29,8 @@ def render(build):
 def main(argv):
     if len(argv) == 3 and argv[1] == "--alerts":
         rules = json.loads(Path(argv[2]).read_text())
-        print(json.dumps(alerts.build(rules), indent=1, ensure_ascii=False))
+        dashboards = {d["uid"]: d for d in (json.loads(render(build)) for build in DASHBOARDS.values())}
+        print(json.dumps(alerts.build(rules, dashboards), indent=1, ensure_ascii=False))
         return 0
     if len(argv) != 2:
         print("usage: generate.py OUTDIR | generate.py --alerts RULES.json", file=sys.stderr)

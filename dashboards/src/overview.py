@@ -461,12 +461,15 @@ sleep_request_unreadable: a sleep whose duration could not be read (counted, not
 pid_reuse_pending: events of a process on a recycled pid while ring buffer and table were full: raise --bpf.max-processes;
 cgroup_name: a new cgroup's path not recorded (it may show as unknown).
 Also processes counted in an over-the-limit series (slowpath_series_folded_total: --metrics.max-comms-per-cgroup,
---metrics.max-series; totals stay exact).""",
+--metrics.max-series; totals stay exact), and a 1 for an agent whose --web.config.file changed and cannot be read
+(it keeps the settings it read last: SlowpathWebConfigInvalid).""",
         OPS,
         [target(rate("slowpath_lost_events_total", by="instance, reason", sel=NODE), "{{instance}} {{reason}}", "A"),
          target(rate("slowpath_scrape_errors_total", by="instance", sel=NODE), "{{instance}} scrape errors", "B"),
          target(rate("slowpath_series_folded_total", by="instance, limit", sel=NODE),
-                "{{instance}} folded over {{limit}} limit", "C")],
+                "{{instance}} folded over {{limit}} limit", "C"),
+         target(f"(1 - slowpath_web_config_last_reload_successful{{{NODE}}}) > 0",
+                "{{instance}} web config unreadable (1)", "D")],
         w=8, h=8, threshold_steps=[(None, "green"), (1e-9, "red")],
     ))
     d = d.with_panel(timeseries_panel(

@@ -290,6 +290,40 @@ def test_every_alert_links_the_dashboard_of_its_subject():
         assert all(f"{{{{ $labels.{p} | urlquery }}}}" in url.query for p in params), url.query
 
 
+def test_every_grafana_alert_shows_on_a_panel_of_its_dashboard():
+    """Each Grafana-managed rule is linked (dashboardUid, panelId) to a time
+    series or state timeline where one exists, of the dashboard its
+    dashboard_url opens, whose queries read a family of the agent the
+    rule's query reads (or of its subject: the clocksource's switches are
+    an annotation, not a panel), and every dashboard has Grafana's built-in
+    annotations, which show those rules' state changes on their panels."""
+    dashboards = {json.loads(p.read_text())["uid"]: json.loads(p.read_text())
+                  for p in (REPO / "dashboards").glob("*.json")}
+    for d in dashboards.values():
+        builtin = [a for a in d["annotations"]["list"] if a.get("builtIn") == 1]
+        assert [(a["type"], a["datasource"]["uid"], a["enable"]) for a in builtin] == \
+            [("dashboard", "-- Grafana --", True)], d["uid"]
+
+    def panels(ps):
+        for p in ps:
+            yield p
+            yield from panels(p.get("panels", []))
+
+    family = re.compile(r"(?<![\w:])(slowpath_[a-z_]+?|up|process_[a-z_]+)(?:_bucket|_count|_sum)?(?![\w:])")
+    reads = lambda text: set(family.findall(text))  # noqa: E731
+    linked = set()
+    for rule in yaml.safe_load(GRAFANA_ALERTS.read_text())["groups"][0]["rules"]:
+        uid = rule["annotations"]["dashboard_url"].split("/d/")[1].split("/")[0]
+        assert rule["dashboardUid"] == uid, rule["title"]
+        (panel,) = [p for p in panels(dashboards[uid]["panels"]) if p["id"] == rule["panelId"]]
+        plotted = reads(" ".join(t.get("expr", "") for t in panel.get("targets", [])))
+        queried = reads(rule["data"][0]["model"]["expr"])
+        subjects = tuple({"_".join(f.split("_")[:2]) + "_" for f in queried})
+        assert plotted & queried or any(f.startswith(subjects) for f in plotted), (rule["title"], panel["title"])
+        linked.add(panel["type"])
+    assert "timeseries" in linked
+
+
 def test_grafana_alert_queries_run_on_real_prometheus(stack):
     _, base = stack
     wait_up(base)
