@@ -29,6 +29,12 @@ started=$SECONDS
 if want e2e; then scripts/setup.sh --test; else scripts/setup.sh; fi
 source "$HOME/.cargo/env" 2>/dev/null || true
 stamp() { echo "== [$((SECONDS - started)) s] $*"; }
+# The binaries are dated by the commit's time, as scripts/release.sh dates
+# them: the same build, so test_release.py's release of a committed checkout
+# finds them current instead of compiling slowpath twice more.
+if [[ -z ${SOURCE_DATE_EPOCH:-} ]] && epoch=$(git log -1 --format=%ct 2>/dev/null); then
+  export SOURCE_DATE_EPOCH=$epoch
+fi
 # A fresh clone starts from the dependencies an earlier run compiled
 # (scripts/target-cache.sh; the whole suite's run saves them at its end).
 scripts/target-cache.sh restore
