@@ -346,13 +346,13 @@ class Thanos(fleetstack.Thanos):
 
 def fleet_queries():
     """[(panel title, PromQL)] of every query of the fleet dashboard, with its
-    variable at "All" (namespace=~".*")."""
+    variables at "All" (cluster=~".*", namespace=~".*")."""
     dash = json.loads(FLEET_DASHBOARD.read_text())
     out = []
     for panel in dash["panels"]:
         for p in [panel, *panel.get("panels", [])]:
             for t in p.get("targets", []):
-                expr = re.sub(r"\$\{?namespace(:[a-z]+)?\}?", ".*", t["expr"])
+                expr = re.sub(r"\$\{?(cluster|namespace)(:[a-z]+)?\}?", ".*", t["expr"])
                 assert "$" not in expr, expr
                 out.append((f"{p['title']} [{t['refId']}]", expr))
     return out

@@ -57,7 +57,14 @@ SINCE = "dateTimeFromNow"  # Unix time in ms, shown as "5 minutes ago"
 # The agent's findings with since when they hold: slowpath_finding_start_time_seconds
 # (in ms) carrying slowpath_finding_info's severity and known_source, one row per
 # finding and process. `selector` narrows both.
-FINDING_LABELS = "instance, finding, comm, cgroup, unit, namespace, pod, container"
+FINDING_LABELS = "cluster, instance, finding, comm, cgroup, unit, namespace, pod, container"
+
+# The cluster a series comes from: the label kubernetes-mixin calls clusterLabel
+# (the chart's prometheusRule.clusterLabel, the mixin's _config.clusterLabel,
+# which rewrite it in the dashboards they ship), set by a central Prometheus,
+# Thanos or Mimir. With one Prometheus no series has it, and the variable's
+# All (.*) matches them all.
+CLUSTER = 'cluster=~"$cluster"'
 
 
 def findings_expr(selector, by):
@@ -83,6 +90,15 @@ def datasource_variable():
         .type("prometheus")
         .description("The Prometheus that scrapes the slowpath agents.")
     )
+
+
+def cluster_variable():
+    """The first variable of every dashboard: the clusters of the agents' nodes."""
+    return query_variable(
+        "cluster", "Cluster", "label_values(slowpath_build_info, cluster)",
+        "The cluster of the nodes (the cluster label of a central Prometheus, Thanos or Mimir: the chart's "
+        "prometheusRule.clusterLabel). Empty with one Prometheus: All (.*) also matches series without it.",
+        multi=True, include_all=True)
 
 
 def query_variable(name, label, query, description, *, multi, include_all, all_value=".*"):

@@ -7,7 +7,7 @@ from grafana_foundation_sdk.models import prometheus as pm
 
 from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, NONE, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE,
                     TZFILE_CHECKS_PER_SECOND, Ids,
-                    clocksource_switch_annotation, dashboard, datasource_variable, findings_expr, heatmap_panel,
+                    cluster_variable, clocksource_switch_annotation, dashboard, datasource_variable, findings_expr, heatmap_panel,
                     link, query_variable, row, stat_panel, state_timeline_panel, table_panel, target,
                     timeseries_panel, value_mappings)
 
@@ -17,7 +17,7 @@ UID = "slowpath-drilldown"
 
 # instance and comm may be All (.*): a link that names only a pod (the fleet's
 # pod tables) opens on that pod's processes, wherever they run
-NODE = 'job="$job", instance=~"$instance"'
+NODE = 'cluster=~"$cluster", job="$job", instance=~"$instance"'
 PROC = NODE + ', namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
 RI = "$__rate_interval"
 RANGE = "$__range"
@@ -38,9 +38,10 @@ def increase(metric, extra="", by=""):
 def variables():
     return [
         datasource_variable(),
-        query_variable("job", "Job", "label_values(slowpath_build_info, job)",
+        cluster_variable(),
+        query_variable("job", "Job", 'label_values(slowpath_build_info{cluster=~"$cluster"}, job)',
                        "Prometheus job that scrapes the slowpath agents.", multi=False, include_all=False),
-        query_variable("instance", "Node", 'label_values(slowpath_build_info{job="$job"}, instance)',
+        query_variable("instance", "Node", 'label_values(slowpath_build_info{cluster=~"$cluster", job="$job"}, instance)',
                        "Scrape target of the agent on the node to look at. All: every node (a link that names "
                        "a pod alone opens there).", multi=False, include_all=True),
         query_variable("namespace", "Namespace",

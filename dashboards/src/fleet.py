@@ -9,12 +9,13 @@ from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import prometheus as pm
 
-from common import (COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, SIGNALS, SINCE, Ids, dashboard, data_link,
-                    datasource_variable, findings_expr, link, query_variable, row, stat_panel, table_panel,
+from common import (CLUSTER, COUNT, NON_VDSO_CLOCKSOURCES, OPS, RATIO, SECONDS, SIGNALS, SINCE, Ids, dashboard, data_link,
+                    cluster_variable, datasource_variable, findings_expr, link, query_variable, row, stat_panel, table_panel,
                     target, timeseries_panel)
 
 UID = "slowpath-fleet"
-NS = 'namespace=~"$namespace"'
+CL = CLUSTER
+NS = CLUSTER + ', namespace=~"$namespace"'
 
 
 def fleet_rows():
@@ -41,7 +42,9 @@ TO_POD = data_link(
 def variables():
     return [
         datasource_variable(),
-        query_variable("namespace", "Namespace", "label_values(namespace:slowpath_timer_wakeups:rate5m, namespace)",
+        cluster_variable(),
+        query_variable("namespace", "Namespace",
+                       f"label_values(namespace:slowpath_timer_wakeups:rate5m{{{CL}}}, namespace)",
                        "Kubernetes namespaces of the pod and namespace tables. Empty outside Kubernetes: "
                        "All (.*) also matches series without it.", multi=True, include_all=True),
     ]
@@ -49,7 +52,7 @@ def variables():
 
 def top_table(pid, level, metric, title, unit, description, links, ns=True):
     """The ten largest series of a recorded level, largest first."""
-    expr = f"topk(10, {level}:{metric}:rate5m{{{NS if ns else ''}}} > 0)"
+    expr = f"topk(10, {level}:{metric}:rate5m{{{NS if ns else CL}}} > 0)"
     panel = table_panel(
         pid, title, description,
         [target(expr, instant=True, fmt=pm.PromQueryFormat.TABLE)],
@@ -100,7 +103,7 @@ Every node summed (cluster: recording rules, one series per signal and per `clus
 Prometheus sets one). Normal: flat; a step up is a rollout or a node change. Drill into the tables below for who.""",
         OPS,
         # every declared fleet row counted in calls (or events) per second
-        [target(f"cluster:{metric}:rate5m", title.lower(), chr(ord("A") + i))
+        [target(f"cluster:{metric}:rate5m{{{CL}}}", title.lower(), chr(ord("A") + i))
          for i, (metric, title, _, _) in enumerate(r for r in fleet_rows() if r[2] == OPS)],
         w=12, h=8,
     ))
@@ -110,8 +113,8 @@ Nodes whose current clocksource is {NON_VDSO_CLOCKSOURCES.replace('|', ', ')}: e
 on them is a syscall. Normal: 0. The table below names them; fix with tsc where it is reliable
 (or arch_sys_counter on arm64).""",
         COUNT,
-        [target(f'count(max by (instance) (slowpath_clocksource_current_info{{clocksource=~"{NON_VDSO_CLOCKSOURCES}"}}) '
-                "== 1) or vector(0)", "nodes", instant=True)],
+        [target(f'count(max by (cluster, instance) (slowpath_clocksource_current_info{{{CL}, '
+                f'clocksource=~"{NON_VDSO_CLOCKSOURCES}"}}) == 1) or vector(0)', "nodes", instant=True)],
         w=6, h=8, color_mode=cm.BigValueColorMode.BACKGROUND, threshold_steps=[(None, "green"), (1, "red")],
     ))
     d = d.with_panel(stat_panel(
@@ -119,7 +122,8 @@ on them is a syscall. Normal: 0. The table below names them; fix with tsc where 
 Nodes where the agent's own libc clock reads entered the kernel (slowpath_vdso_fallback): the whole node pays a
 syscall per clock read, whatever the clocksource is called. Normal: 0.""",
         COUNT,
-        [target("count(max by (instance) (slowpath_vdso_fallback) == 1) or vector(0)", "nodes", instant=True)],
+        [target(f"count(max by (cluster, instance) (slowpath_vdso_fallback{{{CL}}}) == 1) or vector(0)", "nodes",
+                instant=True)],
         w=6, h=8, color_mode=cm.BigValueColorMode.BACKGROUND, threshold_steps=[(None, "green"), (1, "red")],
     ))
     d = d.with_panel(timeseries_panel(
@@ -132,9 +136,9 @@ Normal: own part well under 1 % on every node; above 1 % for 15 min fires Slowpa
 fires SlowpathDispatchFloorHigh (info), whose fix is fentry, not slowpath. The overview's panel of the same name
 splits a node by hook.""",
         RATIO,
-        [target("topk(10, instance:slowpath_own_cpu:rate5m)", "{{instance}}", "A"),
-         target("instance:slowpath_dispatch_floor_cpu:rate5m and on (instance) topk(10, instance:slowpath_own_cpu:rate5m)",
-                "{{instance}} floor", "B")],
+        [target(f"topk(10, instance:slowpath_own_cpu:rate5m{{{CL}}})", "{{instance}}", "A"),
+         target(f"instance:slowpath_dispatch_floor_cpu:rate5m{{{CL}}} and on (cluster, instance) "
+                f"topk(10, instance:slowpath_own_cpu:rate5m{{{CL}}})", "{{instance}} floor", "B")],
         w=12, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))
     d = d.with_row(row(ids(), "Findings: what is wrong, and the known source"))
@@ -145,7 +149,7 @@ on a sliding window, --findings.window), per node, pod and process, with its sev
 sites matched (empty: none matched or not sampled) and since when it holds. The cause and fix of each known
 source are in the runbook (Known sources) and in the alerts' annotations; the findings in full, with call sites,
 at http://NODE:9891/debug/findings. The link opens the node in the overview.""",
-        [target(findings_expr(NS, "instance, namespace, pod, comm, finding, known_source, severity"), instant=True,
+        [target(findings_expr(NS, "cluster, instance, namespace, pod, comm, finding, known_source, severity"), instant=True,
                 fmt=pm.PromQueryFormat.TABLE)],
         w=24, h=8, hide=("Time",), unit=SINCE,
     ).data_links([TO_NODE]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(False)]))
@@ -155,13 +159,13 @@ at http://NODE:9891/debug/findings. The link opens the node in the overview.""",
            f"of one, every slow path summed (recording rule {estimated}, the charge of `slowpath top`'s CPU column)")
     d = d.with_panel(table_panel(
         ids(), "Estimated CPU: top pods", f"Per pod, {why}. The link opens the pod in the drill-down dashboard.",
-        [target(f'topk(10, sum by (namespace, pod) ({estimated}{{{NS}, pod!=""}}) > 0)', instant=True,
+        [target(f'topk(10, sum by (cluster, namespace, pod) ({estimated}{{{NS}, pod!=""}}) > 0)', instant=True,
                 fmt=pm.PromQueryFormat.TABLE)],
         w=12, h=8, hide=("Time",), unit=RATIO,
     ).data_links([TO_POD]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(True)]))
     d = d.with_panel(table_panel(
         ids(), "Estimated CPU: top nodes", f"Per node, {why}. The link opens the node in the overview.",
-        [target("topk(10, instance:slowpath_estimated_cpu_seconds:rate5m > 0)", instant=True,
+        [target(f"topk(10, instance:slowpath_estimated_cpu_seconds:rate5m{{{CL}}} > 0)", instant=True,
                 fmt=pm.PromQueryFormat.TABLE)],
         w=12, h=8, hide=("Time",), unit=RATIO,
     ).data_links([TO_NODE]).sort_by([cb.TableSortByFieldState().display_name("Value").desc(True)]))
@@ -171,7 +175,7 @@ at http://NODE:9891/debug/findings. The link opens the node in the overview.""",
         ids(), "Clocksource of every node", f"""
 Each node's current clocksource. Nodes on {NON_VDSO_CLOCKSOURCES.replace('|', ', ')} fall back to syscalls for
 every clock read (the Xen EC2 case: 30 % more CPU for Cassandra). The link opens the node in the overview.""",
-        [target("max by (instance, clocksource) (slowpath_clocksource_current_info) == 1", instant=True,
+        [target(f"max by (cluster, instance, clocksource) (slowpath_clocksource_current_info{{{CL}}}) == 1", instant=True,
                 fmt=pm.PromQueryFormat.TABLE)],
         w=12, h=8, hide=("Time", "Value"),
     ).data_links([TO_NODE]))
@@ -180,7 +184,7 @@ every clock read (the Xen EC2 case: 30 % more CPU for Cassandra). The link opens
 How many nodes run each transparent huge page setting (enabled, defrag). `enabled=always` with
 `defrag=always` lets every fault stall in direct compaction: the case where system time passed user time. Normal:
 one setting fleet-wide, chosen on purpose (madvise is the safe default).""",
-        [target("count by (enabled, defrag) (slowpath_thp_settings_info == 1)", instant=True,
+        [target(f"count by (enabled, defrag) (slowpath_thp_settings_info{{{CL}}} == 1)", instant=True,
                 fmt=pm.PromQueryFormat.TABLE)],
         w=12, h=8, hide=("Time",), unit=COUNT,
     ))

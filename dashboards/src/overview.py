@@ -7,7 +7,7 @@ from grafana_foundation_sdk.models import prometheus as pm
 
 from common import (COUNT, DASHED, NON_VDSO_CLOCKSOURCES, OPS, PER_PROCESS_METRICS, RATIO, SECONDS, SINCE, BYTES,
                     TZFILE_CHECKS_PER_SECOND, Ids,
-                    clocksource_switch_annotation, dashboard, data_link, datasource_variable, findings_expr, heatmap_panel, link,
+                    cluster_variable, clocksource_switch_annotation, dashboard, data_link, datasource_variable, findings_expr, heatmap_panel, link,
                     query_variable, regex_mapping, row, stat_panel, state_timeline_panel, table_panel, target,
                     timeseries_panel, value_mappings)
 
@@ -15,11 +15,11 @@ import declared
 
 UID = "slowpath-overview"
 
-NODE = 'job=~"$job", instance=~"$instance"'
+NODE = 'cluster=~"$cluster", job=~"$job", instance=~"$instance"'
 PROC = NODE + ', namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
 BY_PROC = "instance, namespace, pod, cgroup, comm"
 # Recorded per-process series keep no job label (the rules sum by the process's labels).
-RECORDED_PROC = 'instance=~"$instance", namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
+RECORDED_PROC = 'cluster=~"$cluster", instance=~"$instance", namespace=~"$namespace", pod=~"$pod", comm=~"$comm"'
 LEGEND_PROC = "{{comm}} {{pod}} {{cgroup}} @ {{instance}}"
 RI = "$__rate_interval"
 
@@ -43,11 +43,12 @@ def top(metric, extra="", k=10):
 def variables():
     return [
         datasource_variable(),
-        query_variable("job", "Job", "label_values(slowpath_build_info, job)",
+        cluster_variable(),
+        query_variable("job", "Job", 'label_values(slowpath_build_info{cluster=~"$cluster"}, job)',
                        "Prometheus job(s) that scrape the slowpath agents. All is the list of these jobs (not .*), "
                        "so that up and process_* select only slowpath's targets.",
                        multi=True, include_all=True, all_value=None),
-        query_variable("instance", "Node", 'label_values(slowpath_build_info{job=~"$job"}, instance)',
+        query_variable("instance", "Node", 'label_values(slowpath_build_info{cluster=~"$cluster", job=~"$job"}, instance)',
                        "Scrape target of the agent: one per node.", multi=True, include_all=True),
         query_variable("namespace", "Namespace",
                        f'label_values({{__name__=~"{PER_PROCESS_METRICS}", {NODE}}}, namespace)',
@@ -86,7 +87,7 @@ What the agents' findings engines judge wrong now (`slowpath_finding_info`, one 
 sliding window, --findings.window), with its severity, the known source its call sites matched (empty: none
 matched or not sampled yet) and since when. Each finding's fix is in the alert it raises and in the runbook (Known
 sources); `slowpath doctor --pid` on the node shows the call sites. Normal: empty.""",
-        [target(findings_expr(PROC, "instance, namespace, pod, comm, finding, known_source, severity"),
+        [target(findings_expr(PROC, "cluster, instance, namespace, pod, comm, finding, known_source, severity"),
                 instant=True, fmt=pm.PromQueryFormat.TABLE)],
         w=12, h=9, hide=("Time",), unit=SINCE,
     ))

@@ -90,9 +90,22 @@ local template = import 'rules.template.json';
     groups+: [g for g in groups if !hasAlerts(g)],
   },
 
+  // The dashboards' cluster variable selects, groups and joins by the label
+  // `cluster`; another clusterLabel is written into each of those instead
+  // (the chart's grafanaDashboards do the same: slowpath.dashboardClusterLabel).
+  local dashboard(text) =
+    local l = config.clusterLabel;
+    local renames = [
+      ['cluster=~\\"$cluster\\"', l + '=~\\"$cluster\\"'],
+      ['by (cluster, ', 'by (' + l + ', '],
+      ['on (cluster, ', 'on (' + l + ', '],
+      ['slowpath_build_info, cluster)', 'slowpath_build_info, ' + l + ')'],
+    ];
+    std.parseJson(if l == 'cluster' then text else std.foldl(function(acc, kv) std.strReplace(acc, kv[0], kv[1]), renames, text)),
+
   grafanaDashboards+:: {
-    'slowpath-overview.json': import '../../dashboards/slowpath-overview.json',
-    'slowpath-drilldown.json': import '../../dashboards/slowpath-drilldown.json',
-    'slowpath-fleet.json': import '../../dashboards/slowpath-fleet.json',
+    'slowpath-overview.json': dashboard(importstr '../../dashboards/slowpath-overview.json'),
+    'slowpath-drilldown.json': dashboard(importstr '../../dashboards/slowpath-drilldown.json'),
+    'slowpath-fleet.json': dashboard(importstr '../../dashboards/slowpath-fleet.json'),
   },
 }

@@ -44,10 +44,10 @@ DASHBOARDS = {  # file -> uid: uids are stable, links and bookmarks depend on th
     "slowpath-fleet.json": "slowpath-fleet",
 }
 VARIABLES = {  # per dashboard uid
-    "slowpath-overview": {"datasource", "job", "instance", "namespace", "pod", "comm"},
-    "slowpath-drilldown": {"datasource", "job", "instance", "namespace", "pod", "comm"},
-    # the recorded series keep no job label: the fleet is every node the Prometheus has
-    "slowpath-fleet": {"datasource", "namespace"},
+    "slowpath-overview": {"datasource", "cluster", "job", "instance", "namespace", "pod", "comm"},
+    "slowpath-drilldown": {"datasource", "cluster", "job", "instance", "namespace", "pod", "comm"},
+    # the recorded series keep no job label: the fleet is every node of the clusters chosen
+    "slowpath-fleet": {"datasource", "cluster", "namespace"},
 }
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 # The systemd unit (a cgroup named like one) some of the workloads run in, so
@@ -288,6 +288,38 @@ def test_every_panel_and_query_uses_the_datasource_variable(dashboard):
             assert value == DATASOURCE, f"{path}: {value}"
 
 
+# A series named in a query (a family, a recorded series, up, process_*) and
+# its matchers, if any; the quoted strings of the query are blanked first (a
+# __name__ regex names families too).
+SERIES = re.compile(r'(?<![\w:])((?:[a-z_]+:)?(?:slowpath_[a-z0-9_]+|process_[a-z0-9_]+|up)(?::[a-z0-9_]+)?)'
+                    r'(?![\w:])(\{[^}]*\})?')
+
+
+def test_every_series_is_selected_by_the_cluster_variable(dashboard):
+    """The cluster variable comes first and every series any query, variable
+    or annotation reads is selected by it (cluster=~"$cluster"): under a
+    central Prometheus, Thanos or Mimir a dashboard shows the clusters
+    chosen, and with one Prometheus (no such label) All matches every
+    series."""
+    _, dash = dashboard
+    names = [v["name"] for v in variables(dash)]
+    assert names[:2] == ["datasource", "cluster"], names
+    (cluster,) = [v for v in variables(dash) if v["name"] == "cluster"]
+    assert cluster["query"] == "label_values(slowpath_build_info, cluster)" and cluster["allValue"] == ".*"
+    texts = [(p["title"], t["expr"]) for p, t in targets(dash)]
+    texts += [(f"variable {v['name']}", v.get("query", "")) for v in variables(dash) if v["name"] != "cluster"]
+    texts += [(f"annotation {a['name']}", a.get("expr", "")) for a in dash["annotations"]["list"]]
+    unselected = []
+    for where, text in texts:
+        blanked = re.sub(r'"[^"]*"', '""', text)
+        unselected += [(where, m.group(1)) for m in SERIES.finditer(blanked)
+                       if 'cluster=~""' not in (m.group(2) or "")]
+        unselected += [(where, m) for m in re.findall(r'(?<![\w:])\{__name__[^}]*\}', text)
+                       if 'cluster=~"$cluster"' not in m]
+    assert not unselected, unselected
+    assert all('cluster=~"$cluster"' in text for _, text in texts if 'cluster=~""' in re.sub(r'"[^"]*"', '""', text))
+
+
 def test_every_variable_is_defined_and_used(dashboard):
     _, dash = dashboard
     names = [v["name"] for v in variables(dash)]
@@ -479,8 +511,8 @@ def substitute(text, values):
 
 def values_for(uid, agent):
     if uid == "slowpath-fleet":
-        return {"namespace": ".*"}
-    common = {"job": JOB, "instance": f"127.0.0.1:{agent.port}", "namespace": ".*", "pod": ".*"}
+        return {"cluster": ".*", "namespace": ".*"}
+    common = {"cluster": ".*", "job": JOB, "instance": f"127.0.0.1:{agent.port}", "namespace": ".*", "pod": ".*"}
     if uid == "slowpath-drilldown":
         return common | {"comm": "sp-workload"}  # one process: the workload's
     return common | {"comm": ".*"}                # All

@@ -151,6 +151,28 @@ def test_cluster_label_is_kept_by_every_aggregation_and_join():
     assert any(re.search(r"sum by \(k8s_cluster\) \(instance:", e) for e in exprs)
 
 
+def test_cluster_label_renames_the_dashboards_selections_alike_in_the_chart_and_the_mixin():
+    """The dashboards' cluster variable selects, groups and joins by
+    `cluster`; with another label the mixin's dashboards and the chart's
+    ConfigMaps both use that label in each of those places, and are the
+    same (with the default they are the shipped files: the test above)."""
+    helm = str(tools_cache() / "bin/helm")
+    out = subprocess.run([helm, "template", "slowpath", str(REPO / "deploy/helm/slowpath"), "--namespace",
+                          "slowpath", "--set", "grafanaDashboards.enabled=true",
+                          "--set", "prometheusRule.clusterLabel=k8s_cluster",
+                          "--show-only", "templates/grafana-dashboards.yaml"],
+                         check=True, capture_output=True, text=True).stdout
+    chart = {name: json.loads(text) for doc in yaml.safe_load_all(out) if doc
+             for name, text in doc["data"].items()}
+    mixin = render("_config+:: { clusterLabel: 'k8s_cluster' },")["dashboards"]
+    assert chart == mixin
+    for name, dash in mixin.items():
+        text = json.dumps(dash)
+        shipped = (DASHBOARDS / name).read_text()
+        assert text.count('k8s_cluster=~\\"$cluster\\"') == shipped.count('cluster=~\\"$cluster\\"') > 10, name
+        assert not re.search(r'(?<![\w$])cluster=~|(?:by|on) \(cluster,|, cluster\)', text), name
+
+
 def test_an_empty_cluster_label_is_refused_with_its_fix():
     out = chart_rules("prometheusRule.clusterLabel=")
     assert out.returncode != 0 and "prometheusRule.clusterLabel must name a label" in out.stderr, out.stderr

@@ -261,3 +261,21 @@ cause: >-
 fix: >-
   {{ include "slowpath.fixText" . }}
 {{- end }}
+
+{{/*
+A dashboard's JSON text (files/dashboards/, from dashboards/generate.sh) with
+the cluster label it selects, groups and joins by, `cluster`, renamed: (list
+TEXT LABEL). The cluster variable keeps its name; recorded series named
+cluster:... keep theirs. The mixin's grafanaDashboards do the same.
+*/}}
+{{- define "slowpath.dashboardClusterLabel" -}}
+{{- $text := index . 0 }}
+{{- $label := index . 1 }}
+{{- if ne $label "cluster" }}
+{{- $text = $text | replace "cluster=~\\\"$cluster\\\"" (printf "%s=~\\\"$cluster\\\"" $label) }}
+{{- $text = $text | replace "by (cluster, " (printf "by (%s, " $label) }}
+{{- $text = $text | replace "on (cluster, " (printf "on (%s, " $label) }}
+{{- $text = $text | replace "slowpath_build_info, cluster)" (printf "slowpath_build_info, %s)" $label) }}
+{{- end }}
+{{- $text }}
+{{- end }}
