@@ -112,14 +112,15 @@ def linked_panel(alert, expr, dashboards):
     after slowpath_). Raises ValueError when none does: every alert
     has a panel to show it on."""
     uid = alert["annotations"]["dashboard_url"].split("/d/", 1)[1].split("/", 1)[0]
-    read = lambda p: {f for t in p.get("targets", []) for f in families(t.get("expr", ""))}  # noqa: E731
+    plotted = [(p, {f for t in p.get("targets", []) for f in families(t.get("expr", ""))})
+               for p in panels(dashboards[uid])]
     reads = families(expr)
-    candidates = [p for p in panels(dashboards[uid]) if reads & read(p)]
+    candidates = [p for p, plots in plotted if reads & plots]
     if not candidates:
         # a family no panel plots (the clocksource's switches are an
         # annotation): a panel of its subject, slowpath_<subject>_...
-        subjects = {"_".join(f.split("_")[:2]) + "_" for f in reads}
-        candidates = [p for p in panels(dashboards[uid]) if any(f.startswith(tuple(subjects)) for f in read(p))]
+        subjects = tuple({"_".join(f.split("_")[:2]) + "_" for f in reads})
+        candidates = [p for p, plots in plotted if any(f.startswith(subjects) for f in plots)]
     if not candidates:
         raise ValueError(f"{alert['alert']}: no panel of {uid} reads {sorted(reads)}")
     best = next((p for p in candidates if p["type"] in LINKED_TYPES), candidates[0])
