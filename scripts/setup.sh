@@ -5,6 +5,7 @@
 #                             Rust's aarch64-unknown-linux-gnu target, and Debian's
 #                             arm64 libelf and zlib unpacked into target/aarch64-libs
 #   scripts/setup.sh --test   plus --arm64 and what the test suite uses (strace,
+#                             perf (the syscalls' tracepoints counted as an oracle),
 #                             bpftool, pytest, prometheus-client, Debian's Prometheus
 #                             2.42 and promtool, bpftrace, QEMU x86_64 and aarch64,
 #                             busybox and cpio for the guest kernel tests, runc and
@@ -35,7 +36,7 @@ if [[ $EUID -ne 0 ]]; then
 fi
 
 build_pkgs=(clang libelf-dev zlib1g-dev pkg-config make gcc curl ca-certificates)
-test_pkgs=(apache2-utils gnuplot-nox strace tzdata bpftool python3 python3-pytest python3-prometheus-client prometheus util-linux
+test_pkgs=(apache2-utils gnuplot-nox strace linux-perf tzdata bpftool python3 python3-pytest python3-prometheus-client prometheus util-linux
            qemu-system-x86 busybox-static cpio podman debootstrap runc
            iptables systemd dpkg-dev python3-yaml python3-jsonnet python3-venv bpftrace qemu-system-arm libcap2-bin libpth-dev lintian libproc-daemon-perl
            maven default-jdk-headless)

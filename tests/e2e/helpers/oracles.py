@@ -1,5 +1,6 @@
 """The independent oracles the counts are compared with: `strace -c`,
-/proc/vmstat, /proc/zoneinfo and bpftrace on the kernel's own tracepoints."""
+`perf stat` on the syscalls' tracepoints, /proc/vmstat, /proc/zoneinfo and
+bpftrace on the kernel's own tracepoints."""
 
 import re
 import signal
@@ -15,6 +16,30 @@ def strace_counts(text):
         # % time, seconds, usecs/call, calls, [errors], syscall
         if len(fields) >= 5 and fields[-1] != "total" and fields[3].isdigit():
             counts[fields[-1]] = int(fields[3])
+    return counts
+
+
+def perf_stat_command(syscalls, out):
+    """The `perf stat` prefix that counts, in the kernel, each of `syscalls`
+    (names) entered by the command it runs and that command's children, at
+    the syscalls:sys_enter_NAME tracepoints, into the file `out` as CSV. No
+    ptrace stop per call as under strace: a loop of 200,000 calls runs in
+    0.3 s instead of 20 s."""
+    events = ",".join(f"syscalls:sys_enter_{name}" for name in syscalls)
+    return ["perf", "stat", "--no-big-num", "-x", ",", "-o", str(out), "-e", events, "--"]
+
+
+def perf_stat_counts(text):
+    """{syscall: calls} from `perf stat -x ,` output of perf_stat_command()
+    (value,unit,event,...); raises on an event perf could not count."""
+    counts = {}
+    for line in text.splitlines():
+        fields = line.split(",")
+        if len(fields) < 3 or not fields[2].startswith("syscalls:sys_enter_"):
+            continue
+        if not fields[0].isdigit():
+            raise AssertionError(f"perf stat did not count {fields[2]}: {line}")
+        counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
     return counts
 
 
