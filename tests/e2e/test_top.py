@@ -60,6 +60,17 @@ def start_standalone_view(agent_bin, *args):
     return view
 
 
+def the_frames_after(view, first):
+    """(`first` and every frame after it, stderr) once `view` exits: the
+    rest of stdout is read through the same buffer `first`'s readline()
+    filled, which may hold the first frame's other rows already; communicate()
+    would read the pipe past that buffer and lose them."""
+    out = first + view.stdout.read()
+    err = view.stderr.read()
+    view.wait(timeout=60)
+    return out, err
+
+
 @pytest.mark.parametrize("source", ["agent", "standalone"])
 def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, workload_bin, tmp_path, source):
     """From the agent (with --metrics.pid-label) or standalone (the view's
@@ -81,8 +92,7 @@ def test_rates_over_the_frames_add_up_to_the_calls_strace_counts(agent_bin, work
         clock_pid, clock = run_workload(workload_bin, "clock-raw", 20000, strace=tmp_path / "clock.strace")
         ctx_pid, ctx = run_workload(workload_bin, "context", 2000, strace=tmp_path / "ctx.strace")
         workloads_took = time.monotonic() - started
-        out, err = view.communicate(timeout=60)
-        out = first + out
+        out, err = the_frames_after(view, first)
     finally:
         if agent:
             assert agent.stop() == 0, agent.log_text()
@@ -549,8 +559,7 @@ def test_a_jvm_pretouching_a_thp_heap_is_what_vmstat_counts(agent_bin, thp_alway
         java = subprocess.run(["java", "-XX:+UseTransparentHugePages", "-XX:+AlwaysPreTouch", "-Xms512m", "-Xmx512m",
                                "-cp", str(pretouch_class), "PreTouchHeap", "0"],
                               capture_output=True, text=True, timeout=60, check=True)  # done well before 6 s
-        out, err = view.communicate(timeout=60)
-        out = first + out
+        out, err = the_frames_after(view, first)
         grown = vmstat()["thp_fault_alloc"] - before
     finally:
         assert agent.stop() == 0, agent.log_text()
