@@ -33,7 +33,7 @@ pub use collectors::{log_left_out, Collectors};
 pub use family_docs::FamilyDoc;
 pub use finding_rules::FindingRule;
 pub use recorded::{FleetRow, Recorded};
-pub use top::{Cell, EventCost, Top, TopColumn};
+pub use top::{node_words, Cell, EventCost, NodeGauges, Top, TopColumn, TopNode};
 
 mod alert;
 pub mod clock;

@@ -143,6 +143,7 @@ pub const SIGNAL: Signal = Signal {
         }],
         timeouts: None,
         not_shown: &[],
+        node: None,
     },
     recorded: &[CALLS],
     finding_rules: &[RT_SIGPROCMASK_STORM],

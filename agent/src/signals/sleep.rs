@@ -108,6 +108,7 @@ pub const SIGNAL: Signal = Signal {
             &SLEEP_CALLS,
             "a sleep that expires is a timer wakeup: the timer signal's WAKEUP/s counts it, at the cost of one",
         )],
+        node: None,
     },
     recorded: &[CALLS],
     finding_rules: &[],

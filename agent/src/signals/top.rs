@@ -6,7 +6,10 @@
 //! `top` builds its columns, sort keys and CPU estimate from these alone, in
 //! [`super::SIGNALS`] order, so a new signal's counters reach it (or say why
 //! not) with no edit in `top/`; a unit test holds every counter family of
-//! every signal to one of the two.
+//! every signal to one of the two. A signal's node-wide gauges reach top's
+//! node line the same way ([`TopNode`]).
+
+use std::collections::BTreeMap;
 
 use serde::{Serialize, Serializer};
 
@@ -43,6 +46,64 @@ pub struct Top {
     /// node-wide count, one shown through another signal's column, ...).
     #[serde(serialize_with = "names_with_why")]
     pub not_shown: &'static [(&'static Family, &'static str)],
+    /// Its words on top's node line, from node-wide gauges of its own;
+    /// `None` for a signal with nothing to say about the node there.
+    #[serde(skip)]
+    pub node: Option<TopNode>,
+}
+
+/// A signal's part of the node line of `slowpath top` (e.g. `clocksource
+/// tsc (vDSO ok)`), in [`super::SIGNALS`] order between `node:` and the
+/// agent's own CPU, parts separated by ` | `.
+pub struct TopNode {
+    /// The gauges it reads from each read of the agent, each with the
+    /// labels whose values it reads, in that order.
+    pub gauges: &'static [(&'static Family, &'static [&'static str])],
+    /// Its words from those gauges' series in one read ([`NodeGauges`]);
+    /// `None` to say nothing in that read.
+    pub words: fn(&NodeGauges) -> Option<String>,
+}
+
+/// The series of the signals' [`TopNode`] gauges in one read of the agent:
+/// per family name, each series' declared label values (in the declared
+/// order, empty where the series lacks one) and its value.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeGauges(BTreeMap<&'static str, Vec<(Vec<String>, f64)>>);
+
+impl NodeGauges {
+    /// Keep one series of `family`, if a signal's node line reads that
+    /// family: `label` gives a label's value by name.
+    pub fn take<'l>(
+        &mut self,
+        family: &str,
+        label: impl Fn(&str) -> Option<std::borrow::Cow<'l, str>>,
+        value: f64,
+    ) {
+        let declared = (super::SIGNALS.iter())
+            .filter_map(|s| s.top.node.as_ref())
+            .flat_map(|node| node.gauges)
+            .find(|(f, _)| f.name == family);
+        if let Some((f, labels)) = declared {
+            let values = (labels.iter())
+                .map(|l| label(l).map(|v| v.into_owned()).unwrap_or_default())
+                .collect();
+            self.0.entry(f.name).or_default().push((values, value));
+        }
+    }
+
+    /// The series of `family` in this read (empty when it had none).
+    pub fn series(&self, family: &Family) -> &[(Vec<String>, f64)] {
+        self.0.get(family.name).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The node line's parts the signals' declarations make from one read, in
+/// [`super::SIGNALS`] order.
+pub fn node_words(gauges: &NodeGauges) -> Vec<String> {
+    (super::SIGNALS.iter())
+        .filter_map(|s| s.top.node.as_ref())
+        .filter_map(|node| (node.words)(gauges))
+        .collect()
 }
 
 /// One column of `slowpath top`: a counter family of the signal, summed
@@ -77,9 +138,10 @@ pub struct TopColumn {
     pub common: bool,
 }
 
-/// How `top`'s estimated CPU charges a column's rate.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+/// How `top`'s estimated CPU charges a column's rate. Serialized as its
+/// kind in snake case (`{"gauge": NAME}` for a gauge): the chart's
+/// estimated-CPU record reads the kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EventCost {
     /// Not charged: the event's CPU is not measured on the node (e.g. a
     /// THP fault, whose cost is the page clearing the process would do
@@ -88,13 +150,28 @@ pub enum EventCost {
     /// Each event costs the value of this gauge of the agent, in seconds,
     /// measured on the node (e.g. `slowpath_syscall_seconds`).
     Gauge(&'static str),
-    /// Each event costs one read of the clock in its `clock` label:
-    /// `slowpath_clock_read_seconds` of that clock where the canary saw
-    /// the agent's own reads of it fall back (`slowpath_vdso_fallback` 1),
-    /// else one system call (`slowpath_syscall_seconds`).
-    ClockRead,
+    /// Each event costs one read of the clock in its `clock` label: the
+    /// gauge `read_seconds` of that clock (seconds per read, by `clock`)
+    /// where the gauge `falls_back` of it is 1 (the canary saw the agent's
+    /// own libc reads of it enter the kernel), else one system call
+    /// (`slowpath_syscall_seconds`).
+    ClockRead {
+        read_seconds: &'static str,
+        falls_back: &'static str,
+    },
     /// The counter is itself in seconds: its rate is a share of a CPU.
     Seconds,
+}
+
+impl Serialize for EventCost {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            EventCost::None => s.serialize_str("none"),
+            EventCost::Gauge(name) => s.serialize_newtype_variant("EventCost", 1, "gauge", name),
+            EventCost::ClockRead { .. } => s.serialize_str("clock_read"),
+            EventCost::Seconds => s.serialize_str("seconds"),
+        }
+    }
 }
 
 /// How a column's cell shows its rate.
@@ -145,6 +222,29 @@ mod tests {
             if let Some(timeouts) = signal.top.timeouts {
                 assert_eq!(timeouts.kind, MetricType::HISTOGRAM, "{}", timeouts.name);
                 assert!(signal.families.iter().any(|f| f.name == timeouts.name));
+            }
+        }
+    }
+
+    #[test]
+    fn node_words_read_gauges_of_their_own_signal() {
+        for signal in SIGNALS {
+            let Some(node) = &signal.top.node else {
+                continue;
+            };
+            assert!(
+                !node.gauges.is_empty(),
+                "{}: node words of nothing",
+                signal.name
+            );
+            for (family, _) in node.gauges {
+                let own = signal.families.iter().any(|f| f.name == family.name);
+                assert!(
+                    own,
+                    "{}: {} is not one of its families",
+                    signal.name, family.name
+                );
+                assert_eq!(family.kind, MetricType::GAUGE, "{}", family.name);
             }
         }
     }

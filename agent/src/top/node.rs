@@ -1,22 +1,18 @@
-//! The node line of `slowpath top`: the clocksource and whether the vDSO
-//! serves its clocks, the THP settings, the agent's own CPU and its hooks,
-//! all from the agent's own series in each read.
+//! The node line of `slowpath top`: what the signals' declarations say of
+//! the node (`crate::signals::TopNode`: the clocksource and whether the
+//! vDSO serves its clocks, the THP settings), the agent's own CPU and its
+//! hooks, all from the agent's own series in each read.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use super::sample::Sample;
+use crate::signals::{node_words, NodeGauges};
 
 /// What one read of the agent says about the node and about itself.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeState {
-    /// `slowpath_clocksource_current_info`.
-    pub clocksource: Option<String>,
-    /// The canary's verdict per clock (`slowpath_vdso_fallback`: true when
-    /// the agent's own libc reads of it entered the kernel).
-    pub fallback: BTreeMap<String, bool>,
-    /// `slowpath_thp_settings_info`: (`enabled`, `defrag`).
-    pub thp: Option<(String, String)>,
+    /// The series of the gauges the signals' node words read.
+    pub gauges: NodeGauges,
     /// Attached hooks per attach type (`slowpath_probe_attached` 1).
     pub attached: BTreeMap<String, u32>,
     /// Hooks expected but not attached (`slowpath_probe_expected` 1 with
@@ -37,11 +33,6 @@ impl NodeState {
     pub fn take(&mut self, sample: &Sample, value: f64) {
         let label = |name: &str| sample.label_or_empty(name).into_owned();
         match sample.metric {
-            "slowpath_clocksource_current_info" => self.clocksource = Some(label("clocksource")),
-            "slowpath_vdso_fallback" => {
-                self.fallback.insert(label("clock"), value == 1.0);
-            }
-            "slowpath_thp_settings_info" => self.thp = Some((label("enabled"), label("defrag"))),
             "slowpath_probe_attached" if value == 1.0 => {
                 *self.attached.entry(label("attach_type")).or_default() += 1;
             }
@@ -51,7 +42,7 @@ impl NodeState {
             "slowpath_probe_run_seconds_total" | "slowpath_probe_dispatch_seconds_total" => {
                 *self.bpf_seconds.get_or_insert(0.0) += value;
             }
-            _ => {}
+            gauge => self.gauges.take(gauge, |name| sample.label(name), value),
         }
     }
 
@@ -72,36 +63,28 @@ impl NodeState {
 /// names the process that loaded the programs (`agent`, or `view` when the
 /// view runs standalone).
 pub fn node_line(before: &NodeState, now: &NodeState, seconds: f64, reader: &str) -> String {
-    let mut out = String::from("node:");
-    match &now.clocksource {
-        Some(cs) => {
-            let _ = write!(out, " clocksource {cs} ({})", vdso_verdict(&now.fallback));
-        }
-        None => out.push_str(" clocksource unknown"),
-    }
-    if let Some((enabled, defrag)) = &now.thp {
-        let _ = write!(out, " | THP enabled={enabled} defrag={defrag}");
-    }
+    let mut parts = node_words(&now.gauges);
     let share = |old: Option<f64>, new: Option<f64>| match (old, new) {
         (Some(o), Some(n)) if n >= o && seconds > 0.0 => Some((n - o) / seconds * 100.0),
         _ => None,
     };
     if let Some(cpu) = share(before.agent_cpu_seconds, now.agent_cpu_seconds) {
-        let _ = write!(out, " | {reader} {} CPU", percent(cpu));
+        let mut own = format!("{reader} {} CPU", percent(cpu));
         if let Some(bpf) = share(before.bpf_seconds, now.bpf_seconds) {
-            let _ = write!(out, ", BPF {}", percent(bpf));
+            own.push_str(&format!(", BPF {}", percent(bpf)));
         }
+        parts.push(own);
     }
     let hooks: Vec<String> = (now.attached.iter())
         .map(|(kind, n)| format!("{n} {kind}"))
         .collect();
     if !hooks.is_empty() {
-        let _ = write!(out, " | hooks {}", hooks.join(", "));
+        parts.push(format!("hooks {}", hooks.join(", ")));
     }
     if !now.missing.is_empty() {
-        let _ = write!(out, " | NOT ATTACHED: {}", now.missing.join(", "));
+        parts.push(format!("NOT ATTACHED: {}", now.missing.join(", ")));
     }
-    out
+    format!("node: {}", parts.join(" | "))
 }
 
 /// A percentage: two decimals below 1 %, where the agent's own CPU lives.
@@ -110,19 +93,6 @@ fn percent(p: f64) -> String {
         format!("{p:.2}%")
     } else {
         format!("{p:.1}%")
-    }
-}
-
-/// Whether the vDSO serves the clocks the canary read.
-fn vdso_verdict(fallback: &BTreeMap<String, bool>) -> String {
-    let fell: Vec<&str> = (fallback.iter())
-        .filter(|(_, &f)| f)
-        .map(|(c, _)| c.as_str())
-        .collect();
-    match (fallback.is_empty(), fell.is_empty()) {
-        (true, _) => "vDSO not checked yet".into(),
-        (false, true) => "vDSO ok".into(),
-        (false, false) => format!("vDSO falls back: {}", fell.join(", ")),
     }
 }
 

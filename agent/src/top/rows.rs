@@ -144,6 +144,18 @@ fn cost_gauge(name: &str) -> Option<&'static str> {
         .find(|g| *g == name)
 }
 
+/// The gauges a clock read's cost is read from ([`EventCost::ClockRead`]
+/// of the column that declares it): (seconds per read, falls back).
+fn clock_read_gauges() -> Option<(&'static str, &'static str)> {
+    Column::all().find_map(|c| match c.declaration().cost {
+        EventCost::ClockRead {
+            read_seconds,
+            falls_back,
+        } => Some((read_seconds, falls_back)),
+        _ => None,
+    })
+}
+
 impl EventCosts {
     /// Seconds one fallback read of `clock` costs.
     fn clock_read(&self, clock: &str) -> Option<f64> {
@@ -154,13 +166,17 @@ impl EventCosts {
     /// clocks the canary saw fall back, `reads` every clock's read cost.
     fn take(&mut self, sample: &Sample, value: f64, reads: &mut Vec<(String, f64)>) {
         let clock = || sample.label_or_empty("clock").into_owned();
-        match sample.metric {
-            "slowpath_clock_read_seconds" => reads.push((clock(), value)),
-            "slowpath_vdso_fallback" if value == 1.0 => {
-                self.fallback_read.insert(clock(), f64::NAN);
+        match clock_read_gauges() {
+            Some((read_seconds, _)) if sample.metric == read_seconds => {
+                reads.push((clock(), value))
             }
-            name => {
-                if let Some(gauge) = cost_gauge(name) {
+            Some((_, falls_back)) if sample.metric == falls_back => {
+                if value == 1.0 {
+                    self.fallback_read.insert(clock(), f64::NAN);
+                }
+            }
+            _ => {
+                if let Some(gauge) = cost_gauge(sample.metric) {
                     self.gauges.insert(gauge, value);
                 }
             }
@@ -179,7 +195,7 @@ impl EventCosts {
             .map(|column| match column.declaration().cost {
                 EventCost::None => 0.0,
                 EventCost::Gauge(gauge) => rate(column) * self.gauges.get(gauge).unwrap_or(&0.0),
-                EventCost::ClockRead => clocks(),
+                EventCost::ClockRead { .. } => clocks(),
                 EventCost::Seconds => rate(column),
             })
             .sum()
@@ -277,7 +293,7 @@ impl Reading {
             for column in Column::all().filter(|c| c.counts(&sample)) {
                 let totals = reading.rows.entry(identity(&sample)).or_default();
                 *totals.counters.entry(column).or_default() += value;
-                if column.declaration().cost == EventCost::ClockRead {
+                if matches!(column.declaration().cost, EventCost::ClockRead { .. }) {
                     let clock = sample.label_or_empty("clock");
                     *totals.clock_reads.entry(clock.into_owned()).or_default() += value;
                 }

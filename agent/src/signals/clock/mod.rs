@@ -29,6 +29,7 @@ use crate::snapshot::Series;
 
 pub mod benchmark;
 pub mod canary;
+mod node_line;
 mod rules;
 pub mod settings;
 mod sources;
@@ -221,7 +222,10 @@ pub const SIGNAL: Signal = Signal {
             key: "clock_fallbacks",
             family: &CLOCK_SYSCALLS,
             only: Some(("fallback", "true")),
-            cost: EventCost::ClockRead,
+            cost: EventCost::ClockRead {
+                read_seconds: CLOCK_READ.name,
+                falls_back: VDSO_FALLBACK.name,
+            },
             recorded: Some(&FALLBACKS),
             cell: Cell::PerSecond,
             common: true,
@@ -231,6 +235,7 @@ pub const SIGNAL: Signal = Signal {
             &CLOCKSOURCE_CHANGES,
             "node-wide: the node line shows the clocksource",
         )],
+        node: Some(node_line::TOP_NODE),
     },
     recorded: &[FALLBACKS],
     finding_rules: &[rules::CLOCKSOURCE_NOT_VDSO_CAPABLE, rules::VDSO_BYPASS, rules::CPU_TIME_CLOCKS],

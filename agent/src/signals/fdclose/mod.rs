@@ -152,6 +152,7 @@ pub const SIGNAL: Signal = Signal {
         }],
         timeouts: None,
         not_shown: &[],
+        node: None,
     },
     recorded: &[UNOPENED_CLOSES],
     finding_rules: &[FD_CLOSE_SWEEP],

@@ -20,8 +20,8 @@ use crate::exposition::{counter, family, gauge, push_nonzero, with, Family};
 use crate::finding::{Compose, Finding, Severity};
 use crate::signals::CallKind;
 use crate::signals::{
-    Cell, EventCost, FleetRow, KernelNeeds, NodeNeeds, Observation, Recorded, Scrape, Signal,
-    SignalArgs, Top, TopColumn,
+    Cell, EventCost, FleetRow, KernelNeeds, NodeGauges, NodeNeeds, Observation, Recorded, Scrape,
+    Signal, SignalArgs, Top, TopColumn, TopNode,
 };
 use crate::sources::CauseBasis;
 
@@ -72,6 +72,13 @@ const COMPACTION_SECONDS: Family = Family {
     help: "Seconds spent in memory compaction runs (mm_compaction_begin to mm_compaction_end) by trigger; direct = allocation stall felt by the process",
     kind: MetricType::COUNTER,
 };
+/// `THP enabled=always defrag=madvise` on `slowpath top`'s node line, from
+/// `slowpath_thp_settings_info`; nothing before the agent has read them.
+fn thp_words(gauges: &NodeGauges) -> Option<String> {
+    let (labels, _) = gauges.series(&THP_SETTINGS).first()?;
+    Some(format!("THP enabled={} defrag={}", labels[0], labels[1]))
+}
+
 const THP_SETTINGS: Family = Family {
     name: "slowpath_thp_settings_info",
     help: "Transparent huge page policy from /sys/kernel/mm/transparent_hugepage/{enabled,defrag}, value 1",
@@ -183,6 +190,10 @@ pub const SIGNAL: Signal = Signal {
         ],
         timeouts: None,
         not_shown: &[(&COMPACTION_RUNS, "what a run costs is its time, COMPACT%")],
+        node: Some(TopNode {
+            gauges: &[(&THP_SETTINGS, &["enabled", "defrag"])],
+            words: thp_words,
+        }),
     },
     recorded: &[FAULT_ALLOCS, FAULT_FALLBACKS, DIRECT_COMPACTION],
     finding_rules: &[findings::DIRECT_COMPACTION_STALLS, findings::THP_FAULTS],

@@ -159,6 +159,7 @@ pub const SIGNAL: Signal = Signal {
         }],
         timeouts: None,
         not_shown: &[],
+        node: None,
     },
     recorded: &[ALONE_YIELDS],
     finding_rules: &[YIELD_SPIN],

@@ -255,6 +255,7 @@ pub const SIGNAL: Signal = Signal {
             ),
             (&NODE_TIMER_WAITS, "node-wide: no process"),
         ],
+        node: None,
     },
     recorded: &[WAKEUPS],
     finding_rules: &[TIMER_LOOP],

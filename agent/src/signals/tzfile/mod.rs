@@ -151,6 +151,7 @@ pub const SIGNAL: Signal = Signal {
         }],
         timeouts: None,
         not_shown: &[],
+        node: None,
     },
     recorded: &[STAT_CALLS],
     finding_rules: &[TZFILE_CHECKS],
