@@ -4,8 +4,10 @@ rules, and two Prometheus 3 agents (hashmod shards) remote-writing to two
 thanos receive, with thanos query answering and thanos rule evaluating the
 same rules. scripts/fleet-sim.py --backend both --check runs both at once on
 the same 20 recorded busy nodes (the real agent's page) and compares every
-fleet dashboard query at one instant; it fails on a differing answer, a
-rule that fails to evaluate, a target down or a component that exits.
+fleet dashboard query at one instant (and at up to two later ones while
+some differ: an evaluation that raced a scrape's append reads short, once);
+it fails on an answer that differs at the last, a rule that fails to
+evaluate, a target down or a component that exits.
 
 The answers are compared with every 5-minute rate window full, as after six
 minutes of scraping, without waiting for them: --backfill 6 gives both
