@@ -66,6 +66,18 @@ else
 	fi
 fi
 
+# signals/all.h, which agent/build.rs writes into the build's output: an
+# include of every signals/*.bpf.h, sorted by name
+mkdir -p "$work/gen/signals"
+{
+	echo '#ifndef SP_SIGNALS_ALL_H'
+	echo '#define SP_SIGNALS_ALL_H'
+	for h in "$BPF_DIR"/signals/*.bpf.h; do
+		echo "#include \"signals/$(basename "$h")\""
+	done
+	echo '#endif'
+} >"$work/gen/signals/all.h"
+
 failed=0
 checked=0
 check() {
@@ -79,7 +91,7 @@ check() {
 		echo '#include <bpf/bpf_core_read.h>'
 		echo "#include \"$header\""
 	} >"$tu"
-	if ! clang -I"$BPF_DIR" -I"$BPF_DIR/vmlinux/$arch" -Wall -Werror -I "$libbpf_inc" \
+	if ! clang -I"$BPF_DIR" -I"$work/gen" -I"$BPF_DIR/vmlinux/$arch" -Wall -Werror -I "$libbpf_inc" \
 		-fno-stack-protector "-D__TARGET_ARCH_$arch" "$@" -g -O2 -target bpf \
 		-c "$tu" -o "$work/tu.o" 2>"$work/err"; then
 		echo "check-headers: $header does not compile alone ($arch${*:+ $*}):" >&2

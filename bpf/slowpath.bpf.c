@@ -44,8 +44,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #include "core/twins.h"
 
 /* One file per signal: what it counts (at syscall entry, or at its own
- * hooks) and its fold groups, on top of the core alone; signals/all.h
- * lists them. */
+ * hooks) and its fold groups, on top of the core alone; signals/all.h,
+ * which agent/build.rs writes, includes every signal header of bpf/signals/. */
 #include "signals/all.h"
 
 /* What is made from the core and the signals together: the slots' folds,
