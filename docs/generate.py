@@ -13,7 +13,11 @@ table is written twice by hand:
                    counter)
   docs/doctor.md   findings: each declared signal's findings (`slowpath
                    signals`: id, when, severities); callsite-kinds: its call
-                   kinds (name, what they sample)
+                   kinds (name, what they sample); known-sources: its known
+                   sources (id, the frames each matches)
+  docs/runbook.md  runbook: each declared signal's sections (its alerts'
+                   what, why, cause and fix); known-sources: a section per
+                   known source (cause, fix, expected gain)
   docs/metrics.md  labels: each declared signal's per-process families'
                    labels, counts and hooks (`slowpath signals`); promql:
                    its case in PromQL, numbered in the agent's order
@@ -29,13 +33,14 @@ table is written twice by hand:
                    with each VALUE_SETS entry; privileges-systemd: the
                    systemd unit's user and capabilities
 
-A block is the text between `<!-- generated:NAME begin -->` and
-`<!-- generated:NAME end -->`. `--check` rewrites nothing and exits 1 with a
+A block is the lines between `<!-- generated:NAME begin -->` and
+`<!-- generated:NAME end -->` (scripts/blocks.py, the one block syntax). `--check` rewrites nothing and exits 1 with a
 diff when a block differs from what its source gives.
 """
 
 import argparse
 import difflib
+import functools
 import json
 import os
 import re
@@ -46,6 +51,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import blocks as blocks_  # noqa: E402 (scripts/blocks.py: the one block syntax)
+
 REPO = Path(__file__).resolve().parents[1]
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
 AGENT_SRC = REPO / "agent" / "src"
@@ -53,6 +61,14 @@ CHART = REPO / "deploy" / "helm" / "slowpath"
 UNIT = REPO / "deploy" / "systemd" / "slowpath.service"
 INSTALL_TOOLS = REPO / "tests" / "deploy" / "install-tools.sh"
 REGENERATE = "python3 docs/generate.py --bin target/release/slowpath"
+
+
+@functools.cache
+def declarations(binary):
+    """`slowpath signals` of `binary`: every signal's declaration, in the
+    agent's order (read once per run)."""
+    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
+    return json.loads(out.stdout)
 
 
 def cell(text):
@@ -202,21 +218,19 @@ NOT_SIGNALS = [
 def cases_of(binary):
     """[(case, what, families)]: each declared signal's row (families: the
     names it declares), then NOT_SIGNALS (families: a regex)."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
-    return [(d["case"], d["summary"], [f["name"] for f in d["families"]]) for d in json.loads(out.stdout)] \
+    return [(d["case"], d["summary"], [f["name"] for f in d["families"]]) for d in declarations(binary)] \
         + NOT_SIGNALS
 
 
 def recorded_list(binary):
     """Every declared signal's recorded rates, each with the counter it is
     the rate of (and the one label it keeps, if any), in the agent's order."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
     items = []
-    for d in json.loads(out.stdout):
+    for d in declarations(binary):
         for r in d["recorded"]:
             only = f'{{{r["only"][0]}="{r["only"][1]}"}}' if r["only"] else ""
             items.append(f"`{r['name']}` (`{r['family']}{only}`)")
-    return "  for each signal: " + ", ".join(items) + ",\n  "  # the end marker is indented too
+    return "  for each signal: " + ", ".join(items) + ",\n"
 
 
 def names_read(expr, recorded):
@@ -251,9 +265,8 @@ def case_title(case):
 def readme_stories(binary):
     """The README's "What and why": one bullet per declared signal with a
     story, its case in bold, in the agent's order."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
     lines = []
-    for d in json.loads(out.stdout):
+    for d in declarations(binary):
         if d["story"]:
             lines += textwrap.wrap(f"- **{case_title(d['case'])}**: {d['story']}", width=100,
                                    subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
@@ -263,9 +276,10 @@ def readme_stories(binary):
 def column_cost(column):
     """What one event of a top column costs in `CPU%`, from its declared cost."""
     cost = column["cost"]
-    if cost == "clock_read":
-        return (f"`{column['header']}` one clock read: `slowpath_clock_read_seconds` of its clock where its reads fall "
-                "back (`slowpath_vdso_fallback` 1), else `slowpath_syscall_seconds`")
+    if isinstance(cost, dict) and "clock_read" in cost:
+        gauges = cost["clock_read"]
+        return (f"`{column['header']}` one clock read: `{gauges['read_seconds']}` of its clock where its reads fall "
+                f"back (`{gauges['falls_back']}` 1), else `{gauges['otherwise']}`")
     if cost == "seconds":
         return f"`{column['header']}` itself (seconds per second)"
     if isinstance(cost, dict):
@@ -276,8 +290,7 @@ def column_cost(column):
 def top_columns(binary):
     """docs/top.md's `CPU%` row and the rows of the signals' columns, in
     display order."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
-    columns = [c for d in json.loads(out.stdout) for c in d["top"]["columns"]]
+    columns = [c for d in declarations(binary) for c in d["top"]["columns"]]
     costs = "; ".join(filter(None, map(column_cost, columns)))
     rows = ["| `CPU%` | the estimated share of one CPU the row's slow paths cost: each rate times what one such "
             "event costs on this node, as the agent measures it, plus the compaction time (`<0.1` below a tenth "
@@ -288,11 +301,62 @@ def top_columns(binary):
     return "\n".join(rows) + "\n"
 
 
+def runbook_sections(binary):
+    """docs/runbook.md's sections of the signals' alerts: each signal's
+    declared `runbook` Markdown, in the agent's order."""
+    return "\n".join(d["runbook"] for d in declarations(binary) if d["runbook"])
+
+
+def known_source_rows(binary):
+    """[(signal, row)]: every declared signal's known sources, in the
+    agent's order (the order it matches them in)."""
+    return [(d["name"], row) for d in declarations(binary) for row in d["sources"]]
+
+
+def generic_text(text):
+    """A known source's cause outside a finding: `{caller}` (a frame's
+    name in the agent's findings) reads "The calling code"."""
+    return text.replace("{caller}", "The calling code")
+
+
+def runbook_known_sources(binary):
+    """docs/runbook.md's known sources: a section (an anchor) per row, which
+    the alerts' known_source links and docs/doctor.md's table name."""
+    out = ""
+    for signal, row in known_source_rows(binary):
+        out += f"\n### {row['id']}\n\nSignal: {signal}.\n\nCause: {generic_text(row['cause'])}\n\nFix: {row['fix']}\n"
+        if row["expected_gain"]:
+            out += f"\nExpected gain: {row['expected_gain']}\n"
+    return out + "\n"
+
+
+PATTERNS = {
+    "function": "`{}`",
+    "function_prefix": "`{}*`",
+    "function_contains": "`*{}*`",
+    "module": "module `*{}*`",
+    "module_is": "the `{}` executable",
+}
+
+
+def doctor_known_sources(binary):
+    """docs/doctor.md's table of known sources: signal, row (linked to its
+    runbook section, which has the cause and the fix) and the frames it
+    matches, in matching order."""
+    out = "\n| signal | row (cause and fix in the runbook) | frames it matches |\n| --- | --- | --- |\n"
+    last = ""
+    for signal, row in known_source_rows(binary):
+        shown = "" if signal == last else signal
+        last = signal
+        frames = ", ".join(PATTERNS[p["kind"]].format(p["text"]) for p in row["frames"])
+        out += f"| {shown} | [`{row['id']}`](runbook.md#{row['id']}) | {frames} |\n"
+    return out + "\n"
+
+
 def doctor_findings(binary):
     """docs/doctor.md's table of findings, in the agent's order."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
     rows = ["| finding | when | severity |", "| --- | --- | --- |"]
-    for d in json.loads(out.stdout):
+    for d in declarations(binary):
         for r in d["finding_rules"]:
             rows.append(f"| `{r['id']}` | {r['when']} | {'/'.join(r['severities'])} |")
     return "\n".join(rows) + "\n"
@@ -300,17 +364,15 @@ def doctor_findings(binary):
 
 def callsite_kinds(binary):
     """docs/doctor.md's list of the call kinds of folded stacks."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
-    kinds = [k for d in json.loads(out.stdout) for k in d["call_sites"]]
+    kinds = [k for d in declarations(binary) for k in d["call_sites"]]
     return "".join(f"- `{k['name']}`: {k['what']}\n" for k in kinds)
 
 
 def labels_table(binary):
     """docs/metrics.md's table of the signals' per-process families: their
     labels, what a count is, the hook."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
     rows = ["| metric | labels | what it counts | kernel hook |", "| --- | --- | --- | --- |"]
-    for d in json.loads(out.stdout):
+    for d in declarations(binary):
         for f in d["family_docs"]:
             rows.append(f"| `{f['family']}` | {f['labels']} | {f['counts']} | {f['hook']} |")
     return "\n".join(rows) + "\n"
@@ -318,8 +380,7 @@ def labels_table(binary):
 
 def promql_cases(binary):
     """docs/metrics.md's PromQL block: each signal's parts, numbered."""
-    out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
-    parts = [part for d in json.loads(out.stdout) for part in d["promql"]]
+    parts = [part for d in declarations(binary) for part in d["promql"]]
     return "```promql\n" + "\n\n".join(f"# {n}. {part}" for n, part in enumerate(parts, 1)) + "\n```\n"
 
 
@@ -476,6 +537,9 @@ def blocks(binary, helm):
         ("docs/top.md", "columns"): lambda: top_columns(binary),
         ("docs/doctor.md", "findings"): lambda: doctor_findings(binary),
         ("docs/doctor.md", "callsite-kinds"): lambda: callsite_kinds(binary),
+        ("docs/doctor.md", "known-sources"): lambda: doctor_known_sources(binary),
+        ("docs/runbook.md", "runbook"): lambda: runbook_sections(binary),
+        ("docs/runbook.md", "known-sources"): lambda: runbook_known_sources(binary),
         ("docs/metrics.md", "labels"): lambda: labels_table(binary),
         ("docs/metrics.md", "promql"): lambda: promql_cases(binary),
         ("docs/alerts.md", "alerts"): alerts_table,
@@ -485,14 +549,6 @@ def blocks(binary, helm):
         ("docs/security.md", "privileges"): lambda: privileges_table(helm),
         ("docs/security.md", "privileges-systemd"): systemd_privileges_table,
     }
-
-
-def replace_block(text, name, body):
-    begin, end = f"<!-- generated:{name} begin -->\n", f"<!-- generated:{name} end -->"
-    start, stop = text.find(begin), text.find(end)
-    if start < 0 or stop < start:
-        raise SystemExit(f"no generated:{name} markers")
-    return text[:start + len(begin)] + body + text[stop:]
 
 
 def main():
@@ -510,7 +566,7 @@ def main():
     pages, stale = {}, []
     for (page, name), generate in blocks(args.bin, helm).items():
         text = pages.setdefault(page, (REPO / page).read_text())
-        pages[page] = replace_block(text, name, generate())
+        pages[page] = blocks_.replace(text, name, generate(), page)
     for page, text in pages.items():
         old = (REPO / page).read_text()
         if old == text:

@@ -4,16 +4,17 @@
 #
 #   1. cargo build --release -p slowpath      the object, `slowpath signals`
 #   2. SLOWPATH_UPDATE_GOLDEN=1 cargo test --release -p slowpath golden
-#                                             agent/tests/golden/*, the chart's
-#                                             known sources, docs/runbook.md's
-#                                             and docs/doctor.md's sources
-#   3. deploy/render.sh                       signals.json, values.yaml's and the
-#                                             systemd defaults' blocks, the
-#                                             rules, the plain manifests, the
-#                                             mixin's rules template
+#                                             agent/tests/golden/*
+#   3. deploy/render.sh                       signals.json, known-sources.yaml,
+#                                             values.yaml's and the systemd
+#                                             defaults' blocks, the rules, the
+#                                             plain manifests, the mixin's
+#                                             rules template
 #   4. dashboards/generate.sh                 the dashboards, their chart copies,
 #                                             the Grafana alerts
-#   5. docs/generate.py                       the docs' generated blocks
+#   5. docs/generate.py                       the docs' generated blocks (the
+#                                             runbook's signal sections and
+#                                             known sources among them)
 #
 #   scripts/generate.sh      all five; commit what they change (each file
 #                            has a test that regenerates it and compares)
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."
 step() { echo "generate.sh: $*" >&2; }
 step "1/5 cargo build --release -p slowpath"
 cargo build --release --locked -p slowpath
-step "2/5 golden files and known sources"
+step "2/5 golden files"
 SLOWPATH_UPDATE_GOLDEN=1 cargo test --release --locked -p slowpath golden --quiet
 step "3/5 deploy/render.sh"
 deploy/render.sh

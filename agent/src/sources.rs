@@ -17,8 +17,10 @@ use serde::Serialize;
 
 use crate::callsites::{CallSite, Frame};
 
-/// How one row recognises a frame.
-#[derive(Clone, Copy, Debug)]
+/// How one row recognises a frame. Serialized (`slowpath signals`) as
+/// `{"kind": "function", "text": "..."}`, the kind in snake case.
+#[derive(Clone, Copy, Debug, Serialize)]
+#[serde(tag = "kind", content = "text", rename_all = "snake_case")]
 pub enum Pattern {
     /// The function is this name (after [`normalize`]).
     Function(&'static str),
@@ -48,7 +50,7 @@ impl Pattern {
 }
 
 /// One known source of a signal's slow path.
-#[derive(Debug)]
+#[derive(Debug, Serialize)]
 pub struct KnownSource {
     /// Stable id, in the report (`known_source.row`).
     pub id: &'static str,
@@ -62,6 +64,7 @@ pub struct KnownSource {
     /// A frame (function, module path) this row must be the first to match:
     /// each row's unit test (read by the tests only).
     #[cfg_attr(not(test), allow(dead_code))]
+    #[serde(skip)]
     pub example: (&'static str, &'static str),
 }
 

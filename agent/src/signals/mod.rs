@@ -79,7 +79,12 @@ impl<'a> Scrape<'a> {
 }
 
 /// One signal: its families, how it exports them, how it diagnoses, and
-/// what it needs from the node and the kernel.
+/// what it needs from the node and the kernel. Serialized, it is what
+/// `slowpath signals` prints for the generators and tests
+/// ([`declaration`]): every field but the functions and the node's needs,
+/// the families as name, type and help, and the kernel's needs as the
+/// hooks and the syscalls counted on this architecture.
+#[derive(serde::Serialize)]
 pub struct Signal {
     /// Short name, as in the collector flags of docs/flags.md.
     pub name: &'static str,
@@ -95,25 +100,32 @@ pub struct Signal {
     /// own (it feeds another's figures).
     pub story: Option<&'static str>,
     /// Every family [`export`](Self::export) may produce.
+    #[serde(serialize_with = "declaration::family_views")]
     pub families: &'static [&'static Family],
     /// This signal's metric families for one scrape (empty ones included).
+    #[serde(skip)]
     pub export: fn(&Scrape<'_>) -> Vec<MetricFamily>,
     /// This signal's findings for one observation, in the order of its rules.
+    #[serde(skip)]
     pub diagnose: fn(&Observation<'_>) -> Vec<Finding>,
     /// Sharpen one of this signal's findings by looking at the live
     /// processes it names (`/proc`); run by the doctor only, not in tests
     /// of recorded observations.
+    #[serde(skip)]
     pub enrich: Option<fn(&mut Finding)>,
     /// The known sources its findings' call sites are matched against
-    /// (generated into the alert annotations and the runbook:
-    /// `golden::known_sources_yaml`, a test that fails when they differ).
-    #[cfg_attr(not(test), allow(dead_code))]
+    /// (generated from `slowpath signals` into the chart's
+    /// `files/known-sources.yaml`, which the alert annotations read, and into
+    /// docs/runbook.md and docs/doctor.md).
     pub sources: &'static [crate::sources::KnownSource],
     /// The call kinds (`enum sp_callsite_kind`) under which the kernel side
     /// samples user stacks at this signal's events, with their names in
     /// folded stacks and in `/debug/callsites?kind=`.
     pub call_sites: &'static [CallKind],
+    #[serde(skip)]
     pub node: NodeNeeds,
+    /// Serialized as `hooks` and `syscalls` beside the other fields.
+    #[serde(flatten)]
     pub kernel: KernelNeeds,
     /// How `slowpath top` shows it: its columns, the histogram of
     /// requested timeouts it adds to, its counters with no column and why.
@@ -135,6 +147,12 @@ pub struct Signal {
     /// (threshold and duration in its values); `None` for a signal with
     /// none (or with alerts of another shape only, written in the chart).
     pub alert: Option<ProcessAlert>,
+    /// Its sections of docs/runbook.md, Markdown, each from a `## ` heading
+    /// (the anchor its alerts' `runbook_url` names) to the next: what fired,
+    /// why the threshold is where it is, how to find the cause, the fix.
+    /// docs/generate.py writes every signal's, in [`SIGNALS`] order; empty
+    /// for a signal with no alert of its own.
+    pub runbook: &'static str,
 }
 
 /// What a signal reads or measures about the node as a whole; each result
@@ -205,6 +223,21 @@ pub struct KernelNeeds {
     /// from the kernel's BTF and the agent's privileges (checked once per
     /// start): `slowpath_probe_expected` 0 for them, not an alert.
     pub left_out: Option<LeftOut>,
+}
+
+/// Only what the generators and tests read: `hooks`, the tracepoints' names,
+/// and `syscalls`, the names of the syscalls its groups count on this
+/// architecture (the object's table; another signal may count some of
+/// them too).
+impl serde::Serialize for KernelNeeds {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut out = s.serialize_struct("KernelNeeds", 2)?;
+        let hooks: Vec<&str> = self.hooks.iter().map(|h| h.name).collect();
+        out.serialize_field("hooks", &hooks)?;
+        out.serialize_field("syscalls", &syscalls_of(self.syscall_groups))?;
+        out.end()
+    }
 }
 
 /// (hook, why) of each hook of a signal left out by design on this kernel.

@@ -150,7 +150,29 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: PROMQL,
     alert: Some(ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## rt_sigprocmask storm
+
+`SlowpathRtSigprocmaskStorm`: one process above 100,000 `rt_sigprocmask` calls/s for 10 min.
+
+Each call costs ~100-200 ns plus the syscall entry: 100,000/s is 1.5-2 % of a core. The Ruby case
+(1.8.7 built with `--enable-pthread`: glibc `getcontext`/`setcontext` on every thread switch) made
+20M calls and ran ~40 % slower; Puppet crawled.
+
+Find the cause: `op="query"` and `op="setmask"` at the same rate is the getcontext/setcontext
+signature (`query` is a NULL new set). `block`/`unblock` pairs are signal-safe critical sections
+(e.g. around `fork`, or a library masking signals per call).
+
+Fix: rebuild the interpreter without the feature (Ruby: without `--enable-pthread`); use
+`sigprocmask`-free context switching (`swapcontext` still calls it; `ucontext` alternatives or a
+newer runtime); move the masking out of the hot loop.
+"##;
 
 const RUBY_GAIN: &str =
     "Ruby 1.8.7 ran ~40 % faster without --enable-pthread (20M rt_sigprocmask calls gone)";

@@ -115,7 +115,12 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: &[],
     alert: None,
+    runbook: RUNBOOK,
 };
+
+/// No section of docs/runbook.md: it has no alert of its own (its counts
+/// feed the timer signal's figures).
+const RUNBOOK: &str = "";
 
 /// Switch on the counting of the sleeps' calls by clock and mode
 /// (`count_sleep_calls`, this signal's alone). Their requested lengths

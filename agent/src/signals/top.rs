@@ -138,10 +138,14 @@ pub struct TopColumn {
     pub common: bool,
 }
 
-/// How `top`'s estimated CPU charges a column's rate. Serialized as its
-/// kind in snake case (`{"gauge": NAME}` for a gauge): the chart's
-/// estimated-CPU record reads the kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// How `top`'s estimated CPU charges a column's rate, and the chart's
+/// estimated-CPU record (`templates/prometheusrule.yaml`, through
+/// `files/signals.json`) too: the cost model, written once. Serialized with
+/// its kind in snake case: `"none"`, `{"gauge": NAME}`, `{"clock_read":
+/// {"read_seconds": NAME, "falls_back": NAME, "otherwise": NAME}}`,
+/// `"seconds"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum EventCost {
     /// Not charged: the event's CPU is not measured on the node (e.g. a
     /// THP fault, whose cost is the page clearing the process would do
@@ -153,25 +157,15 @@ pub enum EventCost {
     /// Each event costs one read of the clock in its `clock` label: the
     /// gauge `read_seconds` of that clock (seconds per read, by `clock`)
     /// where the gauge `falls_back` of it is 1 (the canary saw the agent's
-    /// own libc reads of it enter the kernel), else one system call
-    /// (`slowpath_syscall_seconds`).
+    /// own libc reads of it enter the kernel), else the gauge `otherwise`
+    /// (seconds per event: one system call, `slowpath_syscall_seconds`).
     ClockRead {
         read_seconds: &'static str,
         falls_back: &'static str,
+        otherwise: &'static str,
     },
     /// The counter is itself in seconds: its rate is a share of a CPU.
     Seconds,
-}
-
-impl Serialize for EventCost {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            EventCost::None => s.serialize_str("none"),
-            EventCost::Gauge(name) => s.serialize_newtype_variant("EventCost", 1, "gauge", name),
-            EventCost::ClockRead { .. } => s.serialize_str("clock_read"),
-            EventCost::Seconds => s.serialize_str("seconds"),
-        }
-    }
 }
 
 /// How a column's cell shows its rate.

@@ -114,18 +114,14 @@ pub struct Totals {
     pub missed: u32,
 }
 
-/// The agent's gauge of one system call's cost: what a clock read costs
-/// where its clock does not fall back ([`EventCost::ClockRead`]).
-const SYSCALL_COST: &str = crate::metrics::SYSCALL_COST.name;
-
 /// What one event of each kind costs on this node, from the agent's gauges
 /// in the same read (each measured by the agent on the node): what the
 /// estimated CPU column multiplies the rates by. An event whose figure the
 /// agent does not export adds nothing.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EventCosts {
-    /// The gauges the columns charge by ([`EventCost::Gauge`], and
-    /// [`SYSCALL_COST`]), in seconds per event, by family name.
+    /// The gauges the columns charge by ([`EventCost::Gauge`], and a clock
+    /// read's `otherwise`), in seconds per event, by family name.
     gauges: BTreeMap<&'static str, f64>,
     /// `slowpath_clock_read_seconds` of each clock whose libc reads fall
     /// back to a syscall on this node (`slowpath_vdso_fallback` 1): what a
@@ -133,25 +129,28 @@ pub struct EventCosts {
     pub fallback_read: BTreeMap<String, f64>,
 }
 
-/// The gauge a column's events cost, if it names one.
+/// The gauge a column's events cost, if it names one (a clock read's
+/// `otherwise` too).
 fn cost_gauge(name: &str) -> Option<&'static str> {
-    let named = Column::all().filter_map(|c| match c.declaration().cost {
-        EventCost::Gauge(gauge) => Some(gauge),
-        _ => None,
-    });
-    std::iter::once(SYSCALL_COST)
-        .chain(named)
+    Column::all()
+        .filter_map(|c| match c.declaration().cost {
+            EventCost::Gauge(gauge) => Some(gauge),
+            EventCost::ClockRead { otherwise, .. } => Some(otherwise),
+            _ => None,
+        })
         .find(|g| *g == name)
 }
 
 /// The gauges a clock read's cost is read from ([`EventCost::ClockRead`]
-/// of the column that declares it): (seconds per read, falls back).
-fn clock_read_gauges() -> Option<(&'static str, &'static str)> {
+/// of the column that declares it): (seconds per read, falls back,
+/// otherwise).
+fn clock_read_gauges() -> Option<(&'static str, &'static str, &'static str)> {
     Column::all().find_map(|c| match c.declaration().cost {
         EventCost::ClockRead {
             read_seconds,
             falls_back,
-        } => Some((read_seconds, falls_back)),
+            otherwise,
+        } => Some((read_seconds, falls_back, otherwise)),
         _ => None,
     })
 }
@@ -159,7 +158,8 @@ fn clock_read_gauges() -> Option<(&'static str, &'static str)> {
 impl EventCosts {
     /// Seconds one fallback read of `clock` costs.
     fn clock_read(&self, clock: &str) -> Option<f64> {
-        (self.fallback_read.get(clock).copied()).or(self.gauges.get(SYSCALL_COST).copied())
+        let otherwise = clock_read_gauges().and_then(|(_, _, g)| self.gauges.get(g).copied());
+        (self.fallback_read.get(clock).copied()).or(otherwise)
     }
 
     /// Take a gauge of one read into the costs; `fallen_back` gathers the
@@ -167,10 +167,10 @@ impl EventCosts {
     fn take(&mut self, sample: &Sample, value: f64, reads: &mut Vec<(String, f64)>) {
         let clock = || sample.label_or_empty("clock").into_owned();
         match clock_read_gauges() {
-            Some((read_seconds, _)) if sample.metric == read_seconds => {
+            Some((read_seconds, _, _)) if sample.metric == read_seconds => {
                 reads.push((clock(), value))
             }
-            Some((_, falls_back)) if sample.metric == falls_back => {
+            Some((_, falls_back, _)) if sample.metric == falls_back => {
                 if value == 1.0 {
                     self.fallback_read.insert(clock(), f64::NAN);
                 }

@@ -225,6 +225,7 @@ pub const SIGNAL: Signal = Signal {
             cost: EventCost::ClockRead {
                 read_seconds: CLOCK_READ.name,
                 falls_back: VDSO_FALLBACK.name,
+                otherwise: crate::metrics::SYSCALL_COST.name,
             },
             recorded: Some(&FALLBACKS),
             cell: Cell::PerSecond,
@@ -242,7 +243,87 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: PROMQL,
     alert: Some(ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## Clock syscall fallback
+
+`SlowpathClockSyscallFallback` (per process, default above 10,000/s for 10 min) and
+`SlowpathNodeClockSyscallFallback` (per node, above 50,000/s).
+
+What it means: a process reads `CLOCK_REALTIME`, `CLOCK_MONOTONIC` (or another clock the vDSO
+serves, or `gettimeofday`/`time`) through a real system call. Through the vDSO such a read costs
+~30 ns; as a syscall ~150-200 ns on bare metal and ~2 us on Xen HVM (the Go `time.Now()` case:
+~80 ns to ~2 us on AWS Xen hosts).
+
+Threshold: 10,000 fallbacks/s at ~2 us is 2 % of a core for one process, the point where it is
+worth a look on every node of a fleet; the Java case (100M `currentTimeMillis()` in 68 s instead
+of 3.3 s) ran at ~1.5M/s, Cassandra's 30 % CPU increase at similar rates. 50,000/s on a node is
+10 % of a core at Xen prices.
+
+Find the cause:
+- `max by (instance) (slowpath_vdso_fallback)`: 1 means the whole node falls back (see the next
+  section). 0 means only this process does.
+- A process alone: a statically linked binary with an old libc, a seccomp or sandbox layer that
+  forces syscalls, a runtime that calls `syscall(SYS_clock_gettime)` directly, or `strace`/`ptrace`.
+  `slowpath_clock_syscalls_total{clock=...}` says which clock.
+
+Fix: rebuild against a libc that uses the vDSO; drop the sandbox rule; cache time in the
+application (coarse clocks: `CLOCK_MONOTONIC_COARSE` is also served by the vDSO).
+
+## Clocksource not vDSO-capable
+
+`SlowpathClocksourceNotVdsoCapable` (severity `critical`, as the doctor's
+`clocksource_not_vdso_capable` finding: Helm `prometheusRule.severities.clocksourceNotVdsoCapable`):
+the agent's canary (its own batch of libc reads of each clock, every `--canary.interval`, checked
+against its BPF counts) falls into the kernel (`slowpath_vdso_fallback 1`), or the clocksource
+is `xen`, `hpet`, `acpi_pm` or `jiffies`.
+
+Every process on the node pays for every clock read (Netflix's Cassandra migration on Xen EC2:
++30 % CPU, +43 % write latency). `slowpath_clock_read_seconds` shows the cost per read on this node;
+compare with a healthy node (~20-50 ns).
+
+Fix, where the TSC is reliable (invariant TSC, modern hypervisors, Nitro instances):
+`echo tsc > /sys/devices/system/clocksource/clocksource0/current_clocksource`, and persist it with
+`clocksource=tsc tsc=reliable` on the kernel command line. Check
+`slowpath_clocksource_available_info` for `tsc`. If the kernel switched away from tsc by itself
+(dmesg: "Marking TSC unstable"), find out why before forcing it back.
+
+On arm64 the vDSO reads `arch_sys_counter` (the architected timer), the only clocksource most
+machines offer; a node on `jiffies` or another clocksource falls back:
+`echo arch_sys_counter > /sys/devices/system/clocksource/clocksource0/current_clocksource`, and
+`clocksource=arch_sys_counter` on the command line. Where the kernel disables the counter's vDSO
+use itself (an arch timer erratum workaround, logged at boot), every read is a syscall on that
+hardware; only a kernel or firmware that drops the workaround helps.
+
+## Clocksource changed
+
+`SlowpathClocksourceChanged`: `slowpath_clocksource_changes_total` grew in the last 30 minutes
+(`prometheusRule.thresholds.clocksourceChangeWindow`): the kernel switched the node's clocksource
+while the agent ran. The alert carries `from`, `to` and `reason` from
+`slowpath_clocksource_last_change_info`; `slowpath_clocksource_last_change_timestamp_seconds` says
+when (mark it on the dashboards: the node dashboard's "clocksource switch" annotation does).
+
+- `reason="watchdog"`: the kernel's clocksource watchdog (kernel/time/clocksource.c) found the old
+  clocksource skewed against its watchdog clocksource (hpet or acpi_pm) and marked it unstable
+  ("Marking clocksource 'tsc' as unstable because the skew is too large"). Seen on overloaded or
+  migrated VMs, SMIs, CPUs whose TSCs drift apart. The switch is for the rest of the boot.
+- `reason="unstable"`: the driver gave it up ("tsc: Marking TSC unstable due to ..."; the reason
+  follows in the kernel log and in `slowpath doctor`'s `last_switch.detail`).
+- `reason="selected"`: a write to `current_clocksource` or a better clocksource registered.
+- `reason="unknown"`: the agent cannot read `/dev/kmsg` (it needs CAP_SYSLOG when
+  `kernel.dmesg_restrict=1`, and a container needs the host's `/dev/kmsg`): the change was seen in
+  sysfs at a scrape, its time is the scrape's.
+
+If the new clocksource is `hpet`, `acpi_pm` or `jiffies`, every clock read on the node became a
+system call at that second: `slowpath_clock_syscalls_total{fallback="true"}` jumps and
+SlowpathClocksourceNotVdsoCapable follows. Find out why the kernel gave up the TSC before forcing it
+back (`echo tsc > .../current_clocksource`; `tsc=reliable` turns the watchdog off for the TSC).
+"##;
 
 /// The clock signal's flags.
 #[derive(clap::Args, Debug, Clone)]

@@ -159,7 +159,75 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: PROMQL,
     alert: Some(ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## Close sweeps
+
+`SlowpathFdCloseSweep`: one process closes more than 10,000 descriptors per second that it does not
+have open, for 10 min (`slowpath_fd_close_unopened_calls_total`; Helm
+`prometheusRule.thresholds.fdCloseUnopenedPerProcess`, `prometheusRule.for.fdCloseSweep`).
+
+What it means: before it execs a child or daemonizes, the process closes "every descriptor that
+might be open" with `for (fd = 3; fd < sysconf(_SC_OPEN_MAX); fd++) close(fd);`. Almost none are
+open, so each call is a system call that returns `EBADF`, and the loop is as long as the soft
+open-files limit (`RLIMIT_NOFILE`): microseconds at 1,024, about 0.16 s at 1,048,576 (a container
+runtime's `LimitNOFILE=infinity`, which is `fs.nr_open`), minutes at 1,073,741,816 (`fs.nr_open`
+under systemd 240 and later). 20,000 closes took 3.1 ms here. The cost is paid at every spawn, as
+latency of the spawn as much as CPU: Perl's `Proc::Daemon::Init`, Python 2's `subprocess` with
+`close_fds=True`, erlexec, Firecracker's jailer, ZeroC IceGrid, D's `std.process`, rpm under Docker.
+
+The count: a `close()` whose descriptor is at or past the file table's size (`fdt->max_fds`) or
+whose `open_fds` bit is clear, read at syscall entry (no exit program). A close of an open
+descriptor is never counted; `close_range()` is not counted at all. Another thread opening or
+closing the same number at the same instant can move one count by one.
+
+Threshold: 10,000 closes/s at ~150 ns each is 0.15 % of a core, and at a limit of 1,048,576 one
+sweep every 105 s, each a 0.16 s stall of the spawn behind it. A shell's occasional `EBADF` close
+stays far below. The finding estimates the CPU with the node's measured cost of one system call,
+and names the process's soft limit (read from `/proc/PID/limits` while it runs), the sweeps per
+second and the CPU of one sweep:
+
+```promql
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_fd_close_unopened_calls_total[5m]))
+  * on (instance) group_left max by (instance) (slowpath_syscall_seconds))
+```
+
+Confirm on the node:
+- `strace -f -e trace=close -e status=failed -p PID` shows `close(N) = -1 EBADF` for N counting up,
+  at each spawn; `Ctrl-C` it after a second.
+- `grep 'Max open files' /proc/PID/limits`: the soft limit (first number) is the sweep's length.
+- [The doctor](#running-the-doctor) (`slowpath doctor --comm NAME` in the node's agent pod, or
+  `sudo slowpath doctor --comm NAME` on a VM) names the `fd_close_sweep` finding with the rate, the
+  limit, the CPU per sweep, the call sites and their known source.
+
+Fix, in the code first:
+- Close only what is open: `close_range(3, ~0U, 0)` (Linux 5.9+), `closefrom(3)` (glibc 2.34+), or
+  a walk of `/proc/self/fd`; or open every descriptor with `O_CLOEXEC` so that exec closes it.
+  Python 3.8 and later, and current Go, Java and glibc `posix_spawn`, do not sweep.
+
+Where the code cannot change, lower the soft open-files limit that it sweeps to:
+- systemd: `systemctl edit UNIT`, add the two lines below, then `systemctl restart UNIT`. The soft
+  limit (1,024) is what `sysconf(_SC_OPEN_MAX)` returns; a program that needs more raises its soft
+  limit itself up to the hard one (524,288):
+
+  ```ini
+  [Service]
+  LimitNOFILE=1024:524288
+  ```
+
+- Containers inherit the runtime's limit. containerd before 2.0 and Docker before 25.0 ship
+  `LimitNOFILE=infinity` in their systemd units; later releases leave systemd's default
+  (1024:524288). `systemctl show containerd -p LimitNOFILE` (or `docker`, `crio`) tells. Podman and
+  Docker take `--ulimit nofile=1024:524288` per container.
+- Kubernetes has no per-pod rlimit: pods get the runtime's. Set it in the runtime's unit (a drop-in
+  `LimitNOFILE=1024:524288` for containerd, then restart it and the pods), or run `ulimit -n 1024`
+  in the container's entrypoint before the program starts.
+"##;
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut calls = Vec::new();

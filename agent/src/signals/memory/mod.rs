@@ -200,7 +200,40 @@ pub const SIGNAL: Signal = Signal {
     family_docs: docs::FAMILY_DOCS,
     promql: docs::PROMQL,
     alert: Some(alert::ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## Direct compaction stalls
+
+`SlowpathDirectCompactionStalls`: a process spends more than 5 % of its time (0.05 s/s) in direct
+compaction for 10 min.
+
+Direct compaction runs inside the allocating task when memory is fragmented and a high-order
+allocation (typically a transparent huge page with `defrag=always`) cannot be served: the process
+stalls. With THP `enabled=always`, system time rose above user time under load (the php-fpm case);
+turning THP off halved it.
+
+Find the cause: `slowpath_thp_settings_info` (defrag `always` makes every THP fault compact
+synchronously), `slowpath_thp_fault_allocs_total` of the same process, and
+`slowpath_compaction_seconds_total{trigger="kcompactd"}` for background compaction.
+
+Fix: `echo defer+madvise > /sys/kernel/mm/transparent_hugepage/defrag` (compaction in the
+background, synchronous only for `madvise` regions), or `enabled=madvise` so only programs that ask
+get huge pages; `never` where THP does not pay off.
+
+## THP fault fallbacks
+
+`SlowpathThpFaultFallbackRatio`: on a node, more than half of the THP fault allocations fail (with
+at least one per second) for 15 min.
+
+Processes pay for the attempt (and with `defrag=always` for compaction) without getting huge pages.
+Find which: `sum by (comm) (rate(slowpath_thp_fault_fallbacks_total[5m]))`. Fix: the same settings
+as above; for a database that wants huge pages, reserve them (hugetlbfs) instead.
+"##;
 
 /// The memory signal's flags.
 #[derive(clap::Args, Debug, Clone)]

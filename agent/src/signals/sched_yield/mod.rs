@@ -166,7 +166,61 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: PROMQL,
     alert: Some(ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## Yield spins
+
+`SlowpathYieldSpin`: one process calls `sched_yield()` more than 10,000 times per second with
+nothing else runnable on its CPU, for 10 min (`slowpath_sched_yield_calls_total{runnable="none"}`;
+Helm `prometheusRule.thresholds.schedYieldAlonePerProcess`, `prometheusRule.for.yieldSpin`).
+
+What it means: a thread waits for work by calling `sched_yield()` in a loop, meaning to let another
+thread run. When nothing else is runnable on its CPU the call returns at once, so the thread spins:
+it burns a whole CPU, most of it in user space between the calls, and in a container with a CPU
+quota it spends the pod's quota, which then throttles the pod's real work. Known spinners: the LMAX
+Disruptor's `YieldingWaitStrategy` on an empty ring (1.2 to 1.4 million yields a second at a whole
+CPU, measured here), BLAS and OpenMP thread pools between jobs, the Go runtime with `GOMAXPROCS`
+above the pod's CPUs.
+
+The count: every `sched_yield()`, at syscall entry, split by the caller's runqueue at the call
+(`nr_running` of its CPU, read from the task: `task->se.cfs_rq->rq`). `runnable="none"`: the caller
+alone, the spin; `"others"`: another task was runnable, so the yield could hand it the CPU;
+`"unknown"`: a kernel without `CONFIG_FAIR_GROUP_SCHED`, where the runqueue is not reached from the
+task (no distribution kernel).
+
+Threshold: 10,000 yields/s with nothing else to run. Idle JVM, Go, Node and Python processes made
+none in 20 s here; a JVM churning its GC made 4 a second and a Go channel ping-pong on 2 CPUs 17 to
+28; a spinning thread makes about a million. The finding measures the process's CPU while it
+yields (its threads' run time in `/proc/PID/task/*/schedstat` over 200 ms) and counts its threads
+that ran at least half a CPU:
+
+```promql
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_sched_yield_calls_total{runnable="none"}[5m])))
+```
+
+Confirm on the node:
+- `top -H -p PID`: the spinning threads at or near 100 % CPU, with a high `sy` share.
+- `strace -f -c -e trace=sched_yield -p PID` for a second, then `Ctrl-C`: the calls (strace slows a
+  spin 20 to 50 times, so the rate it shows is low).
+- [The doctor](#running-the-doctor) (`slowpath doctor --comm NAME` in the node's agent pod, or
+  `sudo slowpath doctor --comm NAME` on a VM) names the `yield_spin` finding with the rate, the
+  measured CPU, the call sites and their known source.
+
+Fix, by source (the finding's known source says which):
+- Disruptor: `BlockingWaitStrategy`, `SleepingWaitStrategy` or `TimeoutBlockingWaitStrategy` in
+  place of `YieldingWaitStrategy` or `BusySpinWaitStrategy`, unless the consumer has a core of its
+  own (a pinned, isolated CPU).
+- OpenMP and BLAS pools: `OMP_WAIT_POLICY=passive`, and `OMP_NUM_THREADS` or
+  `OPENBLAS_NUM_THREADS` no higher than the container's CPU quota.
+- Go: `GOMAXPROCS` set to the pod's CPU limit (Go 1.25 does so by itself).
+- Code of your own: a blocking wait (a condition variable, a futex, a blocking queue), or a bounded
+  spin that then sleeps.
+"##;
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut calls = Vec::new();

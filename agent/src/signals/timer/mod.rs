@@ -262,7 +262,44 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: PROMQL,
     alert: Some(ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## Timer loop
+
+`SlowpathTimerLoop`: a process is woken by an expiring timer more than 500 times per second for
+15 min (`slowpath_timer_wakeups_total`, every `wait`).
+
+A 1 ms `time.Sleep` ticker (sentinel-golang's cached-time ticker, `UseCacheTime: true`, in MOSN)
+wakes the process about 1000 times per second and cost 0.7 to 1.2 % CPU on every idle pod of a
+fleet of hundreds of thousands. The cost is the wakeup, whatever syscall waits: the Go runtime
+waits in `futex` and `epoll_pwait` timeouts, the JVM in `futex`, Node in `epoll_pwait`, Python
+3.11+ in an absolute `clock_nanosleep`. 500/s catches a 1-2 ms ticker with margin and leaves
+10 ms tickers (100/s) and idle services (under 50/s on the build machine) alone.
+
+Find the cause: `sum by (wait) (rate(slowpath_timer_wakeups_total{pod="POD"}[5m]))` says what the
+process waits in; `histogram_quantile(0.5, sum by (le, wait) (rate(slowpath_timer_requested_seconds_bucket{pod="POD"}[5m])))`
+gives the timeout it asks for (per-process histograms exist for processes that reached
+`--timer.loop-threshold` wakeups in a second). [The doctor](#running-the-doctor)
+(`slowpath doctor --comm NAME` in the node's agent pod, `sudo slowpath doctor --comm NAME` on a VM)
+names the runtime
+(Go, and sentinel-golang among its packages; the JVM; Node; Python), the runtime's fix, the
+estimated CPU cost (wakeups/s times the cost of one wakeup measured on the node), and the call
+sites of the timed waits.
+
+What it costs: `instance_cgroup_comm:slowpath_timer_wakeup_cpu_seconds:rate5m` (and `instance:` for
+the node) is the wakeup rate times `slowpath_timer_wakeup_cost_seconds`, the agent's measure of one
+wakeup on that node, in CPUs (0.01 is 1 % of a core); the same figure `slowpath top`'s `CPU%`
+column and the overview dashboard's "Estimated CPU of timer wakeups" use. To page on cost instead
+of rate, alert on that record (for example `> 0.01` for 15 min).
+
+Fix: use a coarser tick, a timer that is armed only when there is work, or block on an event
+instead of polling. sentinel-golang: `UseCacheTime: false`.
+"##;
 
 /// The timer signal's flags.
 #[derive(clap::Args, Debug, Clone)]

@@ -158,7 +158,84 @@ pub const SIGNAL: Signal = Signal {
     family_docs: FAMILY_DOCS,
     promql: PROMQL,
     alert: Some(ALERT),
+    runbook: RUNBOOK,
 };
+
+/// Its sections of docs/runbook.md, in Markdown (docs/generate.py writes
+/// every signal's there, in [`super::SIGNALS`] order): what fired, why the
+/// threshold is where it is, how to find the cause, and the fix. Each
+/// starts at a `## ` heading, whose anchor an alert's `runbook_url` names.
+const RUNBOOK: &str = r##"## Time-zone file checks
+
+`SlowpathTzfileChecks`: one process stats `/etc/localtime` more than 1,000 times per second for
+10 min (`slowpath_tzfile_stat_calls_total`; Helm `prometheusRule.thresholds.tzfileChecksPerProcess`,
+`prometheusRule.for.tzfileChecks`).
+
+What it means: with `TZ` unset, glibc's `localtime()`, `mktime()`, `ctime()`, `strftime()` and
+`tzset()` stat `/etc/localtime` on every call to see whether the node's time zone changed (and
+re-read it only if it did): one system call per converted time, in a logger or date formatter that
+stamps every line. A C `localtime()` took 3.9-4.9 us with `TZ` unset and 0.11-0.14 us with
+`TZ=:/etc/localtime`. `localtime_r()` does not check (it keeps the zone read at the first call or
+the last `tzset()`), nor does `gmtime()`.
+
+Threshold: 1,000 checks/s at ~4 us a call is 0.4 % of a core for one process: little alone, but
+it is paid by every instance of a service on every node, and the fix is one line of configuration
+with nothing to rebuild. `slowpath_tzfile_check_seconds` is the measured cost of one stat of
+`/etc/localtime` on the node (the agent times a batch every 30 s; 1.8 us on the build machine):
+the rate times it is the CPU of the stats alone, a lower bound of what the fix saves:
+
+```promql
+topk(10, sum by (instance, comm, cgroup) (rate(slowpath_tzfile_stat_calls_total[5m]))
+  * on (instance) group_left max by (instance) (slowpath_tzfile_check_seconds))
+```
+
+Confirm on the node:
+- `strace -f -e trace=newfstatat,statx,stat -p PID` (on arm64 `-e trace=newfstatat,statx`) shows
+  `newfstatat(AT_FDCWD, "/etc/localtime", ...)` (or `stat`, `statx`) over and over, as fast as the
+  process formats times; `Ctrl-C` it after a second.
+- `tr '\0' '\n' < /proc/PID/environ | grep '^TZ='` prints nothing: `TZ` is unset.
+- [The doctor](#running-the-doctor) (`slowpath doctor --comm NAME` in the node's agent pod, or
+  `sudo slowpath doctor --comm NAME` on a VM) names the `tzfile_checks` finding with the rate, the estimated
+  CPU (checks/s times the node's measured cost of one check), the call sites and their known
+  source: `perl_localtime` (Perl's `localtime`, `POSIX::strftime`) or `glibc_localtime` (the
+  caller of glibc's `localtime()`, `mktime()`, `strftime()`, named in the cause).
+
+Fix: set `TZ` in the process's environment, so that glibc reads the zone once and never checks
+again. `TZ=:/etc/localtime` keeps the node's zone (the colon: a file to read, not a zone rule);
+naming the zone (`TZ=Europe/Berlin`) works as well.
+
+- systemd: `systemctl edit UNIT`, add the two lines below, then `systemctl restart UNIT`:
+
+  ```ini
+  [Service]
+  Environment=TZ=:/etc/localtime
+  ```
+
+- Kubernetes: in the container's spec (a Deployment's `spec.template.spec.containers[]`), then roll
+  the pods out:
+
+  ```yaml
+  env:
+    - name: TZ
+      value: ":/etc/localtime"
+  ```
+
+- A shell or a container: `export TZ=:/etc/localtime`; `podman run -e TZ=:/etc/localtime ...`,
+  `docker run -e TZ=:/etc/localtime ...`.
+- In the code: Perl `$ENV{TZ} = ':/etc/localtime';` at the start of the script; C `tzset()` once at
+  start, then `localtime_r()`.
+
+With `TZ` set, a change of `/etc/localtime` (`timedatectl set-timezone`) reaches the process at its
+next start, not at once: for servers that is usually what is wanted.
+
+Not counted: a stat of `/etc/localtime` whose path lies in a stack or `brk` heap buffer, far from
+the calling code (the C library's built-in `TZDEFAULT` literal lies in its own image):
+`stat /etc/localtime`, a program that builds the path at run time, and the agent's own
+measurement: these are no time-zone checks of the C library. (A buffer mapped within 64 MiB of the
+calling code, as Python's `os.stat("/etc/localtime")` may use, is read and counted.) Nor are opens or reads of the
+file, stats of other zone files (`/usr/share/zoneinfo/...`), or the calls of 32-bit (ia32)
+processes counted.
+"##;
 
 fn export(scrape: &Scrape<'_>) -> Vec<MetricFamily> {
     let mut calls = Vec::new();
