@@ -30,6 +30,10 @@ deploy/render.sh runs this before it renders the chart. --check rewrites
 nothing and exits 1 naming the stale files (tests/e2e/test_helm.py).
 
   deploy/signals.py [--bin target/release/slowpath] [--check]
+  deploy/signals.py [--bin ...] --print-signals-json
+      prints what files/signals.json would hold, writing nothing: the
+      dashboards' generator reads the declarations so (dashboards/generate.sh),
+      beside the chart rather than from it
 """
 
 import argparse
@@ -57,7 +61,7 @@ def declarations(binary):
     if not Path(binary).exists():
         raise SystemExit(f"{binary} missing: build it with cargo build --release (or pass --bin)")
     out = subprocess.run([str(binary), "signals"], check=True, capture_output=True, text=True, timeout=60)
-    return json.loads(out.stdout)
+    return json.loads(out.stdout)["signals"]
 
 
 def selector(only):
@@ -165,7 +169,12 @@ def main():
     parser.add_argument("--bin", default=os.environ.get("SLOWPATH_BIN", REPO / "target" / "release" / "slowpath"),
                         help="the agent (default: $SLOWPATH_BIN, else target/release/slowpath)")
     parser.add_argument("--check", action="store_true", help="rewrite nothing; exit 1 if a file is stale")
+    parser.add_argument("--print-signals-json", action="store_true",
+                        help="print files/signals.json's text from the declarations; write nothing")
     args = parser.parse_args()
+    if args.print_signals_json:
+        sys.stdout.write(signals_json(declarations(args.bin)))
+        return
     stale = []
     for path, text in generated(declarations(args.bin)).items():
         old = path.read_text() if path.exists() else ""

@@ -6,8 +6,8 @@ table is written twice by hand:
                    `doctor --help` and `top --help` (clap), from the
                    release binary
   docs/metrics.md  families: every metric family the agent defines (name,
-                   type, help, file), read from agent/src (`Family` constants
-                   and the prometheus crate's `*::new("slowpath_...", "help")`)
+                   type, help, file), from `slowpath signals` (each signal's
+                   families and the agent's own)
   docs/top.md      columns: each declared signal's columns of `slowpath top`
                    (`slowpath signals`: header, meaning, --sort value,
                    counter)
@@ -64,11 +64,16 @@ REGENERATE = "python3 docs/generate.py --bin target/release/slowpath"
 
 
 @functools.cache
-def declarations(binary):
-    """`slowpath signals` of `binary`: every signal's declaration, in the
-    agent's order (read once per run)."""
+def export(binary):
+    """`slowpath signals` of `binary`: {"signals": [...], "agent_families":
+    [...]} (read once per run)."""
     out = subprocess.run([str(binary), "signals"], capture_output=True, text=True, check=True, timeout=60)
     return json.loads(out.stdout)
+
+
+def declarations(binary):
+    """Every signal's declaration, in the agent's order."""
+    return export(binary)["signals"]
 
 
 def cell(text):
@@ -132,48 +137,30 @@ def flags_table(text):
     return "\n".join(rows) + "\n"
 
 
-# --- metric families, from the agent's source --------------------------------
+# --- metric families, from the agent's export -------------------------------
 
-RUST_STR = r'"((?:[^"\\]|\\.)*)"'
-FAMILY_CONST = re.compile(r"Family\s*\{\s*name:\s*" + RUST_STR + r",\s*help:\s*" + RUST_STR
-                          + r",\s*kind:\s*MetricType::(\w+)", re.S)
-CRATE_NEW = re.compile(r"\b(IntCounter|IntGauge|Counter|Gauge|Histogram)(Vec)?::(?:new|with_opts)\(\s*"
-                       r"(?:(?:prometheus::)?(?:Histogram)?Opts::new\(\s*)?" + RUST_STR + r",\s*" + RUST_STR, re.S)
-CRATE_KIND = {"IntCounter": "counter", "Counter": "counter", "IntGauge": "gauge", "Gauge": "gauge",
-              "Histogram": "histogram"}
+def signal_module(name):
+    """The file that declares a signal: its folder's mod.rs, else NAME.rs."""
+    folder = AGENT_SRC / "signals" / name / "mod.rs"
+    path = folder if folder.exists() else AGENT_SRC / "signals" / f"{name}.rs"
+    return path.relative_to(REPO).as_posix()
 
 
-def rust_string(literal):
-    """The value of a Rust string literal's body: `\\` at a line end joins
-    lines without the next line's indentation."""
-    text = re.sub(r"\\\n\s*", "", literal)
-    return re.sub(r'\\(["\\])', r"\1", text)
-
-
-def metric_families():
-    """{name: (type, help, file)} of every slowpath_ family defined in the
-    agent's non-test source."""
+def metric_families(binary):
+    """{name: (type, help, file)} of every family the agent may export
+    (`slowpath signals`: each signal's, then the agent's own), by name."""
     families = {}
-    for path in sorted(AGENT_SRC.rglob("*.rs")):
-        if path.name == "golden.rs":
-            continue
-        text = path.read_text()
-        # Unit tests build their own registries: only the code above them.
-        text = text.split("#[cfg(test)]")[0]
-        rel = path.relative_to(REPO).as_posix()
-        for name, help_, kind in FAMILY_CONST.findall(text):
-            # the standard process_* families (own_process.rs) are not ours to list
-            if name.startswith("slowpath_"):
-                families[rust_string(name)] = (kind.lower(), rust_string(help_), rel)
-        for cls, _vec, name, help_ in CRATE_NEW.findall(text):
-            if name.startswith("slowpath_"):
-                families[rust_string(name)] = (CRATE_KIND[cls], rust_string(help_), rel)
+    for d in declarations(binary):
+        for f in d["families"]:
+            families[f["name"]] = (f["type"], f["help"], signal_module(d["name"]))
+    for f in export(binary)["agent_families"]:
+        families[f["name"]] = (f["type"], f["help"], f["defined_in"])
     return dict(sorted(families.items()))
 
 
-def families_table():
+def families_table(binary):
     rows = ["| family | type | help (as the agent exports it) | defined in |", "| --- | --- | --- | --- |"]
-    for name, (kind, help_, rel) in metric_families().items():
+    for name, (kind, help_, rel) in metric_families(binary).items():
         rows.append(f"| `{name}` | {kind} | {cell(help_)} | [`{rel}`](../{rel}) |")
     return "\n".join(rows) + "\n"
 
@@ -389,7 +376,7 @@ def readme_cases_table(binary):
     groups = yaml.safe_load(RULES.read_text())["groups"]
     rules = [rule for group in groups for rule in group["rules"]]
     recorded = {rule["record"]: rule["expr"] for rule in rules if "record" in rule}
-    families = metric_families()
+    families = metric_families(binary)
     alerts = [[] for _ in cases]
     for rule in alert_rules():
         read = sorted(case_of(n, cases) for n in names_read(rule["expr"], recorded) if n in families)
@@ -533,7 +520,7 @@ def blocks(binary, helm):
         ("docs/flags.md", "flags"): lambda: flags_table(help_text(binary)),
         ("docs/flags.md", "doctor-flags"): lambda: flags_table(help_text(binary, "doctor")),
         ("docs/flags.md", "top-flags"): lambda: flags_table(help_text(binary, "top")),
-        ("docs/metrics.md", "families"): families_table,
+        ("docs/metrics.md", "families"): lambda: families_table(binary),
         ("docs/top.md", "columns"): lambda: top_columns(binary),
         ("docs/doctor.md", "findings"): lambda: doctor_findings(binary),
         ("docs/doctor.md", "callsite-kinds"): lambda: callsite_kinds(binary),

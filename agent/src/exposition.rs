@@ -15,6 +15,15 @@ pub struct Family {
     pub kind: MetricType,
 }
 
+/// The families one part of the agent (outside the signals) defines, with
+/// the file that defines them: what `slowpath signals` lists as the agent's
+/// own families (docs/metrics.md's table links the file).
+pub struct FamilyList {
+    /// The defining file, from the workspace root (`file!()`).
+    pub defined_in: &'static str,
+    pub families: &'static [&'static Family],
+}
+
 /// Label pairs of one metric, in export order.
 pub type Labels = Vec<(&'static str, String)>;
 

@@ -11,6 +11,7 @@ mod callsites;
 mod cli;
 mod diagnosis;
 mod doctor;
+mod export;
 mod exposition;
 mod finding;
 mod findings;
@@ -68,7 +69,7 @@ fn main() -> ExitCode {
         Some(Command::Top(args)) => run_top(&cli, args),
         Some(Command::Completions(args)) => manuals::print_completions(args.shell),
         Some(Command::Man(args)) => manuals::write_man_pages(&args.dir),
-        Some(Command::Signals) => signals::declaration::print(),
+        Some(Command::Signals) => export::print(),
         None => run(cli),
     };
     match result {

@@ -14,7 +14,7 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::{MetricFamily, MetricType};
 use tracing::error;
 
-use crate::exposition::{counter, family, gauge, Family};
+use crate::exposition::{counter, family, gauge, Family, FamilyList};
 use crate::node::NodeFacts;
 use crate::procs::LIMIT_NAMES;
 use crate::signals::{self, Collectors, Scrape};
@@ -76,24 +76,30 @@ const FOLDED: Family = Family {
     kind: MetricType::COUNTER,
 };
 
-/// The agent's own families (each signal lists its own).
-const AGENT_FAMILIES: [&Family; 15] = [
-    &BUILD_INFO,
-    &PROBE_ATTACHED,
-    &PROBE_EXPECTED,
-    &COMBINING_SLOTS,
-    &TRACKED,
-    &LOST,
-    &FOLDED,
-    &RECURSION_MISSES,
-    &PROBE_RUNS,
-    &PROBE_RUN_SECONDS,
-    &PROBE_DISPATCH_SECONDS,
-    &STATS_OVERHEAD,
-    &UNTRACED_SYSCALL_ADDED,
-    &SYSCALL_COST,
-    &KUBERNETES_UP,
-];
+/// The agent's own families (each signal lists its own): every family this
+/// file defines (`slowpath signals` lists them).
+pub const FAMILIES: FamilyList = FamilyList {
+    defined_in: file!(),
+    families: &[
+        &BUILD_INFO,
+        &PROBE_ATTACHED,
+        &PROBE_EXPECTED,
+        &COMBINING_SLOTS,
+        &TRACKED,
+        &PROCESS_CAPACITY,
+        &LOST,
+        &FOLDED,
+        &RECURSION_MISSES,
+        &PROBE_RUNS,
+        &PROBE_RUN_SECONDS,
+        &PROBE_DISPATCH_SECONDS,
+        &STATS_OVERHEAD,
+        &UNTRACED_SYSCALL_ADDED,
+        &SYSCALL_COST,
+        &KUBERNETES_UP,
+        &SCRAPE_ERRORS,
+    ],
+};
 
 const PROBE_RUNS: Family = Family {
     name: "slowpath_probe_runs_total",
@@ -126,7 +132,7 @@ const UNTRACED_SYSCALL_ADDED: Family = Family {
     kind: MetricType::GAUGE,
 };
 
-pub(crate) const SYSCALL_COST: Family = Family {
+const SYSCALL_COST: Family = Family {
     name: "slowpath_syscall_seconds",
     help: "What one system call costs on this node with slowpath attached: an untraced getppid, timed by the agent at start (the \"after\" of slowpath_untraced_syscall_added_seconds). The floor of every counted syscall's cost: slowpath top charges counted rt_sigprocmask calls, and clock syscalls of a clock the vDSO serves, at this",
     kind: MetricType::GAUGE,
@@ -158,6 +164,12 @@ pub struct SlowpathCollector {
     errors: prometheus::IntCounterVec,
 }
 
+/// [`FAMILIES`] but [`SCRAPE_ERRORS`], which the collector makes with the
+/// prometheus crate.
+fn agent_families_but_errors() -> impl Iterator<Item = &'static Family> {
+    (FAMILIES.families.iter().copied()).filter(|f| f.name != SCRAPE_ERRORS.name)
+}
+
 impl SlowpathCollector {
     pub fn new(
         worker: Arc<Worker>,
@@ -168,7 +180,8 @@ impl SlowpathCollector {
         let descs = collectors
             .enabled()
             .flat_map(|s| s.families.iter().copied())
-            .chain(AGENT_FAMILIES)
+            // the scrape errors' desc is the counter's own
+            .chain(agent_families_but_errors())
             .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], Default::default()))
             .collect::<prometheus::Result<Vec<_>>>()?;
         let errors = prometheus::IntCounterVec::new(
@@ -367,7 +380,7 @@ mod tests {
 
     #[test]
     fn every_agent_family_follows_prometheus_conventions() {
-        for f in AGENT_FAMILIES.into_iter().chain([&SCRAPE_ERRORS]) {
+        for f in FAMILIES.families {
             assert!(follows_conventions(f), "{}", f.name);
         }
     }

@@ -81,8 +81,10 @@ def test_generated_blocks_are_current(agent_bin):
     assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_the_family_parser_reads_what_the_agent_exports():
-    families = generator().metric_families()
+def test_the_family_table_holds_what_the_agent_exports(agent_bin):
+    """Every family of the golden expositions is in `slowpath signals`
+    (docs/metrics.md's table) with the type and help it is exported with."""
+    families = generator().metric_families(agent_bin)
     exported = {}
     for prom in (REPO / "agent" / "tests" / "golden").glob("*.prom"):
         for line in prom.read_text().splitlines():
@@ -91,7 +93,7 @@ def test_the_family_parser_reads_what_the_agent_exports():
                 exported.setdefault(m.group(2), {})[m.group(1)] = m.group(3)
     assert len(exported) > 20
     for name, lines in exported.items():
-        assert name in families, f"{name} is exported but docs/generate.py does not find it"
+        assert name in families, f"{name} is exported but slowpath signals does not list it"
         kind, help_, _ = families[name]
         assert lines["TYPE"] == kind, name
         help_exported = lines["HELP"].replace("\\\\", "\\").replace("\\n", "\n")
@@ -128,8 +130,8 @@ def recorded_names():
     return {rule["record"].split(":")[1] for g in groups for rule in g["rules"] if "record" in rule}
 
 
-def test_quoted_metric_names_exist():
-    known = set(generator().metric_families()) | recorded_names() | NOT_FAMILIES
+def test_quoted_metric_names_exist(agent_bin):
+    known = set(generator().metric_families(agent_bin)) | recorded_names() | NOT_FAMILIES
     unknown = []
     for page in PAGES:
         for code in re.findall(r"`([^`\n]+)`", page.read_text()):

@@ -24,11 +24,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use blazesym::symbolize::Symbolizer;
+use prometheus::proto::MetricType;
 use prometheus::{IntCounter, IntGauge, Registry};
 
 use super::tables::StackTables;
 use super::unwind::Unwinding;
 use super::{folded_path, symbolize_site_with, unknown_site, EXITED};
+use crate::exposition::{Family, FamilyList};
 
 /// How often the kernel tables are read.
 pub const HARVEST_INTERVAL: Duration = Duration::from_secs(1);
@@ -122,6 +124,36 @@ impl FoldedStacks {
 }
 
 /// Self-metrics of the call-site capture (registered only when it is on).
+const SAMPLES: Family = Family {
+    name: "slowpath_callsite_samples_total",
+    help: "User stacks sampled at counted syscalls and folded into /debug/callsites \
+           (at most one per jiffy per kind of call per process)",
+    kind: MetricType::COUNTER,
+};
+const DROPPED: Family = Family {
+    name: "slowpath_callsite_samples_dropped_total",
+    help: "Sampled user stacks the kernel could not keep (stacks or callsites \
+           table full, or stack not walkable)",
+    kind: MetricType::COUNTER,
+};
+const STACKS: Family = Family {
+    name: "slowpath_callsite_stacks",
+    help: "Distinct folded stacks kept for /debug/callsites",
+    kind: MetricType::GAUGE,
+};
+const PROCESSES: Family = Family {
+    name: "slowpath_callsite_processes",
+    help: "Live processes with symbolized call sites in the cache",
+    kind: MetricType::GAUGE,
+};
+
+/// The families of [`CallSiteMetrics`] (with `--debug.callsites`), as
+/// `slowpath signals` lists them.
+pub const FAMILIES: FamilyList = FamilyList {
+    defined_in: file!(),
+    families: &[&SAMPLES, &DROPPED, &STACKS, &PROCESSES],
+};
+
 #[derive(Clone)]
 pub struct CallSiteMetrics {
     samples: IntCounter,
@@ -134,24 +166,10 @@ impl CallSiteMetrics {
     /// Create and register `slowpath_callsite_*`.
     pub fn register(registry: &Registry) -> Result<Self> {
         let m = Self {
-            samples: IntCounter::new(
-                "slowpath_callsite_samples_total",
-                "User stacks sampled at counted syscalls and folded into /debug/callsites \
-                 (at most one per jiffy per kind of call per process)",
-            )?,
-            dropped: IntCounter::new(
-                "slowpath_callsite_samples_dropped_total",
-                "Sampled user stacks the kernel could not keep (stacks or callsites \
-                 table full, or stack not walkable)",
-            )?,
-            stacks: IntGauge::new(
-                "slowpath_callsite_stacks",
-                "Distinct folded stacks kept for /debug/callsites",
-            )?,
-            processes: IntGauge::new(
-                "slowpath_callsite_processes",
-                "Live processes with symbolized call sites in the cache",
-            )?,
+            samples: IntCounter::new(SAMPLES.name, SAMPLES.help)?,
+            dropped: IntCounter::new(DROPPED.name, DROPPED.help)?,
+            stacks: IntGauge::new(STACKS.name, STACKS.help)?,
+            processes: IntGauge::new(PROCESSES.name, PROCESSES.help)?,
         };
         registry.register(Box::new(m.samples.clone()))?;
         registry.register(Box::new(m.dropped.clone()))?;

@@ -276,8 +276,9 @@ pub enum Command {
     #[command(hide = true)]
     Man(ManArgs),
     /// Print every signal's declaration (collector, families, hooks,
-    /// syscalls, call kinds, top columns) as JSON: what the tests and doc
-    /// generators read instead of lists of their own.
+    /// syscalls, call kinds, top columns, alert, known sources, runbook) and
+    /// the agent's own families as JSON: what the tests and generators read
+    /// instead of lists of their own.
     #[command(hide = true)]
     Signals,
 }

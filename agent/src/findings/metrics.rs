@@ -8,7 +8,7 @@ use prometheus::proto::{MetricFamily, MetricType};
 
 use super::held::HeldFinding;
 use super::SharedFindings;
-use crate::exposition::{counter, family, gauge, Family};
+use crate::exposition::{counter, family, gauge, Family, FamilyList};
 use crate::finding::Severity;
 
 const INFO: Family = Family {
@@ -47,15 +47,19 @@ const SAMPLING: Family = Family {
     kind: MetricType::GAUGE,
 };
 
-const FAMILIES: [&Family; 7] = [
-    &INFO,
-    &START,
-    &COUNT,
-    &OVER_LIMIT,
-    &EVALUATIONS,
-    &EVALUATION_SECONDS,
-    &SAMPLING,
-];
+/// The findings' families (`slowpath signals`).
+pub const FAMILIES: FamilyList = FamilyList {
+    defined_in: file!(),
+    families: &[
+        &INFO,
+        &START,
+        &COUNT,
+        &OVER_LIMIT,
+        &EVALUATIONS,
+        &EVALUATION_SECONDS,
+        &SAMPLING,
+    ],
+};
 
 /// The collector of the findings' families.
 pub struct FindingsCollector {
@@ -67,6 +71,7 @@ impl FindingsCollector {
     /// Errors: a family's name or help is not valid for Prometheus.
     pub fn new(shared: SharedFindings) -> prometheus::Result<Self> {
         let descs = FAMILIES
+            .families
             .iter()
             .map(|f| Desc::new(f.name.into(), f.help.into(), vec![], Default::default()))
             .collect::<prometheus::Result<_>>()?;

@@ -30,3 +30,10 @@ mod webconfig;
 pub use listener::{bind, connection_limits};
 pub use server::{serve, Endpoints};
 pub use webconfig::WebConfig;
+
+/// The HTTP server's own families (`slowpath signals`).
+pub const FAMILIES: [&crate::exposition::FamilyList; 3] = [
+    &server::FAMILIES,
+    &connections::FAMILIES,
+    &webconfig::FAMILIES,
+];

@@ -14,6 +14,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use prometheus::proto::MetricType;
 use prometheus::{Encoder, Histogram, HistogramOpts, Registry, TextEncoder};
 use tracing::{error, info};
 
@@ -21,7 +22,21 @@ use super::connections::{self, Limits};
 use super::webconfig::{self, WebConfig};
 use crate::bpf::ProbeStatus;
 use crate::callsites::harvest::SharedFolded;
+use crate::exposition::{Family, FamilyList};
 use crate::findings::SharedFindings;
+
+const SCRAPE_SECONDS: Family = Family {
+    name: "slowpath_scrape_duration_seconds",
+    help: "Time to gather and encode one scrape, in seconds (reads the kernel tables)",
+    kind: MetricType::HISTOGRAM,
+};
+
+/// The families of the agent's HTTP server itself, as `slowpath signals`
+/// lists them.
+pub const FAMILIES: FamilyList = FamilyList {
+    defined_in: file!(),
+    families: &[&SCRAPE_SECONDS],
+};
 
 /// How long in-flight scrapes may finish after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_millis(500);
@@ -53,11 +68,7 @@ impl AppState {
         findings: Option<SharedFindings>,
     ) -> Result<Self> {
         let scrape_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                "slowpath_scrape_duration_seconds",
-                "Time to gather and encode one scrape, in seconds (reads the kernel tables)",
-            )
-            .buckets(vec![
+            HistogramOpts::new(SCRAPE_SECONDS.name, SCRAPE_SECONDS.help).buckets(vec![
                 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
             ]),
         )?;

@@ -1,7 +1,5 @@
-//! `slowpath signals` (hidden): every signal's declaration as JSON, for the
-//! tests and generators that would otherwise keep a list of the signals'
-//! collectors, families, hooks, syscalls, sources, alerts and `top`
-//! columns by hand. What it prints is [`super::SIGNALS`] itself, serialized
+//! How a signal's families serialize in `slowpath signals` (the export,
+//! `crate::export`), which prints [`super::SIGNALS`] itself
 //! ([`super::Signal`] says what each field holds; the syscalls come from the
 //! embedded object's table); the tests that use it check it against the
 //! kernel and a real scrape beside.
@@ -9,7 +7,6 @@
 use serde::ser::{SerializeSeq, Serializer};
 use serde::Serialize;
 
-use super::SIGNALS;
 use crate::exposition::Family;
 
 /// A family as `slowpath signals` prints it: name, Prometheus type (lower
@@ -36,11 +33,4 @@ pub fn family_views<S: Serializer>(
         })?;
     }
     seq.end()
-}
-
-/// `slowpath signals`: the declarations as one JSON array on standard
-/// output, in [`SIGNALS`] order.
-pub fn print() -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(&SIGNALS)?);
-    Ok(())
 }

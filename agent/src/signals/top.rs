@@ -274,12 +274,21 @@ mod tests {
     #[test]
     fn every_cost_gauge_is_a_gauge_the_agent_exports() {
         let gauges: HashSet<&str> = families()
-            .chain([&crate::metrics::SYSCALL_COST])
+            .chain(crate::metrics::FAMILIES.families.iter().copied())
             .filter(|f| f.kind == MetricType::GAUGE)
             .map(|f| f.name)
             .collect();
         for column in top_columns() {
-            if let EventCost::Gauge(name) = column.cost {
+            let named = match column.cost {
+                EventCost::Gauge(name) => vec![name],
+                EventCost::ClockRead {
+                    read_seconds,
+                    falls_back,
+                    otherwise,
+                } => vec![read_seconds, falls_back, otherwise],
+                EventCost::None | EventCost::Seconds => vec![],
+            };
+            for name in named {
                 assert!(
                     gauges.contains(name),
                     "{}: {name} is no gauge",

@@ -27,7 +27,7 @@ def declarations():
     if not path.exists():
         raise RuntimeError(f"{path} missing: build it with cargo build --release")
     out = subprocess.run([str(path), "signals"], check=True, capture_output=True, text=True, timeout=30)
-    return json.loads(out.stdout)
+    return json.loads(out.stdout)["signals"]
 
 
 def by_name():

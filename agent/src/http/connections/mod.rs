@@ -21,7 +21,10 @@ use axum::extract::Request;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
+use prometheus::proto::MetricType;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
+
+use crate::exposition::{Family, FamilyList};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
@@ -56,6 +59,29 @@ pub struct Limits {
 }
 
 /// Counters of the connections, registered in the agent's registry.
+const OPEN: Family = Family {
+    name: "slowpath_http_connections",
+    help: "Open HTTP connections to the agent's endpoint",
+    kind: MetricType::GAUGE,
+};
+
+const CLOSED: Family = Family {
+    name: "slowpath_http_connections_closed_total",
+    help: "HTTP connections the agent closed itself, by reason: read_header_timeout (no whole \
+           request header in time), idle_timeout, evicted (the longest-idle one, to admit a \
+           new connection at --web.max-connections), refused (at the cap with every \
+           connection busy), tls_handshake_error (a failed TLS handshake: no or an untrusted \
+           client certificate, a client that does not speak TLS)",
+    kind: MetricType::COUNTER,
+};
+
+/// The families of the agent's HTTP connections, as `slowpath signals`
+/// lists them.
+pub const FAMILIES: FamilyList = FamilyList {
+    defined_in: file!(),
+    families: &[&OPEN, &CLOSED],
+};
+
 #[derive(Clone)]
 struct Metrics {
     open: IntGauge,
@@ -68,21 +94,8 @@ impl Metrics {
     ///
     /// Errors: the registry already holds them.
     fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let open = IntGauge::new(
-            "slowpath_http_connections",
-            "Open HTTP connections to the agent's endpoint",
-        )?;
-        let closed = IntCounterVec::new(
-            Opts::new(
-                "slowpath_http_connections_closed_total",
-                "HTTP connections the agent closed itself, by reason: read_header_timeout (no whole \
-                 request header in time), idle_timeout, evicted (the longest-idle one, to admit a \
-                 new connection at --web.max-connections), refused (at the cap with every \
-                 connection busy), tls_handshake_error (a failed TLS handshake: no or an untrusted \
-                 client certificate, a client that does not speak TLS)",
-            ),
-            &["reason"],
-        )?;
+        let open = IntGauge::new(OPEN.name, OPEN.help)?;
+        let closed = IntCounterVec::new(Opts::new(CLOSED.name, CLOSED.help), &["reason"])?;
         for reason in [
             "read_header_timeout",
             "idle_timeout",

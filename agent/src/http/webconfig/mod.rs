@@ -48,12 +48,35 @@ use anyhow::{bail, Context, Result};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use prometheus::proto::MetricType;
 use prometheus::{IntCounterVec, IntGauge, Opts, Registry};
 use tracing::{error, info, warn};
 
 use self::basic_auth::Passwords;
 use self::file::{read_file, stamp, FileStamp, Loaded};
 use self::rate_limit::TokenBucket;
+use crate::exposition::{Family, FamilyList};
+
+const RELOAD_OK: Family = Family {
+    name: "slowpath_web_config_last_reload_successful",
+    help: "1 when the last reading of --web.config.file (and the certificates it names) \
+           succeeded, 0 while it is invalid (the last valid settings stay in force)",
+    kind: MetricType::GAUGE,
+};
+
+const REJECTED: Family = Family {
+    name: "slowpath_http_requests_rejected_total",
+    help: "HTTP requests refused by the --web.config.file rules, by reason: unauthorized \
+           (401, basic auth missing or wrong), rate_limited (429)",
+    kind: MetricType::COUNTER,
+};
+
+/// The families of the `--web.config.file` rules, as `slowpath signals`
+/// lists them.
+pub const FAMILIES: FamilyList = FamilyList {
+    defined_in: file!(),
+    families: &[&RELOAD_OK, &REJECTED],
+};
 
 /// The settings in force and the stamps of the files last read.
 struct Cached {
@@ -144,20 +167,9 @@ impl WebConfig {
     ///
     /// Errors: the registry already holds them.
     pub fn register_metrics(&self, registry: &Registry) -> prometheus::Result<()> {
-        let reload_ok = IntGauge::new(
-            "slowpath_web_config_last_reload_successful",
-            "1 when the last reading of --web.config.file (and the certificates it names) \
-             succeeded, 0 while it is invalid (the last valid settings stay in force)",
-        )?;
+        let reload_ok = IntGauge::new(RELOAD_OK.name, RELOAD_OK.help)?;
         reload_ok.set(1); // load() succeeded
-        let rejected = IntCounterVec::new(
-            Opts::new(
-                "slowpath_http_requests_rejected_total",
-                "HTTP requests refused by the --web.config.file rules, by reason: unauthorized \
-                 (401, basic auth missing or wrong), rate_limited (429)",
-            ),
-            &["reason"],
-        )?;
+        let rejected = IntCounterVec::new(Opts::new(REJECTED.name, REJECTED.help), &["reason"])?;
         for reason in ["unauthorized", "rate_limited"] {
             rejected.with_label_values(&[reason]);
         }

@@ -225,7 +225,7 @@ pub const SIGNAL: Signal = Signal {
             cost: EventCost::ClockRead {
                 read_seconds: CLOCK_READ.name,
                 falls_back: VDSO_FALLBACK.name,
-                otherwise: crate::metrics::SYSCALL_COST.name,
+                otherwise: "slowpath_syscall_seconds",
             },
             recorded: Some(&FALLBACKS),
             cell: Cell::PerSecond,
