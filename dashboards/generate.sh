@@ -19,6 +19,11 @@
 #   dashboards/generate.sh --check    install nothing: exit 3 unless the virtualenv is
 #                                     there with the pinned requirements (the tests)
 #
+# The signals' rows, variables and alerts come from the agent's declarations:
+# `slowpath signals` of $SLOWPATH_BIN (default target/release/slowpath: build it
+# first), in the form deploy/signals.py gives the chart (--print-signals-json),
+# or the file $SLOWPATH_SIGNALS_JSON names (the tests add a scratch signal so).
+#
 # Environment: PYTHON (default /usr/bin/python3 if present, else python3; 3.11+),
 # SLOWPATH_TOOLS_CACHE (default /var/cache/slowpath-tools, or ~/.cache/slowpath-tools
 # when that is not writable). Exit status 3: the library could not be installed.
@@ -65,6 +70,19 @@ if ! current; then
   echo "$want" > "$stamp"
 fi
 [[ $mode == setup ]] && exit 0
+
+# The declarations, unless the caller gave a file of them.
+if [[ -z ${SLOWPATH_SIGNALS_JSON:-} ]]; then
+  bin=${SLOWPATH_BIN:-$here/../target/release/slowpath}
+  if [[ ! -x $bin ]]; then
+    echo "generate.sh: $bin missing: build it with cargo build --release -p slowpath (or set SLOWPATH_BIN)" >&2
+    exit 2
+  fi
+  declared=$(mktemp)
+  trap 'rm -f "$declared"' EXIT
+  "$python" "$here/../deploy/signals.py" --bin "$bin" --print-signals-json >"$declared"
+  export SLOWPATH_SIGNALS_JSON=$declared
+fi
 
 # The Grafana alert rules: the rules file read, and the result written, as
 # YAML by the system's python3-yaml (the virtualenv holds the SDK alone).

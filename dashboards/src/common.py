@@ -19,12 +19,12 @@ from grafana_foundation_sdk.models import prometheus as pm
 
 DATASOURCE = dm.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
-# The agents' signals as the chart lists them (deploy/render.sh writes the
-# file from `slowpath signals`): collector names, recorded rates, fleet rows.
-# SLOWPATH_SIGNALS_JSON reads another copy (the tests add a scratch signal).
-SIGNALS_JSON = Path(os.environ.get("SLOWPATH_SIGNALS_JSON") or
-                    Path(__file__).resolve().parents[2] / "deploy" / "helm" / "slowpath" / "files" / "signals.json")
-SIGNALS = json.loads(SIGNALS_JSON.read_text())["signals"]
+# The agent's signals, from its declarations (`slowpath signals`) in the form
+# deploy/signals.py gives the chart: collector names, recorded rates, costs,
+# alerts, fleet rows. ../generate.sh writes the file and names it here.
+if not os.environ.get("SLOWPATH_SIGNALS_JSON"):
+    raise SystemExit("common.py: SLOWPATH_SIGNALS_JSON unset: run dashboards/generate.sh")
+SIGNALS = json.loads(Path(os.environ["SLOWPATH_SIGNALS_JSON"]).read_text())["signals"]
 
 # Counters that carry the per-process labels (comm, cgroup, unit; namespace,
 # pod, container with Kubernetes; pid with --metrics.pid-label): the variables

@@ -1,7 +1,7 @@
-"""Panels made from the signals' declarations (signals.json, which
-deploy/render.sh writes from `slowpath signals`): a signal the dashboards
-have no hand-written row for gets its rows here, in Overview and Drill-down,
-from its recorded rates (family, selector, title, meaning), its alert
+"""Panels made from the signals' declarations (`slowpath signals` in the
+form deploy/signals.py gives the chart's signals.json; ../generate.sh makes
+it): a signal the dashboards have no hand-written row for gets its rows
+here, in Overview and Drill-down, from its recorded rates (family, selector, title, meaning), its alert
 (threshold, name, runbook section) and its cost (the node gauge one event is
 charged at). A new signal appears with no edit under dashboards/.
 
