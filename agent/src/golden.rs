@@ -18,7 +18,7 @@ use crate::bpf::types::{
     sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
     sp_sleep_syscall, sp_wait, sp_yield_runnable,
 };
-use crate::bpf::{slot, AttachType, Calibration, ProbeCost, ProbeStatus};
+use crate::bpf::{slot, AttachType, Calibration, LeftOutCause, ProbeCost, ProbeStatus};
 use crate::labels::PodLabels;
 use crate::signals::clock::benchmark::{with_costs, BENCHMARK_CLOCKS};
 use crate::signals::clock::canary::{CanaryReading, CanaryReadings};
@@ -261,11 +261,11 @@ fn canary(readings: Vec<CanaryReading>) -> crate::node::Fact {
 }
 
 fn probes() -> Vec<ProbeStatus> {
-    let probe = |probe, attach_type, error: Option<&str>, expected| ProbeStatus {
+    let probe = |probe, attach_type, error: Option<&str>, expected: bool| ProbeStatus {
         probe,
         attach_type,
         error: error.map(str::to_string),
-        expected,
+        left_out: (!expected).then_some(LeftOutCause::MissingCapability),
     };
     vec![
         probe("sys_enter", AttachType::TpBtf, None, true),

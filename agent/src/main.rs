@@ -9,6 +9,7 @@
 mod bpf;
 mod callsites;
 mod cli;
+mod cpus;
 mod diagnosis;
 mod doctor;
 mod export;

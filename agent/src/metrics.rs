@@ -58,6 +58,18 @@ const PROCESS_CAPACITY: Family = Family {
     help: "Thread groups the kernel's process table can hold (--bpf.max-processes, or fewer where a kernel before 5.11 charges BPF maps to a locked-memory limit the agent may not lift; the agent log says so at start); a process beyond it is counted in slowpath_lost_events_total{reason=\"process_table_full\"}",
     kind: MetricType::GAUGE,
 };
+const COLLECTOR_COUNTING: Family = Family {
+    name: "slowpath_collector_counting",
+    help: "1 when this signal's collector counts on this node: switched on and every kernel hook it needs attached. 0 when it cannot, with reason switched_off (--no-collector.<name>), missing_capability (a privilege this kernel asks for the hook: the timer hooks on 5.10 to 5.12 without CAP_SYSLOG), no_kernel_hook (a tracepoint the kernel was built without) or kernel_refused (a hook the kernel was expected to take: SlowpathProbeNotAttached), and hook, the first hook it lacks. One series per declared signal (SlowpathCollectorCannotCount)",
+    kind: MetricType::GAUGE,
+};
+
+const NODE_CPUS: Family = Family {
+    name: "slowpath_node_cpus",
+    help: "CPUs online on this node (devices/system/cpu/online under --path.sysfs: the host's, not the agent container's cpuset). SlowpathOverheadHigh divides slowpath's own CPU by it. Absent when the file cannot be read",
+    kind: MetricType::GAUGE,
+};
+
 const LOST: Family = Family {
     name: "slowpath_lost_events_total",
     help: "Events the kernel side could not record, by reason (a full table or ring buffer, an unreadable sleep request)",
@@ -84,6 +96,8 @@ pub const FAMILIES: FamilyList = FamilyList {
         &BUILD_INFO,
         &PROBE_ATTACHED,
         &PROBE_EXPECTED,
+        &COLLECTOR_COUNTING,
+        &NODE_CPUS,
         &COMBINING_SLOTS,
         &TRACKED,
         &PROCESS_CAPACITY,
@@ -229,6 +243,9 @@ impl Collector for SlowpathCollector {
             self.errors.with_label_values(&["sysfs"]).inc();
         }
         let mut out = families(&snapshot, node, kubernetes_up, &self.collectors);
+        if let Some(cpus) = crate::cpus::online(&self.sysfs) {
+            out.push(family(&NODE_CPUS, vec![gauge(&[], f64::from(cpus))]));
+        }
         // After this scrape's failures are counted, so that it reports them.
         out.extend(self.errors.collect());
         out
@@ -252,12 +269,29 @@ pub fn families(
         .flat_map(|s| (s.export)(&scrape))
         .collect();
     out.extend(agent_families(snapshot));
+    out.push(collector_counting(collectors, &snapshot.probes));
     if let Some(up) = kubernetes_up {
         let value = if up { 1.0 } else { 0.0 };
         out.push(family(&KUBERNETES_UP, vec![gauge(&[], value)]));
     }
     out.retain(|f| !f.get_metric().is_empty());
     out
+}
+
+/// `slowpath_collector_counting`: one series per declared signal.
+fn collector_counting(collectors: &Collectors, probes: &[crate::bpf::ProbeStatus]) -> MetricFamily {
+    let series = signals::counting(collectors, probes)
+        .into_iter()
+        .map(|c| {
+            let labels = [
+                ("collector", c.collector.to_string()),
+                ("reason", c.not.map_or("", |n| n.label()).to_string()),
+                ("hook", c.hook.to_string()),
+            ];
+            gauge(&labels, if c.not.is_none() { 1.0 } else { 0.0 })
+        })
+        .collect();
+    family(&COLLECTOR_COUNTING, series)
 }
 
 fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
@@ -285,7 +319,7 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
         .collect();
     let expected = (snapshot.probes.iter())
         .map(|p| {
-            let value = if p.expected { 1.0 } else { 0.0 };
+            let value = if p.expected() { 1.0 } else { 0.0 };
             gauge(&[("probe", p.probe.to_string())], value)
         })
         .collect();

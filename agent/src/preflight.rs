@@ -61,9 +61,10 @@ pub fn warn_if_cannot_symbolize(what: &str) {
     }
 }
 
-/// Raise CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, and for symbolization
-/// CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_CHECKPOINT_RESTORE, into the
-/// effective set where
+/// Raise CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, for symbolization
+/// CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH and CAP_CHECKPOINT_RESTORE, and
+/// CAP_SYSLOG (the timer callbacks' addresses in /proc/kallsyms, which the
+/// timer hooks need on 5.10 to 5.12), into the effective set where
 /// they are permitted but not effective: the container image gives the
 /// binary these as permitted-only file capabilities (`setcap ...=p`), so
 /// that exec never fails where the runtime does not grant them, and the agent
@@ -77,6 +78,7 @@ pub fn raise_permitted_capabilities() {
         Capability::CAP_SYS_PTRACE,
         Capability::CAP_DAC_READ_SEARCH,
         Capability::CAP_CHECKPOINT_RESTORE,
+        Capability::CAP_SYSLOG,
     ] {
         if caps::has_cap(None, CapSet::Permitted, cap).unwrap_or(false) {
             let _ = caps::raise(None, CapSet::Effective, cap);

@@ -2,7 +2,7 @@
 //! built from and its build date (both set by `agent/build.rs`), for
 //! `slowpath --version` and `slowpath_build_info`.
 
-/// The package version, `0.1.0`.
+/// The package version, `0.2.0`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The commit, 7 hex digits; `unknown` for a build from a tree without
 /// `.git` (a source archive, an image's build context).
@@ -10,8 +10,8 @@ pub const REVISION: &str = env!("SLOWPATH_REVISION");
 /// `YYYY-MM-DD` (UTC): `SOURCE_DATE_EPOCH`'s when the build had it, else
 /// the commit's, else the day of the build.
 pub const BUILD_DATE: &str = env!("SLOWPATH_BUILD_DATE");
-/// What `--version` prints after the name: `0.1.0 (abc1234 2026-11-30)`,
-/// or `0.1.0 (built outside git, 2026-11-30)`.
+/// What `--version` prints after the name: `0.2.0 (abc1234 2026-11-30)`,
+/// or `0.2.0 (built outside git, 2026-11-30)`.
 pub const LONG: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (",

@@ -55,15 +55,15 @@ pub(super) fn attach<'obj>(
                 probe: table.name(idx),
                 attach_type: search.plan()[idx],
                 error: Some(reason.clone()),
-                expected: true,
+                left_out: None,
             });
         }
     }
     probes.sort_by_key(|p| table.index(p.probe));
     for p in &mut probes {
-        p.expected = table
+        p.left_out = table
             .index(p.probe)
-            .is_none_or(|idx| table.by_design(idx).is_none());
+            .and_then(|idx| table.left_out_cause(idx));
     }
     if links.is_empty() {
         bail!(nothing_attached(&probes));
@@ -171,7 +171,7 @@ fn attach_all(
                 probe,
                 attach_type,
                 error,
-                expected: true,
+                left_out: None,
             }),
         }
     }
@@ -207,7 +207,7 @@ mod tests {
             probe,
             attach_type: AttachType::RawTp,
             error: Some(error.to_string()),
-            expected: true,
+            left_out: None,
         }
     }
 

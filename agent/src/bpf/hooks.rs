@@ -60,7 +60,40 @@ pub struct KernelSetup {
     /// Hooks the kernel is expected to refuse on this node, by design, with
     /// why (a signal knows it from the kernel and the agent's privileges):
     /// `slowpath_probe_expected` 0, so that their refusal is no alert.
-    pub left_out: Vec<(&'static str, String)>,
+    pub left_out: Vec<LeftOutHook>,
+}
+
+/// Why a hook is left out by design on this node: the `reason` of
+/// `slowpath_collector_counting` for the signals that need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeftOutCause {
+    /// The agent lacks a privilege this kernel asks for the hook (the timer
+    /// hooks on 5.10 to 5.12 without CAP_SYSLOG): a capability would bring
+    /// it back.
+    MissingCapability,
+    /// The kernel was built without the hook's tracepoint
+    /// (`CONFIG_COMPACTION=n` and the compaction hooks).
+    NoKernelHook,
+}
+
+impl LeftOutCause {
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::MissingCapability => "missing_capability",
+            Self::NoKernelHook => "no_kernel_hook",
+        }
+    }
+}
+
+/// A hook left out by design, why in one line and of which kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeftOutHook {
+    /// The hook (`slowpath_probe_expected{probe}`).
+    pub hook: &'static str,
+    pub cause: LeftOutCause,
+    /// For the log: what the kernel lacks and what would bring it back.
+    pub why: String,
 }
 
 /// The core hook of the counted syscalls; the only one with fentry twins.
@@ -149,7 +182,7 @@ pub(super) struct HookTable {
     fentry_targets: Vec<String>,
     /// Why each hook is left out by design on this kernel (`None`: it is
     /// expected to attach), indexed like `hooks`.
-    by_design: Vec<Option<String>>,
+    by_design: Vec<Option<(LeftOutCause, String)>>,
 }
 
 impl HookTable {
@@ -168,28 +201,33 @@ impl HookTable {
             hooks,
             fentry_targets: fentry_targets.collect(),
         };
-        for (name, why) in &setup.left_out {
-            if let Some(idx) = table.index(name) {
-                table.leave_out_by_design(idx, why.clone());
+        for left_out in &setup.left_out {
+            if let Some(idx) = table.index(left_out.hook) {
+                table.leave_out_by_design(idx, left_out.cause, left_out.why.clone());
             }
         }
         table
     }
 
-    /// Hook `idx` is not expected to attach on this kernel, for `why`; nor
-    /// are the hooks that only serve it.
-    pub(super) fn leave_out_by_design(&mut self, idx: usize, why: String) {
+    /// Hook `idx` is not expected to attach on this kernel, for `why` of
+    /// kind `cause`; nor are the hooks that only serve it.
+    pub(super) fn leave_out_by_design(&mut self, idx: usize, cause: LeftOutCause, why: String) {
         let name = self.name(idx);
         for dependent in self.dependents(idx).collect::<Vec<_>>() {
             self.by_design[dependent]
-                .get_or_insert_with(|| format!("it only serves {name}: {why}"));
+                .get_or_insert_with(|| (cause, format!("it only serves {name}: {why}")));
         }
-        self.by_design[idx].get_or_insert(why);
+        self.by_design[idx].get_or_insert((cause, why));
     }
 
     /// Why hook `idx` is left out by design here, if it is.
     pub(super) fn by_design(&self, idx: usize) -> Option<&str> {
-        self.by_design[idx].as_deref()
+        self.by_design[idx].as_ref().map(|(_, why)| why.as_str())
+    }
+
+    /// Of which kind hook `idx`'s leaving out is, if it is left out.
+    pub(super) fn left_out_cause(&self, idx: usize) -> Option<LeftOutCause> {
+        self.by_design[idx].as_ref().map(|&(cause, _)| cause)
     }
 
     pub(super) fn len(&self) -> usize {
@@ -299,9 +337,17 @@ pub(super) mod tests {
     #[test]
     fn a_hook_left_out_by_design_takes_the_hooks_it_serves_with_it() {
         let mut setup = setup();
-        setup.left_out = vec![("mm_page_alloc", "no such tracepoint".into())];
+        setup.left_out = vec![LeftOutHook {
+            hook: "mm_page_alloc",
+            cause: LeftOutCause::MissingCapability,
+            why: "no such tracepoint".into(),
+        }];
         let table = HookTable::new(&setup);
         assert_eq!(table.by_design(3), Some("no such tracepoint"));
+        assert_eq!(
+            table.left_out_cause(4),
+            Some(LeftOutCause::MissingCapability)
+        );
         assert_eq!(
             table.by_design(4),
             Some("it only serves mm_page_alloc: no such tracepoint")

@@ -9,7 +9,7 @@ use std::mem::MaybeUninit;
 use libbpf_rs::{Link, OpenObject};
 
 use super::dispatch::UntracedTiming;
-use super::hooks::{AttachType, HookTable};
+use super::hooks::{AttachType, HookTable, LeftOutCause};
 use super::skel::SlowpathSkel;
 
 /// Settings that shape the BPF object before load.
@@ -73,13 +73,19 @@ pub struct ProbeStatus {
     pub attach_type: AttachType,
     /// `None` when attached; else the kernel's or libbpf's reason.
     pub error: Option<String>,
-    /// Whether the hook is expected to attach on this kernel with these
-    /// privileges; false when it is left out by design
-    /// (`slowpath_probe_expected` 0: its refusal is no alert).
-    pub expected: bool,
+    /// Why the hook is left out by design on this kernel with these
+    /// privileges; `None` when it is expected to attach
+    /// (`slowpath_probe_expected` 0 when left out: its refusal is no alert).
+    pub left_out: Option<LeftOutCause>,
 }
 
 impl ProbeStatus {
+    /// Whether the hook is expected to attach on this kernel with these
+    /// privileges (`slowpath_probe_expected`).
+    pub fn expected(&self) -> bool {
+        self.left_out.is_none()
+    }
+
     /// Whether every program of the hook attached.
     pub fn attached(&self) -> bool {
         self.error.is_none()

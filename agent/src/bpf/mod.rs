@@ -79,7 +79,7 @@ pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
 pub use cost::{Calibration, CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
-pub use hooks::{AttachType, Hook, KernelSetup, RodataPatch, SYS_ENTER};
+pub use hooks::{AttachType, Hook, KernelSetup, LeftOutCause, LeftOutHook, RodataPatch, SYS_ENTER};
 pub use load::load;
 #[cfg(test)]
 pub use load::switch_syscall_groups;

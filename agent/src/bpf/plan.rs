@@ -8,7 +8,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use tracing::{info, warn};
 
-use super::hooks::{AttachType, HookTable};
+use super::hooks::{AttachType, HookTable, LeftOutCause};
 use super::KERNEL_BTF;
 
 /// What the running kernel offers the attach plans.
@@ -124,7 +124,7 @@ pub(super) fn leave_out_missing_tracepoints(table: &mut HookTable, offer: &dyn K
         if !offer.has_type(&format!("btf_trace_{probe}")) {
             let why =
                 format!("the kernel has no {probe} tracepoint (no btf_trace_{probe} in its BTF)");
-            table.leave_out_by_design(idx, why);
+            table.leave_out_by_design(idx, LeftOutCause::NoKernelHook, why);
         }
     }
 }

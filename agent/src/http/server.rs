@@ -361,7 +361,7 @@ mod tests {
             probe: name,
             attach_type: AttachType::RawTp,
             error: (!attached).then(|| "refused".to_string()),
-            expected: true,
+            left_out: None,
         }
     }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use prometheus::proto::MetricFamily;
 
 use crate::bpf::types::{bss, sp_callsite_kind, sp_counters, sp_syscall_group};
-use crate::bpf::{syscalls_of, Hook, KernelBtf, KernelSetup, RodataPatch};
+use crate::bpf::{syscalls_of, Hook, KernelBtf, KernelSetup, LeftOutHook, RodataPatch};
 use crate::exposition::{Family, Labels};
 use crate::finding::{Delta, Finding, ProcessRate};
 use crate::node::{Fact, NodeFacts, SettingsReader};
@@ -30,6 +30,7 @@ use crate::snapshot::{Series, Snapshot};
 
 pub use alert::{ProcessAlert, Setting};
 pub use collectors::{log_left_out, Collectors};
+pub use counting::counting;
 pub use family_docs::FamilyDoc;
 pub use finding_rules::FindingRule;
 pub use recorded::{FleetRow, Recorded};
@@ -38,6 +39,7 @@ pub use top::{node_words, Cell, EventCost, NodeGauges, Top, TopColumn, TopNode};
 mod alert;
 pub mod clock;
 mod collectors;
+mod counting;
 pub mod declaration;
 mod family_docs;
 pub mod fdclose;
@@ -240,8 +242,8 @@ impl serde::Serialize for KernelNeeds {
     }
 }
 
-/// (hook, why) of each hook of a signal left out by design on this kernel.
-pub type LeftOut = fn(&KernelBtf) -> Vec<(&'static str, String)>;
+/// Each hook of a signal left out by design on this kernel, with why.
+pub type LeftOut = fn(&KernelBtf) -> Vec<LeftOutHook>;
 
 /// (map name in the object, max entries) of each map a signal sizes, from
 /// its flags.

@@ -7,7 +7,7 @@
 use tracing::{info, warn};
 
 use crate::bpf::types::sp_timer_fn;
-use crate::bpf::{Hook, KernelBtf, RodataPatch};
+use crate::bpf::{Hook, KernelBtf, LeftOutCause, LeftOutHook, RodataPatch};
 use crate::signals::SignalArgs;
 
 /// The hook that records which timer is expiring; the others need it.
@@ -68,9 +68,13 @@ const UNNAMED: &str = "kernel without bpf_snprintf() (before 5.13) and /proc/kal
 /// The timer hooks left out by design here: `hrtimer_expire_entry` (and
 /// the two hooks that only serve it) on a kernel without `bpf_snprintf()`
 /// whose kallsyms shows this agent no addresses; the kernel refuses it.
-pub fn left_out(btf: &KernelBtf) -> Vec<(&'static str, String)> {
+pub fn left_out(btf: &KernelBtf) -> Vec<LeftOutHook> {
     match timer_fn_addresses(btf) {
-        Naming::Unnamed => vec![(EXPIRE_ENTRY, UNNAMED.to_string())],
+        Naming::Unnamed => vec![LeftOutHook {
+            hook: EXPIRE_ENTRY,
+            cause: LeftOutCause::MissingCapability,
+            why: UNNAMED.to_string(),
+        }],
         Naming::Helper | Naming::Addresses(_) => Vec::new(),
     }
 }
