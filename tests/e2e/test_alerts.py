@@ -1,7 +1,10 @@
 """Alert rules (deploy/prometheus/slowpath-rules.yaml, rendered from the
-chart's PrometheusRule): promtool checks them, promtool's unit tests show each
-alert firing and a near miss staying quiet, the annotations name the process
-and the rate, every runbook link has its section, and end to end a real
+chart's PrometheusRule, and its host twin slowpath-rules-host.yaml, the same
+rules with prometheusRule.fixCommands=host: the commands in the annotations
+run on the node, not through kubectl): promtool checks both, promtool's unit
+tests show each alert firing and a near miss staying quiet in both, the
+annotations name the process and the rate, every runbook link has its
+section, and end to end a real
 Prometheus evaluating the rules against the real agent fires the fallback
 alert while a raw-syscall clock workload runs and stays quiet while only a
 vDSO workload runs. promtool and the server: Prometheus 3 and Debian's 2.42
@@ -28,6 +31,9 @@ from test_runbook_links import DEFAULT_BASE as RUNBOOK_BASE  # the chart's defau
 pytestmark = pytest.mark.tier("full")
 
 RULES = REPO / "deploy" / "prometheus" / "slowpath-rules.yaml"
+# The same rules for the systemd unit, the .deb and a bare binary: only the
+# commands in the annotations differ (host_text, below).
+HOST_RULES = REPO / "deploy" / "prometheus" / "slowpath-rules-host.yaml"
 UNIT_TESTS = REPO / "tests" / "prometheus" / "slowpath-rules.test.yaml"
 RUNBOOK = REPO / "docs" / "runbook.md"
 KNOWN_SOURCES = REPO / "deploy" / "helm" / "slowpath" / "files" / "known-sources.yaml"
@@ -65,17 +71,101 @@ def condition(expr):
     return m.group(1) if m else expr
 
 
-def test_rules_file_is_the_rendered_chart():
+# The commands the Kubernetes file's annotations give, and what the host
+# file (prometheusRule.fixCommands=host) gives instead: the doctor in the
+# node's agent pod or as root on the node, the findings through the API
+# server's pod proxy or from the agent's port on the node.
+AGENT_POD = (r"\$\(kubectl -n slowpath get pod -l app\.kubernetes\.io/instance=slowpath,app\.kubernetes\.io/name=slowpath "
+             r"--field-selector spec\.nodeName=.+? -o jsonpath='\{\.items\[0\]\.metadata\.name\}'\)")
+KUBECTL_DOCTOR = re.compile(rf"kubectl -n slowpath exec {AGENT_POD} -c slowpath -- slowpath doctor --comm ('[^']*')")
+KUBECTL_FINDINGS = re.compile(rf"kubectl get --raw /api/v1/namespaces/slowpath/pods/{AGENT_POD}:9891/proxy/debug/findings")
+HOST_FINDINGS = "curl -s http://localhost:9891/debug/findings"
+# After the findings, a per-process alert's description on a host names top
+# and the journal; the agent's alerts name the journal as its log.
+HOST_DESCRIPTION_END = (" The node's processes, costliest first, with their findings: slowpath top. The agent's log, "
+                        "which names what it could not read: journalctl -u slowpath.")
+HOST_LOG = {"The agent's log names": "The agent's log (journalctl -u slowpath) names",
+            "Its log names": "Its log (journalctl -u slowpath) names",
+            "that node's slow paths are not being reported.":
+                "that node's slow paths are not being reported. On the node: systemctl status slowpath; "
+                "journalctl -u slowpath"}
+
+
+def host_text(key, text):
+    """An annotation of the Kubernetes rules (`key`: its name) as the host
+    rules give it: each kubectl command replaced by the one a person on the
+    node runs, and the journal named. Exact: the unit tests compare it."""
+    text = KUBECTL_DOCTOR.sub(r"sudo slowpath doctor --comm \1", text)
+    text = KUBECTL_FINDINGS.sub(HOST_FINDINGS, text)
+    if key == "description" and text.endswith(HOST_FINDINGS):
+        text += HOST_DESCRIPTION_END
+    for kube, host in HOST_LOG.items():
+        text = text.replace(kube, host)
+    return text
+
+
+def same_text(key, text):
+    return text
+
+
+# Each rules file with what its annotations say where the Kubernetes file's
+# name kubectl.
+RULE_FILES = [pytest.param(RULES, same_text, id="kubernetes"), pytest.param(HOST_RULES, host_text, id="host")]
+
+
+@pytest.mark.parametrize("mode,path", [("rules", RULES), ("rules-host", HOST_RULES)], ids=["kubernetes", "host"])
+def test_rules_file_is_the_rendered_chart(mode, path):
     # the pinned helm, checked built (render.sh would build it)
-    out = subprocess.run([str(REPO / "deploy/render.sh"), "rules"], check=True, capture_output=True, text=True,
+    out = subprocess.run([str(REPO / "deploy/render.sh"), mode, "-"], check=True, capture_output=True, text=True,
                          timeout=1500, env={**os.environ, "HELM": str(tools_cache() / "bin/helm")})
-    assert out.stdout == RULES.read_text(), "run deploy/render.sh"
+    assert out.stdout == path.read_text(), "run deploy/render.sh"
 
 
-def test_promtool_checks_the_rules(release):
-    out = subprocess.run([release.promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
+@pytest.mark.parametrize("path", [RULES, HOST_RULES], ids=["kubernetes", "host"])
+def test_promtool_checks_the_rules(release, path):
+    out = subprocess.run([release.promtool, "check", "rules", str(path)], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(alerts()) + len(records())} rules found" in out.stdout
+
+
+def test_host_rules_are_the_kubernetes_rules_with_host_commands():
+    """The host file has the Kubernetes file's groups, rules, expressions,
+    labels and durations, and the same annotations but for the commands:
+    host_text of each, exactly. None names kubectl; the per-process alerts
+    give the doctor on the node and the journal."""
+    kube, host = rules(), yaml.safe_load(HOST_RULES.read_text())
+    assert [g["name"] for g in host["groups"]] == [g["name"] for g in kube["groups"]]
+    changed = 0
+    for kg, hg in zip(kube["groups"], host["groups"]):
+        assert len(hg["rules"]) == len(kg["rules"]), kg["name"]
+        for k, h in zip(kg["rules"], hg["rules"]):
+            assert {n: v for n, v in h.items() if n != "annotations"} == \
+                   {n: v for n, v in k.items() if n != "annotations"}, k.get("alert", k.get("record"))
+            notes = k.get("annotations", {})
+            assert h.get("annotations", {}) == {n: host_text(n, v) for n, v in notes.items()}, k.get("alert")
+            changed += h.get("annotations", {}) != notes
+    assert "kubectl" not in HOST_RULES.read_text()
+    text = " ".join(v for g in host["groups"] for r in g["rules"] for v in r.get("annotations", {}).values())
+    assert "sudo slowpath doctor --comm '{{ $labels.comm }}'" in text
+    assert "journalctl -u slowpath" in text and HOST_FINDINGS in text and "slowpath top" in text
+    per_process = [a for a in alerts() if "known_source" in a["expr"]]
+    assert per_process and "kubectl" in RULES.read_text()
+    # every per-process alert, and the agent's alerts that point at its log
+    assert changed >= len(per_process) + 4, changed
+
+
+@pytest.mark.parametrize("skip_schema", [False, True], ids=["schema", "template"])
+def test_unknown_fix_commands_fail_the_render(skip_schema):
+    """prometheusRule.fixCommands other than kubernetes or host fails the
+    render: the values schema says so when there is one, the template
+    (slowpath.fixCommands) when it is skipped."""
+    out = subprocess.run([str(tools_cache() / "bin/helm"), "template", "slowpath", str(REPO / "deploy/helm/slowpath"),
+                          "--set", "prometheusRule.enabled=true", "--set", "prometheusRule.fixCommands=vm",
+                          *(["--skip-schema-validation"] if skip_schema else [])],
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "fixCommands" in out.stderr, out.stderr
+    if skip_schema:
+        assert "prometheusRule.fixCommands must be kubernetes" in out.stderr and "not vm" in out.stderr, out.stderr
 
 
 def test_every_alert_has_summary_description_and_a_runbook_section():
@@ -90,10 +180,12 @@ def test_every_alert_has_summary_description_and_a_runbook_section():
         assert anchor in anchors, f"{alert['alert']}: no runbook section #{anchor}"
 
 
-def test_every_alert_fires_and_its_near_miss_does_not(release):
+@pytest.mark.parametrize("path,text", RULE_FILES)
+def test_every_alert_fires_and_its_near_miss_does_not(release, path, text, tmp_path):
     """promtool's unit tests (tests/prometheus/slowpath-rules.test.yaml), run
     as a user runs them: the file as written, annotations and all (promtool
-    compares them exactly)."""
+    compares them exactly). For the host rules, a copy that reads them and
+    expects each annotation as host_text gives it."""
     tests = yaml.safe_load(UNIT_TESTS.read_text())
     fired = [t for case in tests["tests"] for t in case.get("alert_rule_test", []) if t["exp_alerts"]]
     assert {t["alertname"] for t in fired} == {a["alert"] for a in alerts()}, "an alert without a firing case"
@@ -103,8 +195,23 @@ def test_every_alert_fires_and_its_near_miss_does_not(release):
             # alerts that carry a known_source also say its cause and fix
             assert notes in ({"summary", "description", "runbook_url", "dashboard_url"},
                              {"summary", "description", "runbook_url", "dashboard_url", "cause", "fix"}), t
-    out = subprocess.run([release.promtool, "test", "rules", UNIT_TESTS.name], cwd=UNIT_TESTS.parent,
-                         capture_output=True, text=True)
+    if path == RULES:
+        out = subprocess.run([release.promtool, "test", "rules", UNIT_TESTS.name], cwd=UNIT_TESTS.parent,
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return
+    assert tests["rule_files"] == ["../../deploy/prometheus/slowpath-rules.yaml"]
+    tests["rule_files"] = [str(path)]
+    changed = 0
+    for t in fired:
+        for alert in t["exp_alerts"]:
+            notes = alert.get("exp_annotations", {})
+            host = {key: text(key, value) for key, value in notes.items()}
+            changed += host != notes
+            alert["exp_annotations"] = host
+    assert changed >= 5 and "kubectl" not in yaml.safe_dump(tests), changed
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    out = subprocess.run([release.promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -114,11 +221,12 @@ AGENT_POD_OF_N1 = ("$(kubectl -n slowpath get pod -l app.kubernetes.io/instance=
                    "--field-selector spec.nodeName=n1 -o jsonpath='{.items[0].metadata.name}')")
 
 
-def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path, release):
+@pytest.mark.parametrize("path,text", RULE_FILES)
+def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path, release, path, text):
     """The per-process alert joins the agent's finding on the process's labels
     (pod labels included): it gains known_source, and the cause and fix of
     that row of the known-source table (generated from the agent's)."""
-    (tmp_path / "rules.yaml").write_text(RULES.read_text())
+    (tmp_path / "rules.yaml").write_text(path.read_text())
     jvm_clock = next(r for r in yaml.safe_load(KNOWN_SOURCES.read_text())["clock"] if r["id"] == "jvm_clock")
     labels = 'instance="n1",comm="java",cgroup="/app",unit="app.service",namespace="shop",pod="cart-0",container="cart"'
     case = {
@@ -160,6 +268,9 @@ def test_fallback_alert_names_the_process_the_rate_and_the_known_source(tmp_path
             }],
         }],
     }
+    # the host file's commands in place of kubectl's
+    (expected,) = case["tests"][0]["alert_rule_test"][0]["exp_alerts"]
+    expected["exp_annotations"] = {key: text(key, value) for key, value in expected["exp_annotations"].items()}
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(case))
     out = subprocess.run([release.promtool, "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr

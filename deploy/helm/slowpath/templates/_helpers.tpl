@@ -213,6 +213,62 @@ kubectl get --raw /api/v1/namespaces/{{ .root.Release.Namespace }}/pods/{{ if .r
 {{- end }}
 
 {{/*
+Which commands the alerts give (prometheusRule.fixCommands): "kubernetes",
+the kubectl commands above (the agent's pod on the alert's node), or
+"host", the commands a person logged in on the node runs (the systemd unit,
+the .deb, a bare binary: deploy/prometheus/slowpath-rules-host.yaml).
+Anything else fails the render; no such key at all (values an upgrade with
+--reuse-values kept from a chart before it) is kubernetes, what the alerts
+said then. Argument: the chart's top context.
+*/}}
+{{- define "slowpath.fixCommands" -}}
+{{- $c := "kubernetes" }}
+{{- if hasKey .Values.prometheusRule "fixCommands" }}{{ $c = .Values.prometheusRule.fixCommands }}{{ end }}
+{{- if not (has $c (list "kubernetes" "host")) }}
+{{- fail (printf "prometheusRule.fixCommands must be kubernetes (the alerts give kubectl commands: the doctor in the agent's pod on the alert's node) or host (the commands on the node itself: the systemd unit, the .deb, a bare binary), not %v" $c) }}
+{{- end }}
+{{- $c }}
+{{- end }}
+
+{{/*
+The doctor for the alert's process (its comm label), as the alerts give
+it: in the node's agent pod (slowpath.doctorCommand), or with fixCommands
+host on the node itself, as root, whose privileges load the doctor's own
+programs and read every process's call sites (docs/doctor.md). Argument:
+root.
+*/}}
+{{- define "slowpath.alertDoctorCommand" -}}
+{{- if eq (include "slowpath.fixCommands" .root) "host" -}}
+sudo slowpath doctor --comm {{ `'{{ $labels.comm }}'` }}
+{{- else -}}
+{{ include "slowpath.doctorCommand" (dict "root" .root) }}
+{{- end -}}
+{{- end }}
+
+{{/*
+The agent's findings on the alert's node, as the alerts give them: through
+the API server's pod proxy (slowpath.findingsCommand), or with fixCommands
+host from the agent's port on the node itself (service.port, the systemd
+unit's default too; https when the agent serves TLS). Argument: root.
+*/}}
+{{- define "slowpath.alertFindingsCommand" -}}
+{{- if eq (include "slowpath.fixCommands" .root) "host" -}}
+curl -s {{ ternary "https" "http" (eq .root.Values.webConfig.tls true) }}://localhost:{{ .root.Values.service.port }}/debug/findings
+{{- else -}}
+{{ include "slowpath.findingsCommand" (dict "root" .root) }}
+{{- end -}}
+{{- end }}
+
+{{/*
+Where the agent's log is, after "the agent's log" in an alert's text:
+nothing with fixCommands kubernetes (the pod's log), " (journalctl -u
+slowpath)" with host. Argument: the chart's top context.
+*/}}
+{{- define "slowpath.agentLogCommand" -}}
+{{- if eq (include "slowpath.fixCommands" .) "host" }} (journalctl -u slowpath){{ end -}}
+{{- end }}
+
+{{/*
 The rows of files/known-sources.yaml of the signals named in `signals`, as
 YAML {rows: [...]}. Arguments: signals, root.
 */}}
@@ -231,7 +287,7 @@ Arguments: signals (a list of signal names), root (the chart's top context).
 */}}
 {{- define "slowpath.fixText" -}}
 {{- $rows := (include "slowpath.knownSourceRows" . | fromYaml).rows -}}
-{{`{{ if not $labels.known_source }}`}}Run the doctor for the process on its node, which names its call sites and the fix: {{ include "slowpath.doctorCommand" (dict "root" .root) }}
+{{`{{ if not $labels.known_source }}`}}Run the doctor for the process on its node, which names its call sites and the fix: {{ include "slowpath.alertDoctorCommand" (dict "root" .root) }}
 {{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .fix }}{{ end }}{{`{{ else }}`}}See the runbook's known sources.{{`{{ end }}`}}
 {{- end }}
 
@@ -239,12 +295,17 @@ Arguments: signals (a list of signal names), root (the chart's top context).
 The end of a per-process alert's description, for the receivers that show
 only summary and description: the fix (the doctor's command when no known
 source matched, else the fix and the doctor's command) and the command that
-prints the agent's findings on the node. Arguments: as slowpath.fixText.
+prints the agent's findings on the node; with fixCommands host also slowpath
+top and the agent's journal, which a person on the node reads next.
+Arguments: as slowpath.fixText.
 */}}
 {{- define "slowpath.descriptionFix" -}}
 Fix: {{ include "slowpath.fixText" . }}
-{{- `{{ if $labels.known_source }}` }} The doctor for the process on its node: {{ include "slowpath.doctorCommand" (dict "root" .root) }}{{ `{{ end }}` }}
-The agent's findings on the node, with their call sites: {{ include "slowpath.findingsCommand" (dict "root" .root) }}
+{{- `{{ if $labels.known_source }}` }} The doctor for the process on its node: {{ include "slowpath.alertDoctorCommand" (dict "root" .root) }}{{ `{{ end }}` }}
+The agent's findings on the node, with their call sites: {{ include "slowpath.alertFindingsCommand" (dict "root" .root) }}
+{{- if eq (include "slowpath.fixCommands" .root) "host" }}
+The node's processes, costliest first, with their findings: slowpath top. The agent's log, which names what it could not read: journalctl -u slowpath.
+{{- end }}
 {{- end }}
 
 {{/*
@@ -256,7 +317,7 @@ signals (a list of signal names), root (the chart's top context).
 {{- define "slowpath.causeAnnotations" -}}
 {{- $rows := (include "slowpath.knownSourceRows" . | fromYaml).rows -}}
 cause: >-
-  {{`{{ if not $labels.known_source }}`}}No known source matched the process's sampled call sites (or they could not be sampled): the agent's findings on the node, with their call sites: {{ include "slowpath.findingsCommand" (dict "root" .root) }}
+  {{`{{ if not $labels.known_source }}`}}No known source matched the process's sampled call sites (or they could not be sampled): the agent's findings on the node, with their call sites: {{ include "slowpath.alertFindingsCommand" (dict "root" .root) }}
   {{- range $rows }}{{`{{ else if eq $labels.known_source "`}}{{ .id }}{{`" }}`}}{{ .cause }}{{ end }}{{`{{ else }}`}}Known source {{`{{ $labels.known_source }}`}}: see the runbook's known sources.{{`{{ end }}`}}
 fix: >-
   {{ include "slowpath.fixText" . }}
