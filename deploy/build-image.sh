@@ -9,7 +9,7 @@
 # NAME defaults to localhost/slowpath:VERSION (agent/Cargo.toml's). Without --no-build it runs
 # cargo build --release (and with --target aarch64-unknown-linux-gnu for
 # arm64: scripts/setup.sh --arm64 first). Push with
-#   podman manifest push --all NAME docker://registry.example.com/slowpath:0.1.0
+#   podman manifest push --all NAME docker://registry.example.com/slowpath:0.2.0
 # Environment: BASE_amd64, BASE_arm64 (the base image per architecture),
 # passed as the BASE build arg when set (default debian:bookworm-slim).
 # SOURCE_DATE_EPOCH, when set, is every file's and the image's creation time
@@ -66,8 +66,9 @@ for arch in "${arches[@]}"; do
   # Permitted-only file capabilities: a non-root exec (the chart's uid 65534)
   # keeps, of what the runtime permits, only what the file grants; the agent
   # raises what it uses into its effective set. CAP_SYS_RESOURCE lifts
-  # RLIMIT_MEMLOCK on kernels before 5.11 and is dropped at start.
-  setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search,cap_checkpoint_restore=p "$root/usr/bin/slowpath"
+  # RLIMIT_MEMLOCK on kernels before 5.11 and is dropped at start;
+  # CAP_SYSLOG only counts where the chart adds it (agent.readKernelAddresses).
+  setcap cap_bpf,cap_perfmon,cap_sys_resource,cap_sys_ptrace,cap_dac_read_search,cap_checkpoint_restore,cap_syslog=p "$root/usr/bin/slowpath"
   args=(--platform "linux/$arch" -f deploy/Containerfile -t "$name-$arch")
   base_var=BASE_$arch
   [[ -n ${!base_var:-} ]] && args+=(--build-arg "BASE=${!base_var}")

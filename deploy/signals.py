@@ -98,6 +98,7 @@ def signals_json(decls):
         "signals": [{
             "name": d["name"],
             "summary": d["summary"],
+            "case": d["case"],
             "recorded": [{"name": r["name"], "family": r["family"], "selector": selector(r["only"]),
                           "fleet": r["fleet"]}
                          for r in d["recorded"]],

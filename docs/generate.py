@@ -401,6 +401,7 @@ VALUE_SETS = [
     ("both false", ["agent.liftMemlockLimit=false", "agent.findings.callSites=false"]),
     ("`agent.debugCallsites=true`, `callSites=false`",
      ["agent.debugCallsites=true", "agent.findings.callSites=false"]),
+    ("`agent.readKernelAddresses=true`", ["agent.readKernelAddresses=true"]),
     ("`privileged=true`", ["privileged=true"]),
 ]
 # Why the agent is given each capability the chart adds (from the comments of
@@ -417,6 +418,8 @@ WHY = {
                       "sites, `/debug/callsites`)",
     "CAP_DAC_READ_SEARCH": "open other processes' binaries through `/proc/PID/map_files`, a directory of mode 0500",
     "CAP_CHECKPOINT_RESTORE": "follow the links of `/proc/PID/map_files` (kernel 5.9+)",
+    "CAP_SYSLOG": "read the timer callbacks' addresses in `/proc/kallsyms`, which the timer signal's hooks need on "
+                  "5.10 to 5.12 (no `bpf_snprintf()`); it also shows the agent every kernel address",
 }
 
 
@@ -475,8 +478,9 @@ def privileges_table(helm):
         ("runs as uid", lambda s, c, a, d: flag(c.get("runAsUser")),
          "65534 (nobody): the agent needs no file access beyond world-readable `/proc`, sysfs and cgroupfs entries"),
         ("`privileged`", lambda s, c, a, d: flag(c.get("privileged", False)),
-         "`privileged: true` is for kernels before 5.8, which load tracing programs only with `CAP_SYS_ADMIN`; "
-         "root also lets the agent measure its programs' in-kernel time"),
+         "the agent needs 5.8+ (its ring buffer), where the capabilities below suffice; root lets it measure "
+         "its programs' in-kernel time, and loads on a distribution kernel older than 5.8 with the ring buffer "
+         "backported (no `CAP_BPF` there)"),
         ("`allowPrivilegeEscalation`", lambda s, c, a, d: flag(c.get("allowPrivilegeEscalation")),
          "false sets `no_new_privs`: the runtime starts the agent with the added capabilities "
          "already permitted, so it gains nothing at exec"),

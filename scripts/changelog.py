@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Reads CHANGELOG.md (Keep a Changelog format) for releases.
 
-    scripts/changelog.py newest            the newest released version (0.1.0)
+    scripts/changelog.py newest            the newest released version (0.2.0)
     scripts/changelog.py notes [VERSION]   that release's notes, Markdown (the
                                            GitHub release's body)
     scripts/changelog.py debian MAINTAINER [REVISION]

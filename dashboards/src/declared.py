@@ -58,6 +58,13 @@ def generated_signals():
     return [s for s in SIGNALS if s["name"] not in HAND_WRITTEN]
 
 
+def cases():
+    """Every declared signal's case (the README's name of its slow path), in
+    declaration order, as one phrase: "vDSO fallback, ..., and yield spins"."""
+    names = [s["case"] for s in SIGNALS]
+    return ", ".join(names[:-1]) + ", and " + names[-1]
+
+
 def row_title(signal):
     first = rates(signal)[0]
     return f"{first.title}: {signal['summary']}"

@@ -64,8 +64,8 @@ def build():
     ids = Ids()
     d = dashboard(
         "slowpath / Drill-down", UID,
-        "One node, namespace, pod and process (comm): vDSO fallback, rt_sigprocmask, time-zone file checks, "
-        "sleeps, THP faults and compaction over time, with the node's clocksource, canary and THP settings.",
+        f"One node, namespace, pod and process (comm): {declared.cases()} over time, with the node's "
+        "clocksource, canary and THP settings.",
         variables(),
         link("Overview", "/d/slowpath-overview/slowpath-overview", "Every node and the top processes"),
     )

@@ -70,8 +70,7 @@ def build():
     ids = Ids()
     d = dashboard(
         "slowpath / Overview", UID,
-        "Processes that fall off the Linux kernel's fast paths (vDSO clock fallback, "
-        "rt_sigprocmask storms, time-zone file checks, sleep loops, THP faults and compaction), per node, per "
+        f"Processes that fall off the Linux kernel's fast paths ({declared.cases()}), per node, per "
         "process and per pod, from the slowpath eBPF agent.",
         variables(),
         link("Drill-down", "/d/slowpath-drilldown/slowpath-drilldown",
@@ -445,13 +444,26 @@ from that node: check the DaemonSet/unit (`systemctl status slowpath`, `kubectl 
     d = d.with_panel(state_timeline_panel(
         ids(), "Probes attached", """
 Each kernel hook of each agent (`slowpath_probe_attached`): attached (with its attach type in the name) or refused
-by the kernel. Normal: all six attached (sys_enter, sched_process_exit, sched_process_exec, mm_page_alloc,
-mm_compaction_begin, mm_compaction_end). A refused probe's signals are missing on that node: the agent log names
-the reason (kernel version, BTF, lockdown, seccomp); try `--bpf.attach-type=raw-tp`.""",
+by the kernel. Normal: every hook attached (the syscall hook, process exit and exec, cgroup creation, and the
+hooks of each signal switched on). A refused probe's signals are missing on that node: the agent log names the
+reason (kernel version, BTF, lockdown, seccomp); try `--bpf.attach-type=raw-tp`. Hooks left out by design
+(`slowpath_probe_expected` 0) show as refused: "Signals counting" says which signal they stop, and why.""",
         [target(f"min by (instance, probe, attach_type) (slowpath_probe_attached{{{NODE}}})",
                 "{{instance}} {{probe}} ({{attach_type}})")],
         value_mappings({"1": ("attached", "green"), "0": ("refused", "red")}),
         w=18, h=6,
+    ))
+    d = d.with_panel(state_timeline_panel(
+        ids(), "Signals counting", """
+Whether each signal counts on each node (`slowpath_collector_counting`): counts, or cannot, with why and the first
+hook it lacks. Normal: every signal switched on counts. missing_capability: a privilege the kernel asks for the hook (the timer signal on 5.10 to
+5.12 without CAP_SYSLOG: Helm agent.readKernelAddresses=true); no_kernel_hook: a tracepoint the kernel was built
+without; kernel_refused: see "Probes attached" and the agent log. Alert SlowpathCollectorCannotCount (info; runbook:
+collector-cannot-count); switched_off: --no-collector.<name>, no alert.""",
+        [target(f'min by (instance, collector, reason, hook) (slowpath_collector_counting{{{NODE}}})',
+                "{{instance}} {{collector}} {{reason}} {{hook}}")],
+        value_mappings({"1": ("counts", "green"), "0": ("cannot count", "orange")}),
+        w=24, h=5,
     ))
     d = d.with_panel(timeseries_panel(
         ids(), "Lost events and scrape errors", """
@@ -502,14 +514,19 @@ measured in the agent's statistics windows, less an empty program's, which is th
 without CAP_SYS_ADMIN) and the agent process (`process_cpu_seconds_total`: user time and its own syscalls). The floor
 its attach type forces, "dispatch" (`slowpath_probe_dispatch_seconds_total`: with sys_enter as a tracepoint every
 syscall of the node takes the traced path, whatever program is on it; none with fentry). Normal: own part well under
-1 %; it grows with what the node does (syscalls, wakeups, timers, page allocations), not with what slowpath finds.
-Own part above 1 % for 15 min: alert SlowpathOverheadHigh (runbook: overhead-high); floor above 5 %:
-SlowpathDispatchFloorHigh, whose fix is fentry (runbook: dispatch-floor-high).""",
+1 % of a core; it grows with what the node does (syscalls, wakeups, timers, page allocations), not with what
+slowpath finds. "own part, share of the node" divides it by the node's CPUs (`slowpath_node_cpus`): above 2 % for
+30 min, alert SlowpathOverheadHigh (runbook: overhead-high); floor above 5 % of a core: SlowpathDispatchFloorHigh,
+whose fix is fentry (runbook: dispatch-floor-high).""",
         RATIO,
         [target(rate("slowpath_probe_run_seconds_total", by="instance, probe", sel=NODE), "{{instance}} {{probe}}", "A"),
          target(rate("slowpath_probe_dispatch_seconds_total", by="instance, probe", sel=NODE),
                 "{{instance}} {{probe}} dispatch", "C"),
-         target(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}} agent process", "B")],
+         target(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}} agent process", "B"),
+         target(f"({rate('slowpath_probe_run_seconds_total', by='instance', sel=NODE)} "
+                f"or {rate('process_cpu_seconds_total', by='instance', sel=NODE)}) "
+                f"/ on (instance) max by (instance) (slowpath_node_cpus{{{NODE}}})",
+                "{{instance}} own part, share of the node", "D")],
         w=8, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
     ))
     d = d.with_panel(timeseries_panel(

@@ -2,7 +2,8 @@
 chart's pod, read from what ships (the rendered manifest, the image build),
 for the tests that must start it that way and never with friendlier ones.
 
-- chart_capabilities(): the DaemonSet's capabilities.add, after drop ALL.
+- chart_capabilities(*sets): the DaemonSet's capabilities.add, after drop ALL
+  (with chart values set, rendered by the pinned helm).
 - image_file_capabilities(): the setcap argument of deploy/build-image.sh.
 - container_exec(): tests/workloads/sp-container-exec.c built statically
   (it repeats runc's steps: rlimits, bounding set, uid, capset, no_new_privs,
@@ -24,16 +25,27 @@ from pathlib import Path
 import yaml
 
 from helpers.paths import REPO
-from helpers.tools import built
+from helpers.tools import built, tools_cache
 
 RUNTIME_MEMLOCK_KIB = 8 * 1024
 
 
-def chart_capabilities():
+def chart_capabilities(*sets):
     """The capabilities the rendered DaemonSet adds, lower-case without CAP_
     (as sp-container-exec takes them); checks the rest of what the pod is
-    started with: uid 65534, no privilege escalation, drop ALL."""
-    docs = yaml.safe_load_all((REPO / "deploy/kubernetes/slowpath.yaml").read_text())
+    started with: uid 65534, no privilege escalation, drop ALL. With `sets`
+    (helm --set values, e.g. "agent.readKernelAddresses=true") the chart is
+    rendered with them by the pinned helm; without, the committed default
+    render deploy/kubernetes/slowpath.yaml is read."""
+    if sets:
+        cmd = [str(tools_cache() / "bin" / "helm"), "template", "slowpath", str(REPO / "deploy/helm/slowpath"),
+               "--namespace", "slowpath", "--show-only", "templates/daemonset.yaml"]
+        for value in sets:
+            cmd += ["--set", value]
+        text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    else:
+        text = (REPO / "deploy/kubernetes/slowpath.yaml").read_text()
+    docs = yaml.safe_load_all(text)
     daemonset = next(d for d in docs if d and d.get("kind") == "DaemonSet")
     container = daemonset["spec"]["template"]["spec"]["containers"][0]
     security = container["securityContext"]

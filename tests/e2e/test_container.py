@@ -1,14 +1,17 @@
 """The container image, built with podman from a local base image and run
-as the DaemonSet runs it: host PID namespace, only CAP_BPF and CAP_PERFMON,
-non-root (uid 65534, file capabilities), read-only root filesystem, seccomp
-unconfined, host /sys read-only. A workload on the host must show up in the
-container's /metrics. deploy/build-image.sh builds it for amd64 and arm64
+by docs/install.md's podman command as written, which runs it as the
+DaemonSet does: host PID namespace, non-root (uid 65534, file capabilities)
+under no_new_privs with the chart's capabilities, read-only root
+filesystem, seccomp unconfined, host /sys and cgroup tree read-only. A
+workload on the host must show up in the container's /metrics. deploy/build-image.sh builds it for amd64 and arm64
 in one manifest list; the arm64 image (no emulation here to run it) is
 checked for its binary, capabilities and libraries, and its binary is the
 one test_guest.py runs in the arm64 guest."""
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import time
@@ -17,9 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from as_shipped import CAPABILITY_BITS, chart_capabilities
 from helpers.agent import Agent, Scrape
 from helpers.host import free_port
 from helpers.paths import REPO
+
 from helpers.tools import base_image
 from helpers.workload import run_workload
 
@@ -28,6 +33,7 @@ pytestmark = [pytest.mark.tier("full"), pytest.mark.skipif(shutil.which("podman"
 CONF = REPO / "tests" / "deploy" / "containers.conf"
 BASE = "localhost/slowpath-base:bookworm"
 BASE_ARM64 = "localhost/slowpath-base:bookworm-arm64"
+CARGO_VERSION = re.search(r'^version = "(.+)"$', (REPO / "agent/Cargo.toml").read_text(), re.M)[1]
 
 
 def podman(*args, check=True, **kwargs):
@@ -82,12 +88,24 @@ def test_arm64_image_holds_the_arm64_agent_with_its_capabilities_and_libelf(imag
         podman("image", "unmount", images["arm64"], check=False)
 
 
-DAEMONSET_LIKE = [
+# The image's least: only CAP_BPF and CAP_PERFMON (no call sites, no
+# memlock lift), for the release archive's image (test_release.py); the
+# DaemonSet's whole set is the documented command's (below).
+TWO_CAPABILITIES = [
     "--pid=host", "--network=host", "--read-only",
     "--cap-drop=all", "--cap-add=bpf,perfmon",
     "--security-opt", "seccomp=unconfined",
     "-v", "/sys:/host/sys:ro", "-e", "SLOWPATH_PATH_SYSFS=/host/sys",
 ]
+
+
+def documented_podman_run():
+    """The `podman run` of docs/install.md ("A container without
+    Kubernetes"), as arguments after `podman`."""
+    text = (REPO / "docs/install.md").read_text()
+    section = text.split("## A container without Kubernetes", 1)[1].split("\n## ", 1)[0]
+    command = re.search(r"```sh\n(podman run .*?)\n```", section, re.S)[1]
+    return shlex.split(command.replace("\\\n", " "))[1:]
 
 
 def container_agent(name, port, timeout=30):
@@ -111,23 +129,39 @@ def test_image_runs_non_root_with_two_capabilities(image):
     out = podman("run", "--rm", "--entrypoint", "sh", image, "-c",
                  "id -u; getcap /usr/bin/slowpath 2>/dev/null || true; /usr/bin/slowpath --version").stdout
     assert out.splitlines()[0] == "65534"
-    assert "slowpath 0.1.0" in out
+    assert f"slowpath {CARGO_VERSION} (" in out
 
 
-def test_container_counts_a_host_workload(image, workload_bin):
+def test_the_documented_podman_command_runs_as_the_daemonset_does(image, workload_bin):
+    """docs/install.md's podman command as written, but for the image (the
+    test's build), the container's name and a loopback port: the agent runs
+    as uid 65534 under no_new_privs with the chart's default capabilities
+    (CAP_SYS_RESOURCE given up at start), reads the host's cgroup tree (a
+    host process's series names its cgroup, as the DaemonSet's mount of
+    /sys/fs/cgroup makes it) and counts a host workload."""
+    args = documented_podman_run()
+    assert args[:2] == ["run", "-d"] and args[-1].startswith("ghcr.io/slowpath/slowpath:")
+    chart = {c.replace("_", "") for c in chart_capabilities()}
+    added = {c.replace("_", "") for c in args[args.index("--cap-drop=all") + 1].removeprefix("--cap-add=").split(",")}
+    assert added == chart, (added, chart)
     name = f"slowpath-test-{uuid.uuid4().hex[:8]}"
     port = free_port()
-    podman("run", "-d", "--name", name, *DAEMONSET_LIKE,
-           "-e", f"SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:{port}", "-e", "SLOWPATH_METRICS_PID_LABEL=true",
+    args[args.index("--name") + 1] = name
+    podman(*args[:-1], "-e", f"SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:{port}", "-e", "SLOWPATH_METRICS_PID_LABEL=true",
            image)
     try:
         agent = container_agent(name, port)
         status = Path(f"/proc/{podman('inspect', '-f', '{{.State.Pid}}', name).stdout.strip()}/status").read_text()
-        assert "CapEff:\t000000c000000000" in status  # CAP_BPF and CAP_PERFMON, nothing else
-        assert "Uid:\t65534" in status
+        assert re.search(r"^Uid:\t65534\b", status, re.M) and re.search(r"^NoNewPrivs:\t1$", status, re.M), status
+        eff = int(re.search(r"^CapEff:\t(\w+)$", status, re.M)[1], 16)
+        assert {bit for bit in range(64) if eff >> bit & 1} == {CAPABILITY_BITS[c] for c in chart_capabilities()
+                                                                if c != "sys_resource"}, status
         pid = run_workload(workload_bin, "clock-raw", 4321)
         scrape = Scrape(agent.get("/metrics")[1])
-        assert scrape.value("slowpath_clock_syscalls_total", pid=pid, comm="sp-workload") == 4321
+        series = scrape.select("slowpath_clock_syscalls_total", pid=pid)
+        assert sum(s.value for s in series) == 4321
+        own = Path("/proc/self/cgroup").read_text().strip().split("::", 1)[1]
+        assert {s.labels["cgroup"] for s in series} == {own}, ([s.labels for s in series], own)
         assert {s.value for s in scrape.select("slowpath_probe_attached")} == {1}
     finally:
         podman("stop", "-t", "5", name, check=False)

@@ -188,7 +188,7 @@ def test_a_new_signal_gets_its_panels_with_no_edit_under_dashboards(tmp_path):
     Overview and in Drill-down, with its top processes, its alert's threshold
     and its estimated CPU."""
     signals = json.loads((REPO / "deploy/helm/slowpath/files/signals.json").read_text())
-    scratch = {"name": "scratch", "summary": "scratch calls, a signal made up by the test",
+    scratch = {"name": "scratch", "summary": "scratch calls, a signal made up by the test", "case": "scratch storms",
                "recorded": [{"name": "slowpath_scratch_calls", "family": "slowpath_scratch_calls_total",
                              "selector": 'kind="slow"', "fleet": {"title": "Scratch calls",
                                                                   "meaning": "scratch calls per second"}}],
@@ -209,6 +209,7 @@ def test_a_new_signal_gets_its_panels_with_no_edit_under_dashboards(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     for name in ("slowpath-overview.json", "slowpath-drilldown.json"):
         dash = json.loads((out / name).read_text())
+        assert "scratch storms" in dash["description"], dash["description"]  # the cases it covers, named
         rows = [p["title"] for p in all_panels(dash) if p["type"] == "row"]
         assert "Scratch calls: scratch calls, a signal made up by the test" in rows, (name, rows)
         panels = [p for p in data_panels(dash) if "slowpath_scratch_calls_total" in json.dumps(p.get("targets"))]

@@ -423,3 +423,16 @@ def test_project_terms_are_defined_at_first_use(page):
             line = text[:m.start()].count("\n") + 1
             undefined.append(f"{name!r} near prose line {line}: {around!r}")
     assert not undefined, "\n".join(undefined)
+
+
+def test_the_agents_cpu_figure_is_the_one_cost_md_measured():
+    """The agent process's CPU under 1M traced syscalls/s is measured once,
+    in docs/cost.md; the README, the chart's resources comment and the
+    systemd unit's CPUQuota comment quote that figure, not an older one."""
+    cost = (REPO / "docs/cost.md").read_text()
+    figure = re.search(r"Under 1M traced syscalls/s the agent process used (\d+(?:\.\d+)?) % of one core", cost)[1]
+    for path in ["README.md", "deploy/helm/slowpath/values.yaml", "deploy/systemd/slowpath.service"]:
+        text = " ".join((REPO / path).read_text().replace("#", " ").split())
+        quoted = [m[1] for m in re.finditer(r"(\d+(?:\.\d+)?) % of one core", text)
+                  if re.search(r"(1M|1,000,000) traced (syscalls|events)/s", text[m.start() - 120:m.end() + 60])]
+        assert quoted and set(quoted) == {figure}, (path, quoted, figure)

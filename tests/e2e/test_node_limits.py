@@ -18,7 +18,7 @@ How the pod is started (tests/workloads/sp-container-exec.c, as runc does):
   image's file capabilities on the binary.
 The read-only root filesystem and the runtime's default seccomp profile
 (podman's, from containers-common) are the container tests'
-(test_container.py: DAEMONSET_LIKE, test_default_seccomp_profile_...).
+(test_container.py: the documented podman command, test_default_seccomp_profile_...).
 
 Checked: the agent serves throughout and counts every pod's processes;
 never reaches its memory limit (no failed charge, no OOM kill), with its

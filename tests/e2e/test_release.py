@@ -144,7 +144,7 @@ def test_amd64_image_from_its_archive_serves_metrics_with_two_capabilities(relea
     archive = release["dir"] / f"slowpath_{VERSION}_linux_amd64.oci.tar"
     image_id = container.podman("pull", "-q", f"oci-archive:{archive}").stdout.strip().splitlines()[-1]
     name, port = f"slowpath-release-{uuid.uuid4().hex[:8]}", free_port()
-    container.podman("run", "-d", "--name", name, *container.DAEMONSET_LIKE,
+    container.podman("run", "-d", "--name", name, *container.TWO_CAPABILITIES,
                      "-e", f"SLOWPATH_WEB_LISTEN_ADDRESS=127.0.0.1:{port}", "-e", "SLOWPATH_METRICS_PID_LABEL=true",
                      image_id)
     try:
@@ -321,11 +321,13 @@ def test_one_version_everywhere(agent_bin):
     # Versions written in the docs, the chart's comments and the manifests.
     patterns = [r"slowpath:(\d+\.\d+\.\d+)", r"slowpath_(\d+\.\d+\.\d+)", r"slowpath-(\d+\.\d+\.\d+)\.tgz",
                 r"--version (\d+\.\d+\.\d+)", r"releases/download/v(\d+\.\d+\.\d+)", r"helm\.sh/chart: slowpath-(\S+)",
-                r"app\.kubernetes\.io/version: \"?(\d+\.\d+\.\d+)", r"/blob/v(\d+\.\d+\.\d+)/docs/runbook\.md"]
+                r"app\.kubernetes\.io/version: \"?(\d+\.\d+\.\d+)", r"/blob/v(\d+\.\d+\.\d+)/docs/",
+                r"slowpath/slowpath/v(\d+\.\d+\.\d+)/deploy/"]
     # ... and the alerts' runbook links (the running version's runbook), in
     # the rendered rules and the promtool cases that expect them.
     files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "deploy/helm/slowpath/values.yaml",
-             *sorted((REPO / "deploy/kubernetes").glob("*.yaml")), REPO / "deploy/prometheus/slowpath-rules.yaml",
+             *sorted((REPO / "deploy/kubernetes").glob("*.yaml")), *sorted((REPO / "deploy/prometheus").glob("*.yaml")),
+             REPO / "deploy/helm/slowpath/templates/NOTES.txt", REPO / "deploy/build-image.sh",
              REPO / "deploy/mixin/rules.template.json", REPO / "tests/prometheus/slowpath-rules.test.yaml",
              REPO / "dashboards/provisioning/alerting/slowpath-alerts.yaml"]
     seen = {}
@@ -335,3 +337,7 @@ def test_one_version_everywhere(agent_bin):
                 seen.setdefault(found, set()).add(path.relative_to(REPO).as_posix())
     assert VERSION in seen, "no document names the version"
     assert set(seen) == {VERSION}, {v: sorted(p) for v, p in seen.items() if v != VERSION}
+    # Upgrades keep the user's values and take the new chart's defaults:
+    # --reuse-values alone renders a key the new chart added as nil.
+    bare = [path.relative_to(REPO).as_posix() for path in files if re.search(r"--reuse-values\b", path.read_text())]
+    assert not bare, f"helm upgrade --reuse-values in {bare}: use --reset-then-reuse-values (Helm 3.14+)"
