@@ -161,6 +161,28 @@ enum sp_probe {
 	SP_PROBE_COUNT = 10,
 };
 
+/* One in every SP_SELF_TIMED_EVERY runs of a hook on a CPU times itself
+ * (a power of two: the run counter's low bits pick it). The agent estimates
+ * the programs' in-kernel time from these samples where the kernel's
+ * run-time statistics are not allowed (no CAP_SYS_ADMIN, sysctl off); the
+ * other runs pay one test of a counter they already hold. */
+#define SP_SELF_TIMED_EVERY 1024
+
+/* A timed run longer than this was interrupted or preempted: its time is
+ * someone else's, and it is left out (no program runs for even 10 us). */
+#define SP_SELF_TIMED_MAX_NS 65536
+
+/* The self-timed runs of one hook on one CPU (`probe_time`, a per-CPU array
+ * by enum sp_probe), each timed with bpf_ktime_get_ns(): three reads, a b c,
+ * with the program between b and c. b - a is what one read adds to the
+ * span (its own cost), so (ns - clock_ns) / runs is the program's time per
+ * run. All sums over the runs kept, monotonic. */
+struct sp_probe_time {
+	__u64 ns;	/* c - b, summed */
+	__u64 clock_ns; /* b - a, summed */
+	__u64 runs;	/* runs timed (SP_SELF_TIMED_MAX_NS or less) */
+};
+
 /* Counters of one thread group. All __u64, all monotonic. */
 struct sp_counters {
 	__u64 clock_gettime[SP_CLOCK_COUNT]; /* by enum sp_clock */

@@ -18,7 +18,7 @@ use crate::bpf::types::{
     sp_clock, sp_compaction_trigger, sp_counters, sp_sigmask_op, sp_sleep_bucket, sp_sleep_mode,
     sp_sleep_syscall, sp_wait, sp_yield_runnable,
 };
-use crate::bpf::{slot, AttachType, Calibration, LeftOutCause, ProbeCost, ProbeStatus};
+use crate::bpf::{slot, AttachType, Calibration, CostMethod, LeftOutCause, ProbeCost, ProbeStatus};
 use crate::labels::PodLabels;
 use crate::signals::clock::benchmark::{with_costs, BENCHMARK_CLOCKS};
 use crate::signals::clock::canary::{CanaryReading, CanaryReadings};
@@ -219,12 +219,14 @@ fn snapshot(procs: Vec<Proc>, pid_label: bool, pods: bool) -> Snapshot {
                 runs: 1_234_567,
                 run_seconds: Some(0.0625),
                 dispatch_seconds: Some(0.09),
+                method: CostMethod::Measured,
             },
             ProbeCost {
                 probe: "sched_waking",
                 runs: 42,
                 run_seconds: None,
                 dispatch_seconds: None,
+                method: CostMethod::Measured,
             },
         ],
         cost_calibration: Calibration {

@@ -123,14 +123,14 @@ const PROBE_RUNS: Family = Family {
 
 const PROBE_RUN_SECONDS: Family = Family {
     name: "slowpath_probe_run_seconds_total",
-    help: "slowpath's own in-kernel time on this hook: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window), less an empty program's measured time per run (slowpath_probe_stats_overhead_seconds: what the measurement adds, two clock reads, and an empty body), so what slowpath's programs do beyond any program on the hook. Cannot see the hook's call into a program, which any program pays (for sys_enter as a tracepoint: slowpath_probe_dispatch_seconds_total). Absent until a window measured it; needs CAP_SYS_ADMIN or kernel.bpf_stats_enabled=1. rate() of it is the share of one CPU; with process_cpu_seconds_total it is slowpath's own part (SlowpathOverheadHigh)",
+    help: "slowpath's own in-kernel time on this hook: each run charged at the time per run the kernel measured (bpf_prog_info run_time_ns / run_cnt) in the latest statistics window (--bpf.stats-interval, --bpf.stats-window), less an empty program's measured time per run (slowpath_probe_stats_overhead_seconds: what the measurement adds, two clock reads, and an empty body), so what slowpath's programs do beyond any program on the hook (method=measured). Where the statistics are not allowed (no CAP_SYS_ADMIN, kernel.bpf_stats_enabled=0) or --bpf.stats-interval=0, method=estimated: the programs' own timing of one run in 1024 per CPU (bpf_ktime_get_ns() around the program, less a clock read), each timed run standing for its share of the hook's runs; leaves out the program's prologue and run counter, a few ns a run. Cannot see the hook's call into a program, which any program pays (for sys_enter as a tracepoint: slowpath_probe_dispatch_seconds_total). Absent until the first window (10 s after start), or until 8 runs of the hook were timed. rate() of it is the share of one CPU; with process_cpu_seconds_total it is slowpath's own part (SlowpathOverheadHigh)",
     kind: MetricType::COUNTER,
 };
 
 /// The part of the syscall hook's cost that no program run includes.
 const PROBE_DISPATCH_SECONDS: Family = Family {
     name: "slowpath_probe_dispatch_seconds_total",
-    help: "The floor the attach type forces, outside the programs: only sys_enter attached as tp_btf or raw_tp, with which every syscall of the node takes the kernel's traced syscall path, whatever program is on the hook. Each run charged at slowpath_untraced_syscall_added_seconds less the program's own time for that syscall, measured at start. Not slowpath's own part: its fix is fentry (SlowpathDispatchFloorHigh). Absent with fentry (an untraced syscall then pays nothing) and where the statistics are not allowed",
+    help: "The floor the attach type forces, outside the programs: only sys_enter attached as tp_btf or raw_tp, with which every syscall of the node takes the kernel's traced syscall path, whatever program is on the hook. Each run charged at slowpath_untraced_syscall_added_seconds less the program's own time for that syscall, measured at start (with the statistics, or the programs' own timing where they are not allowed). Not slowpath's own part: its fix is fentry (SlowpathDispatchFloorHigh). Absent with fentry (an untraced syscall then pays nothing)",
     kind: MetricType::COUNTER,
 };
 
@@ -369,7 +369,13 @@ fn agent_families(snapshot: &Snapshot) -> Vec<MetricFamily> {
             snapshot
                 .probe_costs
                 .iter()
-                .filter_map(|c| Some(counter(&[("probe", c.probe.to_string())], c.run_seconds?)))
+                .filter_map(|c| {
+                    let labels = [
+                        ("probe", c.probe.to_string()),
+                        ("method", c.method.label().to_string()),
+                    ];
+                    Some(counter(&labels, c.run_seconds?))
+                })
                 .collect(),
         ),
         family(

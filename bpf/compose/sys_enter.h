@@ -162,16 +162,26 @@ static __always_inline int on_sys_enter(void *ctx, struct pt_regs *regs, long id
  */
 
 #define SP_SYSCALL_FENTRY(name, fn_prefix)                                     \
-	SEC("fentry/" fn_prefix #name)                                         \
-	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
+	static __always_inline int sys_enter_fentry_body_##name(               \
+		void *ctx, struct pt_regs *regs)                               \
 	{                                                                      \
-		probe_ran(SP_PROBE_SYS_ENTER);                                 \
 		if (!syscall_counted(SP_NR_##name))                            \
 			return 0;                                              \
 		if (!syscall_gate(regs, SP_NR_##name, true))                   \
 			return 0;                                              \
 		return count_syscall(ctx, regs, SP_NR_##name,                  \
 				     bpf_get_current_task_btf()->tgid, true);  \
+	}                                                                      \
+	SEC("fentry/" fn_prefix #name)                                         \
+	int BPF_PROG(sys_enter_fentry_##name, struct pt_regs *regs)            \
+	{                                                                      \
+		struct sp_run_clock run_clock = {};                            \
+		int ret;                                                       \
+                                                                               \
+		probe_ran(SP_PROBE_SYS_ENTER, &run_clock);                     \
+		ret = sys_enter_fentry_body_##name(ctx, regs);                 \
+		probe_timed(SP_PROBE_SYS_ENTER, &run_clock);                   \
+		return ret;                                                    \
 	}
 /* The fentry program of a row of the table, where the syscall exists. */
 #define SP_ROW_FENTRY(name, x86_64, arm64, arches, ...)                        \

@@ -29,13 +29,57 @@ struct {
 	__type(value, __u64);
 } lost SEC(".maps");
 
-/* One more run of a program of hook `probe` (enum sp_probe) on this CPU. */
-static __always_inline void probe_ran(__u32 probe)
+/* Self-timed runs of each hook on each CPU, by enum sp_probe (struct
+ * sp_probe_time in slowpath.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, SP_PROBE_COUNT);
+	__type(key, __u32);
+	__type(value, struct sp_probe_time);
+} probe_time SEC(".maps");
+
+/* The clock of a run that times itself (probe_ran() to probe_timed()), on
+ * the program's stack: nothing of it reaches a map line, which a busy node
+ * may have evicted, before the run's end is read. */
+struct sp_run_clock {
+	__u64 start; /* b, the span's start; 0: this run is not timed */
+	__u64 read;  /* b - a: one clock read's own cost */
+};
+
+/* One more run of a program of hook `probe` (enum sp_probe) on this CPU. On
+ * every SP_SELF_TIMED_EVERY-th run, also start its timing in `clock`;
+ * probe_timed() ends it. */
+static __always_inline void probe_ran(__u32 probe, struct sp_run_clock *clock)
 {
 	__u64 *n = bpf_map_lookup_elem(&probe_runs, &probe);
+	__u64 a;
 
-	if (n)
-		*n += 1; /* per-CPU slot: no atomic needed */
+	if (!n)
+		return;
+	*n += 1; /* per-CPU slot: no atomic needed */
+	if (*n & (SP_SELF_TIMED_EVERY - 1))
+		return;
+	a = bpf_ktime_get_ns();
+	clock->start = bpf_ktime_get_ns();
+	clock->read = clock->start - a;
+}
+
+/* The end of a run that probe_ran() picked to time: its span less a clock
+ * read into the hook's `probe_time` slot, unless it was interrupted. */
+static __always_inline void probe_timed(__u32 probe, const struct sp_run_clock *clock)
+{
+	struct sp_probe_time *t;
+	__u64 took;
+
+	if (!clock->start)
+		return;
+	took = bpf_ktime_get_ns() - clock->start;
+	t = bpf_map_lookup_elem(&probe_time, &probe);
+	if (!t || took > SP_SELF_TIMED_MAX_NS)
+		return;
+	t->ns += took;
+	t->clock_ns += clock->read;
+	t->runs += 1;
 }
 
 static __always_inline void lost_inc(__u32 reason)

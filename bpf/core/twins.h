@@ -13,7 +13,7 @@
 /* SP_TWINS(tp, probe, body, args...): programs <tp>_btf (SEC "tp_btf/<tp>")
  * and <tp>_raw (SEC "raw_tp/<tp>") with the tracepoint's arguments `args`
  * (as BPF_PROG takes them), each counting a run of hook `probe` (enum
- * sp_probe) and returning `body`. In `body`, `btf` is a constant, true in
+ * sp_probe), timing one run in SP_SELF_TIMED_EVERY, and returning `body`. In `body`, `btf` is a constant, true in
  * the tp_btf twin and false in the raw_tp one: handlers take it to pick
  * direct loads or CO-RE probe reads, and the compiler keeps one of them. */
 #define SP_TWINS(tp, probe, body, ...)                                         \
@@ -26,9 +26,13 @@
 	int BPF_PROG(prog, ##__VA_ARGS__)                                      \
 	{                                                                      \
 		const bool btf __attribute__((unused)) = is_btf;               \
+		struct sp_run_clock run_clock = {};                            \
+		int ret;                                                       \
                                                                                \
-		probe_ran(probe);                                              \
-		return body;                                                   \
+		probe_ran(probe, &run_clock);                                  \
+		ret = body;                                                    \
+		probe_timed(probe, &run_clock);                                \
+		return ret;                                                    \
 	}
 
 #endif /* SP_CORE_TWINS_H */

@@ -178,3 +178,14 @@ def test_a_busy_node_within_the_charts_limits_and_the_nodes_defaults(pod_agent, 
     assert (hits, oom_kills) == (0, 0), f"memory limit hit {hits} times, {oom_kills} OOM kills"
     assert peak < limit * 0.8, f"memory peak {peak} within 20 % of the chart's limit {limit}"
     assert pids_now <= 32 < PIDS_MAX, pids_now
+    # the pod has no CAP_SYS_ADMIN, so the kernel's run-time statistics are
+    # refused: the programs' in-kernel time is the agent's estimate, on every
+    # hook that ran 8,192 times on a CPU
+    deadline = time.monotonic() + 15
+    while not (estimated := scrape.select("slowpath_probe_run_seconds_total", probe="sys_enter")):
+        assert time.monotonic() < deadline, "no estimate of the programs' time 15 s on"
+        time.sleep(1)
+        scrape = Scrape(agent.get("/metrics")[1])
+    assert [s.labels["method"] for s in estimated] == ["estimated"]
+    assert estimated[0].value > 0
+    assert not scrape.select("slowpath_probe_run_seconds_total", method="measured")

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use libbpf_rs::{AsRawLibbpf, Btf};
 
-use super::cost::slots;
 use super::hooks::{fentry_target, AttachType, HookTable, KernelSetup, FENTRY_PROGRAM_PREFIX};
+use super::probe_slots::slots;
 use super::syscall_table::with_embedded_object;
 
 /// Check the object built into this binary against `setup` (with the core

@@ -27,23 +27,32 @@
 //!   ([`ProbeCost::dispatch_seconds`]). Other hooks' dispatch (a tracepoint's
 //!   call into the program, an fentry trampoline: ~10-20 ns a run) is not
 //!   seen.
+//!
+//! Where the statistics are not allowed (no CAP_SYS_ADMIN and the sysctl
+//! off, decided at start) or `--bpf.stats-interval` is 0, the time per run
+//! is estimated instead ([`CostMethod::Estimated`]): from the programs' own
+//! timing of one run in 1,024 (`self_timed.rs`), each timed run standing
+//! for its hook's runs in the ratio of all runs to timed ones, read at every
+//! scrape, so that a burst of dearer runs (the on-demand stack sampling of
+//! a process with a finding triples `sys_enter`'s time for seconds) is
+//! charged to the runs around it; the dispatch from the same timing around
+//! the start's untraced syscalls.
 
+use std::cell::Cell;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use libbpf_rs::skel::Skel;
-use libbpf_rs::{AsRawLibbpf, Btf, MapCore, MapFlags};
 use tracing::{debug, info, warn};
 
 use super::dispatch::time_untraced_syscall;
-use super::hooks::{AttachType, HookTable};
+use super::hooks::AttachType;
 use super::loaded::Loaded;
-use super::run_stats::{enable_stats, kernel_totals, less_floor, per_run, stats_floor_ns};
-
-/// Prefix of the `enum sp_probe` members (bpf/slowpath.h): the slot of hook
-/// `sys_enter` is `SP_PROBE_SYS_ENTER`.
-const SLOT_PREFIX: &str = "SP_PROBE_";
+use super::probe_slots::{object_slots, percpu_sum};
+pub use super::run_stats::CostMethod;
+use super::run_stats::{
+    cost_method, enable_stats, kernel_totals, less_floor, per_run, stats_floor_ns,
+};
+use super::self_timed::{estimated_seconds, self_timed, MIN_TIMED_RUNS};
 
 /// Runs a hook needs in the calibration's window for its figure to stand
 /// for the runs around it (the agent's ~500,000 untraced syscalls give
@@ -73,6 +82,8 @@ pub struct ProbeCost {
     /// runs x [`Calibration::dispatch_ns`]. Only for `sys_enter` attached as
     /// a tracepoint (tp_btf, raw_tp), and only once the agent measured it.
     pub dispatch_seconds: Option<f64>,
+    /// Whether `run_seconds` is the kernel's measure or the estimate.
+    pub method: CostMethod,
 }
 
 /// What the meter measured to correct the kernel's time per run, in ns.
@@ -161,6 +172,10 @@ pub struct CostMeter {
     /// Table index of `sys_enter` when attached as a tracepoint: the hook
     /// charged with the dispatch.
     dispatched: Option<usize>,
+    method: CostMethod,
+    /// Each hook's highest estimate so far, in s (estimated only): a
+    /// counter never goes back when a cheap run lowers the mean.
+    estimated: Vec<Cell<f64>>,
 }
 
 impl CostMeter {
@@ -174,14 +189,17 @@ impl CostMeter {
                 vec![None; loaded.table.len()]
             }
         };
+        let method = cost_method(opts.interval.is_some());
+        // no windows where the statistics are not allowed
+        let every = opts.interval.filter(|_| method == CostMethod::Measured);
         Self {
             charges: vec![Charge::default(); slots.len()],
+            estimated: vec![Cell::new(0.0); slots.len()],
             slots,
             opts,
+            method,
             window: None,
-            next_window: opts
-                .interval
-                .map(|every| Instant::now() + every.min(opts.first_after)),
+            next_window: every.map(|every| Instant::now() + every.min(opts.first_after)),
             refusal_logged: false,
             measured_logged: false,
             floor_failure_logged: false,
@@ -202,10 +220,10 @@ impl CostMeter {
         let added = (after.ns_per_call - before.ns_per_call).max(0.0);
         self.calibration.untraced_added_ns = Some(added);
         self.calibration.untraced_ns = Some(after.ns_per_call);
-        if self.opts.interval.is_none() {
-            return; // no statistics, no time per run: no dispatch either
-        }
-        let bodies = self.calibration_window(loaded);
+        let bodies = match self.method {
+            CostMethod::Measured => self.calibration_window(loaded),
+            CostMethod::Estimated => self.self_timed_window(loaded),
+        };
         let body = self.dispatched.and_then(|idx| bodies[idx]);
         self.calibration.dispatch_ns = body.map(|b| (added - b).max(0.0));
         info!(
@@ -263,6 +281,24 @@ impl CostMeter {
         bodies
     }
 
+    /// [`Self::calibration_window`] where the statistics are not allowed:
+    /// each hook's time per run from its self-timed runs around more
+    /// untraced syscalls (~500 of `sys_enter`'s on this CPU).
+    fn self_timed_window(&self, loaded: &Loaded<'_>) -> Vec<Option<f64>> {
+        let t0 = self_timed(loaded, &self.slots);
+        time_untraced_syscall();
+        let t1 = self_timed(loaded, &self.slots);
+        t1.iter()
+            .zip(&t0)
+            .map(|(after, before)| after.per_run_since(before, MIN_TIMED_RUNS))
+            .collect()
+    }
+
+    /// Each hook's estimated seconds ([`estimated_seconds`]).
+    fn estimated_seconds(&self, loaded: &Loaded<'_>, runs: &[u64]) -> Vec<Option<f64>> {
+        estimated_seconds(&self_timed(loaded, &self.slots), runs, &self.estimated)
+    }
+
     /// What corrects the kernel's figures (see [`Calibration`]).
     pub fn calibration(&self) -> Calibration {
         self.calibration
@@ -289,6 +325,10 @@ impl CostMeter {
     /// Each loaded hook's runs and charged seconds, in table order.
     pub fn costs(&self, loaded: &Loaded<'_>) -> Vec<ProbeCost> {
         let runs = self.runs(loaded);
+        let estimated = match self.method {
+            CostMethod::Estimated => self.estimated_seconds(loaded, &runs),
+            CostMethod::Measured => Vec::new(),
+        };
         let frozen = self.window.as_ref().map(|w| &w.runs_at_start);
         loaded
             .probes
@@ -301,11 +341,17 @@ impl CostMeter {
                 // while a window is open its runs are not charged yet: the
                 // seconds stay where they were at its start, so that they
                 // never go back when the window's own time per run is lower
-                run_seconds: self.charges[idx].seconds_at(frozen.map_or(runs[idx], |f| f[idx])),
+                run_seconds: match self.method {
+                    CostMethod::Measured => {
+                        self.charges[idx].seconds_at(frozen.map_or(runs[idx], |f| f[idx]))
+                    }
+                    CostMethod::Estimated => estimated[idx],
+                },
                 dispatch_seconds: (self.dispatched == Some(idx))
                     .then_some(self.calibration.dispatch_ns)
                     .flatten()
                     .map(|ns| runs[idx] as f64 * ns / 1e9),
+                method: self.method,
             })
             .collect()
     }
@@ -403,50 +449,6 @@ fn dispatched_hook(loaded: &Loaded<'_>) -> Option<usize> {
     loaded.probes.iter().position(|p| {
         p.probe == super::SYS_ENTER && p.attached() && p.attach_type != AttachType::Fentry
     })
-}
-
-/// Sum over the CPUs of slot `slot` of a per-CPU array of `u64`.
-fn percpu_sum(map: &dyn MapCore, slot: u32) -> u64 {
-    match map.lookup_percpu(&slot.to_ne_bytes(), MapFlags::ANY) {
-        Ok(Some(cpus)) => cpus
-            .iter()
-            .filter_map(|v| v.get(..8)?.try_into().ok())
-            .map(u64::from_ne_bytes)
-            .sum(),
-        _ => 0,
-    }
-}
-
-/// The `probe_runs` slot of each hook of the loaded object's table.
-fn object_slots(loaded: &Loaded<'_>) -> Result<Vec<Option<u32>>> {
-    let object = loaded.skel.object();
-    // SAFETY: the pointer is the loaded object's own `struct bpf_object`,
-    // alive while `loaded` is borrowed, as `btf` (dropped at return) is.
-    let raw = unsafe { object.as_libbpf_object().as_ref() };
-    let btf = Btf::from_bpf_object(raw)
-        .context("reading the BPF object's BTF")?
-        .context("the BPF object has no BTF")?;
-    Ok(slots(&btf, &loaded.table))
-}
-
-/// The slot of each hook of `table` among the members of `enum sp_probe` in
-/// `btf` (`SP_PROBE_<HOOK>`), `None` for a hook with no member.
-pub(super) fn slots(btf: &Btf<'_>, table: &HookTable) -> Vec<Option<u32>> {
-    use libbpf_rs::btf::types::Enum;
-    let Some(probes) = btf.type_by_name::<Enum<'_>>("sp_probe") else {
-        return vec![None; table.len()];
-    };
-    table
-        .names()
-        .iter()
-        .map(|hook| {
-            let member = format!("{SLOT_PREFIX}{}", hook.to_uppercase());
-            probes
-                .iter()
-                .find(|m| m.name.is_some_and(|n| n.to_str() == Some(&member)))
-                .and_then(|m| u32::try_from(m.value).ok())
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -46,7 +46,9 @@ mod libbpf_log;
 mod load;
 mod loaded;
 mod plan;
+mod probe_slots;
 mod run_stats;
+mod self_timed;
 mod slots;
 mod stats;
 mod syscall_table;
@@ -64,6 +66,8 @@ unsafe impl plain::Plain for types::sp_proc {}
 unsafe impl plain::Plain for types::sp_proc_event {}
 // SAFETY: as above (integers only, explicit padding field).
 unsafe impl plain::Plain for types::sp_callsite_key {}
+// SAFETY: as above (three u64).
+unsafe impl plain::Plain for types::sp_probe_time {}
 
 /// Index of an enum slot in a counter array (`types::sp_clock::SP_CLOCK_TAI`
 /// -> 10): the generated enum types wrap their C value. A macro, not a
@@ -78,6 +82,8 @@ pub(crate) use slot;
 pub use btf::KernelBtf;
 #[cfg(test)]
 pub use check::check_object;
+#[cfg(test)]
+pub use cost::CostMethod;
 pub use cost::{Calibration, CostMeter, CostOptions, ProbeCost, FIRST_WINDOW_AFTER};
 pub use hooks::{AttachType, Hook, KernelSetup, LeftOutCause, LeftOutHook, RodataPatch, SYS_ENTER};
 pub use load::load;

@@ -6,6 +6,7 @@
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use anyhow::{bail, Context, Result};
+use tracing::info;
 
 use super::loaded::Loaded;
 use super::stats::{per_hook, prog_info};
@@ -88,4 +89,56 @@ impl std::ops::AddAssign for RunTotals {
         self.0 += other.0;
         self.1 += other.1;
     }
+}
+
+/// The sysctl that keeps the kernel's run-time statistics on for everyone
+/// (not namespaced: the host's, in a container too).
+const STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+/// How the programs' in-kernel time per run is known, decided at start
+/// (`method` label of `slowpath_probe_run_seconds_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CostMethod {
+    /// Timed by the kernel's run-time statistics in the meter's windows.
+    Measured,
+    /// From the programs' own timing of one run in 1,024, where the
+    /// statistics are not allowed or windows are off (see the module's text).
+    Estimated,
+}
+
+impl CostMethod {
+    /// The label value: `measured` or `estimated`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Measured => "measured",
+            Self::Estimated => "estimated",
+        }
+    }
+}
+
+/// [`CostMethod::Measured`] when `windows` are on and the kernel's statistics
+/// are allowed (BPF_ENABLE_STATS works, or the sysctl has them on), else
+/// [`CostMethod::Estimated`], said once in the log.
+pub(super) fn cost_method(windows: bool) -> CostMethod {
+    let why = if !windows {
+        "--bpf.stats-interval is 0".to_string()
+    } else {
+        match enable_stats() {
+            Ok(_) => return CostMethod::Measured,
+            Err(_) if sysctl_stats_on() => return CostMethod::Measured,
+            Err(err) => format!("{err:#}, and {STATS_SYSCTL} is not 1"),
+        }
+    };
+    info!(
+        why,
+        "in-kernel time of slowpath's programs estimated from their own timing of one run in \
+         1024 (slowpath_probe_run_seconds_total{{method=\"estimated\"}}): for the kernel's \
+         measure, grant CAP_SYS_ADMIN or set kernel.bpf_stats_enabled=1"
+    );
+    CostMethod::Estimated
+}
+
+/// Whether `kernel.bpf_stats_enabled` has the statistics on.
+fn sysctl_stats_on() -> bool {
+    std::fs::read_to_string(STATS_SYSCTL).is_ok_and(|v| v.trim() == "1")
 }

@@ -147,10 +147,12 @@ pub struct Cli {
 
     /// How often the kernel's run-time statistics are turned on, for
     /// --bpf.stats-window, to measure the in-kernel time of slowpath's
-    /// programs (slowpath_probe_run_seconds_total); 0 never (their runs are
-    /// still counted). While they are on, every BPF program on the node pays
-    /// two clock reads per run. Needs CAP_SYS_ADMIN (BPF_ENABLE_STATS) unless
-    /// kernel.bpf_stats_enabled is on.
+    /// programs (slowpath_probe_run_seconds_total{method="measured"}); 0
+    /// never. While they are on, every BPF program on the node pays two clock
+    /// reads per run. Needs CAP_SYS_ADMIN (BPF_ENABLE_STATS) unless
+    /// kernel.bpf_stats_enabled is on; without either, or with 0, the time is
+    /// estimated from the programs' own timing of one run in 1024
+    /// (method="estimated").
     #[arg(long = "bpf.stats-interval", env = "SLOWPATH_BPF_STATS_INTERVAL", default_value = "1m",
           value_name = "DURATION", value_parser = parse_duration_or_zero)]
     pub stats_interval: Duration,

@@ -63,12 +63,16 @@ pub struct Report {
 
 /// slowpath's own in-kernel cost over an observation (`bpf::CostMeter`: the
 /// runs its programs counted, at the time per run the kernel measured in a
-/// statistics window at the end of the observation).
+/// statistics window at the end of the observation, or, where the
+/// statistics are not allowed, that the programs' own timing gave then).
 #[derive(Serialize)]
 pub struct OwnCost {
     /// In-kernel time of all its programs over wall time: 0.01 is 1 % of
     /// one CPU.
     pub cpu_share: f64,
+    /// `measured` (the kernel's statistics) or `estimated` (the programs'
+    /// own timing of one run in 1,024), as the metric's `method` label.
+    pub method: &'static str,
     /// Each measured hook, in probe order.
     pub probes: Vec<ProbeRunCost>,
 }
@@ -79,7 +83,8 @@ pub struct ProbeRunCost {
     pub probe: String,
     /// Runs during the observation, all CPUs.
     pub runs: u64,
-    /// In-kernel ns per run (bpf_prog_info run_time_ns / run_cnt).
+    /// In-kernel ns per run (bpf_prog_info run_time_ns / run_cnt, or the
+    /// estimate: see [`OwnCost::method`]).
     pub ns_per_run: f64,
 }
 
@@ -111,6 +116,7 @@ fn own_cost(before: &Snapshot, after: &Snapshot, secs: f64) -> Option<OwnCost> {
     let ns: f64 = probes.iter().map(|p| p.runs as f64 * p.ns_per_run).sum();
     Some(OwnCost {
         cpu_share: ns / 1e9 / secs,
+        method: after.probe_costs.first()?.method.label(),
         probes,
     })
 }

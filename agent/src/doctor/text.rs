@@ -45,8 +45,9 @@ fn print_own_cost(cost: &super::OwnCost) {
         .map(|p| format!("{} {} runs at {:.0} ns", p.probe, p.runs, p.ns_per_run))
         .collect();
     println!(
-        "slowpath's own cost: {:.3} % of one CPU in the kernel ({})",
+        "slowpath's own cost: {:.3} % of one CPU in the kernel, {} ({})",
         cost.cpu_share * 100.0,
+        cost.method,
         probes.join(", ")
     );
 }
