@@ -510,8 +510,8 @@ process_table_full): raise the flag.""",
         ids(), "slowpath's own cost (% of a core)", """
 What slowpath costs each node, as a fraction of one core. Its own part: the in-kernel time of its BPF programs per
 hook beyond an empty program's (`slowpath_probe_run_seconds_total`: every run charged at the time per run the kernel
-measured in the agent's statistics windows, less an empty program's, which is the statistics' own clock reads; absent
-without CAP_SYS_ADMIN) and the agent process (`process_cpu_seconds_total`: user time and its own syscalls). The floor
+measured in the agent's statistics windows, less an empty program's, which is the statistics' own clock reads,
+"measured"; without CAP_SYS_ADMIN, the programs' own timing of one run in 1,024, "estimated") and the agent process (`process_cpu_seconds_total`: user time and its own syscalls). The floor
 its attach type forces, "dispatch" (`slowpath_probe_dispatch_seconds_total`: with sys_enter as a tracepoint every
 syscall of the node takes the traced path, whatever program is on it; none with fentry). Normal: own part well under
 1 % of a core; it grows with what the node does (syscalls, wakeups, timers, page allocations), not with what
@@ -519,12 +519,15 @@ slowpath finds. "own part, share of the node" divides it by the node's CPUs (`sl
 30 min, alert SlowpathOverheadHigh (runbook: overhead-high); floor above 5 % of a core: SlowpathDispatchFloorHigh,
 whose fix is fentry (runbook: dispatch-floor-high).""",
         RATIO,
-        [target(rate("slowpath_probe_run_seconds_total", by="instance, probe", sel=NODE), "{{instance}} {{probe}}", "A"),
+        [target(rate("slowpath_probe_run_seconds_total", by="instance, probe, method", sel=NODE),
+                "{{instance}} {{probe}} ({{method}})", "A"),
          target(rate("slowpath_probe_dispatch_seconds_total", by="instance, probe", sel=NODE),
                 "{{instance}} {{probe}} dispatch", "C"),
          target(f"rate(process_cpu_seconds_total{{{NODE}}}[{RI}])", "{{instance}} agent process", "B"),
-         target(f"({rate('slowpath_probe_run_seconds_total', by='instance', sel=NODE)} "
-                f"or {rate('process_cpu_seconds_total', by='instance', sel=NODE)}) "
+         # one sum over both families, as instance:slowpath_own_cpu:rate5m: an `or` of two sums
+         # by instance would keep the programs' and drop the agent process
+         target(f"sum by (instance) (rate(slowpath_probe_run_seconds_total{{{NODE}}}[{RI}]) "
+                f"or rate(process_cpu_seconds_total{{{NODE}}}[{RI}])) "
                 f"/ on (instance) max by (instance) (slowpath_node_cpus{{{NODE}}})",
                 "{{instance}} own part, share of the node", "D")],
         w=8, h=8, threshold_steps=[(None, "green"), (0.01, "orange"), (0.05, "red")],
