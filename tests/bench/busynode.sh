@@ -66,7 +66,11 @@
 #   WARMUP=1 (untimed runs before the rounds), JAVA_THREADS=4, SCALE=1
 #   (multiplies the five counts; the agent's first statistics window opens
 #   10 s after it starts, so keep a run above about 15 s), CAL_ROUNDS=3
-#   (rounds of the dispatch calibration, about 10 s each).
+#   (rounds of the dispatch calibration, about 10 s each),
+#   COST_METHOD=measured (estimated: the agent runs with
+#   --bpf.stats-interval=0, so its programs part is the estimate it makes
+#   where the kernel's statistics are not allowed, held against the same
+#   reading of the kernel's).
 # Needs nginx, redis-server and redis-benchmark, ab, pgbench and psql,
 # PostgreSQL's server binaries, java (17+), node, gcc, curl, bpftool, ss;
 # nginx-light, redis-server, redis-tools and apache2-utils are installed with
@@ -95,6 +99,12 @@ WARMUP=${WARMUP:-1}
 JAVA_THREADS=${JAVA_THREADS:-4}
 SCALE=${SCALE:-1}
 CAL_ROUNDS=${CAL_ROUNDS:-3}
+COST_METHOD=${COST_METHOD:-measured}
+case $COST_METHOD in
+    measured) agent_cost_flags=() ;;
+    estimated) agent_cost_flags=(--bpf.stats-interval=0) ;;
+    *) echo "busynode.sh: COST_METHOD must be measured or estimated, not $COST_METHOD" >&2; exit 1 ;;
+esac
 # SCALE multiplies the five counts (ROUNDS=15 SCALE=0.33: more, shorter rounds).
 scale() { awk -v n="$1" -v s="$SCALE" 'BEGIN { v = int(n * s + 0.5); print (v < 1 ? 1 : v) }'; }
 NGINX_N=$(scale "$NGINX_N") JAVA_N=$(scale "$JAVA_N") NODE_N=$(scale "$NODE_N")
@@ -425,7 +435,7 @@ start_config() { # $1 = none, floor or slowpath
             note_prog_ids "$floor_pid" "$work/prog_ids" ;;
         slowpath)
             [[ -z $(ss -Htan "sport = :$agent_port") ]] || agent_port=$(pick_port)
-            incg "$AGENT" --web.listen-address="127.0.0.1:$agent_port" >"$work/agent.log" 2>&1 &
+            incg "$AGENT" --web.listen-address="127.0.0.1:$agent_port" "${agent_cost_flags[@]}" >"$work/agent.log" 2>&1 &
             agent_pid=$!
             await "$agent_pid" agent "$work/agent.log" agent_ready
             note_prog_ids "$agent_pid" "$work/prog_ids" ;;
@@ -549,6 +559,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
             wait "$scraper_pid" 2>/dev/null || true
             scraper_pid=""
             scrape "$work/m1"
+            grep -q "^slowpath_probe_run_seconds_total{.*method=\"$COST_METHOD\"" "$work/m1" ||
+                die "the agent's run seconds are not method=\"$COST_METHOD\" (COST_METHOD)"
             # Own cost: process CPU + probes' run seconds + the syscall
             # hook's dispatch (tracepoints only). A probe with no
             # run seconds at the start (the first statistics window is still
@@ -707,7 +719,7 @@ printf '  %-70s %s\n' "slowpath's in-kernel time per unit = ${km}x the empty pro
 
 echo
 echo "== slowpath's own-cost metric, part by part, against this script's own readings (s per run)"
-echo "   programs: the increase of sum(slowpath_probe_run_seconds_total), against the kernel's run time of the"
+echo "   programs: the increase of sum(slowpath_probe_run_seconds_total{method=\"$COST_METHOD\"}), against the kernel's run time of the"
 echo "     agent's programs (bpftool) less their runs at the empty program's time per run ($(printf %.1f "$floor_npr") ns)"
 echo "   agent: process_cpu_seconds_total (ticks) against the agent's threads' schedstat (ns)"
 echo "   dispatch: slowpath_probe_dispatch_seconds_total against the sys_enter runs (bpftool) x the empty"

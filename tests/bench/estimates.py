@@ -17,13 +17,19 @@ the CPU and its mitigations, and judged by a person.
             empty program's time per run the kernel counted over 8 s, and
             slowpath_probe_run_seconds_total against the kernel's time less
             that floor for every run. Expected: about 1x both
+  estimate  two agents under the same clock loop, the statistics off: one
+            with windows (method="measured"), one without
+            (--bpf.stats-interval=0, method="estimated", as where the
+            statistics are not allowed); each hook's time per run in both
+            over 8 s. Expected: within 25 % on the busy hooks (busynode.sh
+            COST_METHOD=estimated gives the figure that counts)
   untraced  slowpath_untraced_syscall_added_seconds (timed by the agent at
             start) against the overhead benchmark's getppid with the agent
             less without it, and slowpath_syscall_seconds against the
             benchmark's getppid with the agent; medians of CYCLES agent
             starts. Expected: about 1x
 
-    sudo tests/bench/estimates.py [--only top|stats|untraced] [--cycles 3]
+    sudo tests/bench/estimates.py [--only top|stats|estimate|untraced] [--cycles 3]
 
 Starts its own agents (target/release/slowpath, or SLOWPATH_BIN) on free
 loopback ports and the workloads of tests/workloads/bin (scripts/setup.sh
@@ -95,6 +101,36 @@ def statistics_windows(work):
     row("sys_enter time less the statistics'", secs, max(0.0, (kernel_ns - kernel_runs * floor_ns) / 1e9), "s")
 
 
+def estimate_against_measure(work):
+    """The estimated time per run against the measured one, side by side."""
+    print("estimate: method=estimated against method=measured, two agents under one clock loop over 8 s")
+    seconds, runs = "slowpath_probe_run_seconds_total", "slowpath_probe_runs_total"
+    measured = Agent(AGENT, ["--bpf.stats-interval=2s", "--bpf.stats-window=500ms"], work / "measured.log")
+    estimated = Agent(AGENT, ["--bpf.stats-interval=0"], work / "estimated.log")
+    try:
+        with clock_load(WORKLOAD):
+            time.sleep(11)  # past both first figures
+            m0, e0 = measured.scrape(), estimated.scrape()
+            time.sleep(8)
+            m1, e1 = measured.scrape(), estimated.scrape()
+    finally:
+        measured.stop()
+        estimated.stop()
+
+    def per_run(s0, s1, probe, method):
+        n = s1.value(runs, probe=probe) - s0.value(runs, probe=probe)
+        if n <= 0 or not s1.select(seconds, probe=probe, method=method) or not s0.select(seconds, probe=probe):
+            return None, n
+        return (s1.value(seconds, probe=probe) - s0.value(seconds, probe=probe)) * 1e9 / n, n
+
+    for sample in e1.select(seconds):
+        probe = sample.labels["probe"]
+        est, n = per_run(e0, e1, probe, "estimated")
+        meas, _ = per_run(m0, m1, probe, "measured")
+        if est is not None and meas:
+            row(f"{probe} ns per run ({n:.0f} runs)", est, meas, "ns")
+
+
 def untraced_syscall(work, cycles):
     """The agent's figures for an untraced syscall against the benchmark's."""
     print(f"untraced: getppid as the agent times it at start and as tests/bench/overhead.c does ({cycles} starts)")
@@ -107,7 +143,7 @@ def untraced_syscall(work, cycles):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", choices=["top", "stats", "untraced"])
+    parser.add_argument("--only", choices=["top", "stats", "estimate", "untraced"])
     parser.add_argument("--cycles", type=int, default=3, help="agent starts of the untraced comparison")
     args = parser.parse_args()
     for path in (AGENT, WORKLOAD, OVERHEAD):
@@ -120,6 +156,8 @@ def main():
             top_cpu_column(work)
         if args.only in (None, "stats"):
             statistics_windows(work)
+        if args.only in (None, "estimate"):
+            estimate_against_measure(work)
         if args.only in (None, "untraced"):
             untraced_syscall(work, args.cycles)
 
