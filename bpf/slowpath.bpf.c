@@ -127,6 +127,13 @@ SP_TWINS(mm_compaction_begin, SP_PROBE_MM_COMPACTION_BEGIN, on_compaction_begin(
 	 struct compact_control *cc)
 SP_TWINS(mm_compaction_end, SP_PROBE_MM_COMPACTION_END, on_compaction_end())
 
+/* ---- TLB shootdowns of purges (signals/purge.bpf.h), x86 only ---------- */
+
+#if defined(__TARGET_ARCH_x86)
+SP_TWINS(tlb_flush, SP_PROBE_TLB_FLUSH, on_tlb_flush(reason, btf), int reason,
+	 unsigned long pages)
+#endif
+
 /* ---- process lifecycle (compose/lifecycle.h) --------------------------- */
 
 SP_TWINS(sched_process_exit, SP_PROBE_SCHED_PROCESS_EXIT, on_process_exit(task),

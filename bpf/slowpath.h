@@ -114,6 +114,24 @@ enum sp_yield_runnable {
 	SP_YIELD_RUNNABLE_COUNT = 3,
 };
 
+/* Calls that give a process's memory back to the kernel, by what they ask
+ * (signals/purge.bpf.h). The advice values are the kernel's
+ * (include/uapi/asm-generic/mman-common.h, the same on x86_64 and arm64);
+ * madvise calls with any other advice give nothing back and are not
+ * counted. */
+enum sp_purge_call {
+	/* madvise(MADV_DONTNEED, 4): the pages are unmapped at once and the
+	 * next touch faults in a zeroed page (what jemalloc, glibc's arena trim
+	 * and the Go runtime use) */
+	SP_PURGE_MADV_DONTNEED = 0,
+	/* madvise(MADV_FREE, 8): freed lazily, when memory runs short */
+	SP_PURGE_MADV_FREE = 1,
+	/* MADV_REMOVE (9), MADV_PAGEOUT (21), MADV_DONTNEED_LOCKED (24) */
+	SP_PURGE_MADV_OTHER = 2,
+	SP_PURGE_MUNMAP = 3, /* munmap(2): the mapping itself goes */
+	SP_PURGE_CALL_COUNT = 4,
+};
+
 /* Groups of counted syscalls (bpf/core/syscall_table.h), each switched on
  * by the signals that count it (count_syscalls[group] in the object's
  * read-only data). The syscalls of a group reach the agent through the
@@ -126,7 +144,8 @@ enum sp_syscall_group {
 	SP_SYSCALLS_TZFILE_CHECKS = 4, /* stat, lstat, newfstatat, statx */
 	SP_SYSCALLS_FD_CLOSES = 5,     /* close */
 	SP_SYSCALLS_YIELDS = 6,	       /* sched_yield */
-	SP_SYSCALL_GROUP_COUNT = 7,
+	SP_SYSCALLS_PURGES = 7,	       /* madvise, munmap */
+	SP_SYSCALL_GROUP_COUNT = 8,
 };
 
 /* Indexes of the lost-event counters (the `lost` per-CPU array). */
@@ -158,7 +177,8 @@ enum sp_probe {
 	SP_PROBE_MM_COMPACTION_BEGIN = 7,
 	SP_PROBE_MM_COMPACTION_END = 8,
 	SP_PROBE_CGROUP_MKDIR = 9,
-	SP_PROBE_COUNT = 10,
+	SP_PROBE_TLB_FLUSH = 10, /* x86 only: arm64 flushes other CPUs' TLBs without IPIs */
+	SP_PROBE_COUNT = 11,
 };
 
 /* One in every SP_SELF_TIMED_EVERY runs of a hook on a CPU times itself
@@ -213,6 +233,10 @@ struct sp_counters {
 	/* sched_yield(2) calls by enum sp_yield_runnable: a spin that yields
 	 * with nothing else to run burns its CPU (signals/sched_yield.bpf.h) */
 	__u64 sched_yield[SP_YIELD_RUNNABLE_COUNT];
+	/* calls that give memory back, and the bytes they ask for (their
+	 * length argument), by enum sp_purge_call (signals/purge.bpf.h) */
+	__u64 purge_calls[SP_PURGE_CALL_COUNT];
+	__u64 purge_bytes[SP_PURGE_CALL_COUNT];
 	/* 1 s windows (HZ jiffies; 2^30 ns without HZ) in which the process was woken by timers at
 	 * least `timer_hot_wakeups` times: non-zero marks a timer loop, whose
 	 * requested timeouts get per-process series. */
@@ -221,6 +245,10 @@ struct sp_counters {
 	__u64 thp_fault_fallback;
 	__u64 compaction_runs[SP_COMPACTION_TRIGGER_COUNT];
 	__u64 compaction_ns[SP_COMPACTION_TRIGGER_COUNT];
+	/* remote TLB flushes the process's threads asked for (x86: tlb_flush
+	 * with reason TLB_REMOTE_SEND_IPI, on the sender's CPU): the shootdown
+	 * IPIs of its purges, unmaps and protection changes (signals/purge.bpf.h) */
+	__u64 tlb_shootdowns;
 };
 
 /* Bits of sp_proc.flags. */
@@ -320,7 +348,8 @@ enum sp_callsite_kind {
 	SP_CALLSITE_TZFILE = 4,	   /* a stat of /etc/localtime (localtime, mktime, tzset) */
 	SP_CALLSITE_FD_CLOSE = 5,  /* a close() of a descriptor that is not open */
 	SP_CALLSITE_SCHED_YIELD = 6, /* a sched_yield() with nothing else runnable */
-	SP_CALLSITE_KIND_COUNT = 7,
+	SP_CALLSITE_PURGE = 7,	     /* a madvise() or munmap() that gives memory back */
+	SP_CALLSITE_KIND_COUNT = 8,
 };
 
 /* Key of the `callsites` map: one user stack of one process doing one kind
@@ -463,6 +492,7 @@ struct sp_enums {
 	enum sp_timer_fn timer_fn;
 	enum sp_compaction_trigger compaction_trigger;
 	enum sp_yield_runnable yield_runnable;
+	enum sp_purge_call purge_call;
 	enum sp_lost_reason lost_reason;
 	enum sp_proc_flag proc_flag;
 	enum sp_proc_key proc_key;

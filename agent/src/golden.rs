@@ -63,6 +63,16 @@ fn recorded() -> Vec<Proc> {
     // a Disruptor consumer on YieldingWaitStrategy, its ring empty
     java.sched_yield[slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_NONE)] = 3_000_000;
     java.sched_yield[slot!(sp_yield_runnable::SP_YIELD_RUNNABLE_OTHERS)] = 2_000;
+    // its native code runs on jemalloc with dirty_decay_ms:0
+    java.purge_calls = [1_200_000, 30_000, 10, 700];
+    java.purge_bytes = [
+        1_200_000 * 262_144,
+        30_000 * 65_536,
+        10 * 4_096,
+        700 * 1_048_576,
+    ];
+    // its purges flush the TLBs of the other CPUs its threads ran on
+    java.tlb_shootdowns = 1_100_000;
     let mut ruby = sp_counters::default();
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_QUERY)] = 2_000_000;
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_SETMASK)] = 2_000_000;

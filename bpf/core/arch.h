@@ -31,6 +31,7 @@
 
 #define SP_EEXIST 17
 #define SP_PF_KTHREAD 0x00200000 /* include/linux/sched.h */
+#define SP_PF_EXITING 0x00000004 /* include/linux/sched.h */
 
 /* Syscall argument n of the user registers: direct load under tp_btf,
  * CO-RE probe read under raw_tp. */

@@ -49,6 +49,7 @@ enum sp_dirty_bit {
 	SP_DIRTY_BIT_TZFILE,	  /* tzfile_stats */
 	SP_DIRTY_BIT_FD_CLOSE,	  /* fd_close_unopened */
 	SP_DIRTY_BIT_SCHED_YIELD, /* sched_yield[] */
+	SP_DIRTY_BIT_PURGE,	  /* purge_calls[], purge_bytes[] */
 	SP_DIRTY_BIT_COUNT,
 };
 
@@ -64,6 +65,7 @@ enum sp_dirty {
 	SP_DIRTY_TZFILE = 1 << SP_DIRTY_BIT_TZFILE,
 	SP_DIRTY_FD_CLOSE = 1 << SP_DIRTY_BIT_FD_CLOSE,
 	SP_DIRTY_SCHED_YIELD = 1 << SP_DIRTY_BIT_SCHED_YIELD,
+	SP_DIRTY_PURGE = 1 << SP_DIRTY_BIT_PURGE,
 	/* every bit of a group with one bit per syscall or wait */
 	SP_DIRTY_SLEEP_CALLS_ALL = ((SP_DIRTY_SLEEP_CALLS << SP_SLEEP_SYSCALL_COUNT) - 1) &
 				   ~(SP_DIRTY_SLEEP_CALLS - 1),
@@ -90,7 +92,8 @@ _Static_assert(SP_DIRTY_BIT_COUNT <= 31, "a fold-group bit past an int's: widen 
 	X(SP_DIRTY_WAKEUPS, fold_timer_wakeups)                                \
 	X(SP_DIRTY_TZFILE, fold_tzfile)                                        \
 	X(SP_DIRTY_FD_CLOSE, fold_fd_close)                                    \
-	X(SP_DIRTY_SCHED_YIELD, fold_sched_yield)
+	X(SP_DIRTY_SCHED_YIELD, fold_sched_yield)                              \
+	X(SP_DIRTY_PURGE, fold_purge)
 
 /* The groups share no bit and leave none out: their bits, counted one group
  * at a time, are as many as in all of them together, and that is every bit

@@ -109,7 +109,13 @@
 	/* yields, by what else was runnable (signals/sched_yield.bpf.h) */    \
 	X(sched_yield,     24,  124, NOARGS,   YIELDS,      gate_always,      \
 	  count_sched_yield, SP_DIRTY_SCHED_YIELD, SP_CALLSITE_SCHED_YIELD,    \
-	  SP_WAIT_OTHER)
+	  SP_WAIT_OTHER)                                                       \
+	/* memory given back to the kernel (signals/purge.bpf.h) */            \
+	X(madvise,         28,  233, ANY,      PURGES,      gate_madv_purge,  \
+	  count_madvise_purge, SP_DIRTY_PURGE, SP_CALLSITE_PURGE,              \
+	  SP_WAIT_OTHER)                                                       \
+	X(munmap,          11,  215, ANY,      PURGES,      gate_always,      \
+	  count_munmap, SP_DIRTY_PURGE, SP_CALLSITE_PURGE, SP_WAIT_OTHER)
 /* clang-format on */
 
 /* SP_IF_<arches>(...): the row's code where the syscall exists. */

@@ -9,6 +9,7 @@
 
 #include "slowpath.h"
 #include "core/arch.h"
+#include "core/syscall_table.h"
 #include "core/callsites.h"
 #include "core/procs.h"
 #include "core/stats.h"
@@ -16,12 +17,9 @@
 
 #define SP_MADV_COLLAPSE 25 /* include/uapi/asm-generic/mman-common.h */
 
-/* The madvise syscalls that can ask for MADV_COLLAPSE: read, never counted. */
-#if defined(__TARGET_ARCH_x86)
-#define SP_NR_madvise 28 /* arch/x86/entry/syscalls/syscall_64.tbl */
-#else
-#define SP_NR_madvise 233 /* include/uapi/asm-generic/unistd.h */
-#endif
+/* The madvise syscalls that can ask for MADV_COLLAPSE, read here (the purge
+ * signal counts madvise's purges): SP_NR_madvise is the table's
+ * (core/syscall_table.h); process_madvise is counted by none. */
 #define SP_NR_process_madvise 440 /* the same on both */
 
 /*

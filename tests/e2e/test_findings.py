@@ -145,6 +145,17 @@ def check_storm(stack, pid, finding, comm, signal, want_row, alert=None, started
     return took
 
 
+def top_last_frame(agent_bin, agent, sort):
+    """`slowpath top --json` against `agent`, two frames a second apart,
+    sorted by `sort`: the rows of its last frame."""
+    top = subprocess.run([str(agent_bin), "top", "--json", "-n", "2", "-d", "1", "--sort", sort,
+                          f"--agent.url=http://127.0.0.1:{agent.port}/metrics"],
+                         capture_output=True, text=True, timeout=60)
+    assert top.returncode == 0, top.stderr
+    rows = [json.loads(line) for line in top.stdout.splitlines() if line.strip()]
+    return [r for r in rows if r.get("frame") == rows[-1].get("frame")] or rows
+
+
 def test_python_timer_loop_is_found_named_alerted_and_cleared(stack, started):
     agent, base = stack
     t0 = time.monotonic()

@@ -24,7 +24,7 @@ import pytest
 
 from helpers.oracles import wait_ready
 from helpers.tools import built
-from test_findings import check_storm, stack, started  # noqa: F401
+from test_findings import check_storm, stack, started, top_last_frame  # noqa: F401
 
 pytestmark = pytest.mark.tier("fast")
 
@@ -104,12 +104,7 @@ def test_the_disruptor_spin_is_found_with_its_fix_and_shown_in_top(stack, starte
     assert p["detail"]["cpu_cores"] >= 0.5, p["detail"]  # the consumer's core, measured
     assert p["detail"]["spinning_threads"] >= 1, p["detail"]
     assert "% of a CPU" in finding["title"], finding["title"]
-    top = subprocess.run([str(agent_bin), "top", "--json", "-n", "2", "-d", "1", "--sort", "yield",
-                          f"--agent.url=http://127.0.0.1:{agent.port}/metrics"],
-                         capture_output=True, text=True, timeout=60)
-    assert top.returncode == 0, top.stderr
-    rows = [json.loads(line) for line in top.stdout.splitlines() if line.strip()]
-    last = [r for r in rows if r.get("frame") == rows[-1].get("frame")] or rows
+    last = top_last_frame(agent_bin, agent, "yield")
     spinning = [r for r in last if r.get("comm") == "java" and r["rates"].get("sched_yield_alone", 0) > 10_000]
-    assert spinning, rows[-3:]
+    assert spinning, last
     assert quiet not in [r.get("pid") for r in spinning]

@@ -35,17 +35,18 @@ declare -A SOURCES=(
   [pause]=tests/deploy/pause.c
   [sentinel-ticker]="tests/workloads/sentinel-ticker/go.mod tests/workloads/sentinel-ticker/go.sum tests/workloads/sentinel-ticker/main.go"
   [go-timenow]="tests/workloads/go-timenow/go.mod tests/workloads/go-timenow/main.go"
+  [go-freeosmemory]="tests/workloads/go-freeosmemory/go.mod tests/workloads/go-freeosmemory/main.go"
   [wallclock]=tests/workloads/java/WallClock.java
   [pretouch]=tests/workloads/java/PreTouchHeap.java
   [disruptor-spin]="tests/workloads/disruptor-spin/build.sh tests/workloads/disruptor-spin/Spin.java"
   [jre]=""
 )
 declare -A COMPILER=(
-  [sp-workload-static-arm64]=aarch64-linux-gnu-gcc [sentinel-ticker]=go [go-timenow]=go
+  [sp-workload-static-arm64]=aarch64-linux-gnu-gcc [sentinel-ticker]=go [go-timenow]=go [go-freeosmemory]=go
   [wallclock]=javac [pretouch]=javac [disruptor-spin]=javac [jre]=jlink
 )
 TARGETS=(sp-workload sp-workload-static sp-workload-static-arm64 sp-nofp nofp-pth pth-yield overhead overhead-static
-         sp-container-exec pause sentinel-ticker go-timenow wallclock pretouch disruptor-spin jre)
+         sp-container-exec pause sentinel-ticker go-timenow go-freeosmemory wallclock pretouch disruptor-spin jre)
 
 # The recipes: each writes OUT ($1), a file or a directory.
 build_sp-workload() { gcc -O2 -fno-omit-frame-pointer -Wall -Werror -pthread "$repo/tests/workloads/sp-workload.c" -o "$1"; }
@@ -69,6 +70,9 @@ build_sp-container-exec() { gcc -O2 -Wall -Werror -static "$repo/tests/workloads
 build_pause() { gcc -O2 -Wall -Werror -static "$repo/tests/deploy/pause.c" -o "$1"; }
 # go.sum pins every module (-mod=readonly: never rewritten)
 build_sentinel-ticker() { (cd "$repo/tests/workloads/sentinel-ticker" && GOFLAGS=-mod=readonly go build -o "$1" .); }
+build_go-freeosmemory() {
+  (cd "$repo/tests/workloads/go-freeosmemory" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$1" .)
+}
 build_go-timenow() {
   (cd "$repo/tests/workloads/go-timenow" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -o "$1" .)
 }

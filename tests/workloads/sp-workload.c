@@ -102,6 +102,23 @@
  *                         are done: each yield has another task runnable
  *                         ("others"); each hands it the CPU for its slice, so
  *                         keep N to a few thousand
+ *   purge-raw N           N rounds on a touched 64 KiB anonymous mapping, each
+ *                         madvise MADV_DONTNEED, MADV_FREE and MADV_PAGEOUT
+ *                         (65,536 bytes each, the pages touched again between)
+ *                         and MADV_WILLNEED (not a purge), then one mmap and
+ *                         munmap of 128 KiB: N of each purge kind. Prints
+ *                         "purges=<3N> munmaps=<N>"
+ *   purge-threads N       N rounds of a 64 KiB memset and MADV_DONTNEED on the
+ *                         CPU it started on, while a thread of the same
+ *                         process spins in user space on another CPU: each
+ *                         purge flushes that CPU's TLB too (a shootdown IPI
+ *                         on x86_64). Prints "purges=N"
+ *   purge-trim N          glibc malloc_trim(0) N times, each after freeing
+ *                         every other one of 32 64 KiB blocks of the main
+ *                         heap (its holes are given back with MADV_DONTNEED)
+ *   purge-mmap N SIZE     N malloc(SIZE) and free() of a buffer touched once:
+ *                         above glibc's largest mmap threshold (32 MiB) each
+ *                         is a mapping of its own, unmapped on every free()
  *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
  *                         thread in 50 ms futex timeouts, one in 100 ms
  *                         epoll_wait timeouts (~30 timer wakeups/s in all)
@@ -112,6 +129,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <linux/types.h>
 #include <linux/futex.h>
 #include <poll.h>
@@ -876,6 +894,105 @@ static int run_yield(long n, int sibling)
 	return 0;
 }
 
+/* Purges of every kind, by glibc's wrappers, as allocators make them. */
+static int run_purge_raw(long n)
+{
+	const size_t len = 64 * 1024, unmapped = 128 * 1024;
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return 1;
+	for (long i = 0; i < n; i++) {
+		const int purges[] = {MADV_DONTNEED, MADV_FREE, MADV_PAGEOUT};
+
+		for (unsigned k = 0; k < sizeof(purges) / sizeof(purges[0]); k++) {
+			memset(p, 1, len);
+			madvise(p, len, purges[k]); /* PAGEOUT: EINVAL before 5.4, counted */
+		}
+		madvise(p, len, MADV_WILLNEED);
+		char *q = mmap(NULL, unmapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (q == MAP_FAILED || munmap(q, unmapped))
+			return 1;
+	}
+	printf("purges=%ld munmaps=%ld\n", 3 * n, n);
+	return 0;
+}
+
+static volatile int purge_spin_done;
+
+static void *purge_spinner(void *arg)
+{
+	if (pin_to(*(int *)arg))
+		return NULL;
+	while (!purge_spin_done)
+		; /* on its CPU with the process's mm, never in the kernel */
+	return NULL;
+}
+
+/* Purges while another thread of the process runs on another CPU. */
+static int run_purge_threads(long n)
+{
+	const size_t len = 64 * 1024;
+	int cpu = sched_getcpu(), other = -1;
+	char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	cpu_set_t allowed;
+	pthread_t t;
+
+	if (p == MAP_FAILED || cpu < 0 || sched_getaffinity(0, sizeof(allowed), &allowed))
+		return 1;
+	for (int c = 0; c < CPU_SETSIZE && other < 0; c++)
+		if (c != cpu && CPU_ISSET(c, &allowed))
+			other = c;
+	if (other < 0 || pin_to(cpu) || pthread_create(&t, NULL, purge_spinner, &other))
+		return 1;
+	for (long i = 0; i < n; i++) {
+		memset(p, 1, len);
+		madvise(p, len, MADV_DONTNEED);
+	}
+	purge_spin_done = 1;
+	pthread_join(t, NULL);
+	printf("purges=%ld cpus=%d,%d\n", n, cpu, other);
+	return 0;
+}
+
+/* malloc_trim after freeing every other block of the main heap. */
+static int run_purge_trim(long n)
+{
+	enum { BLOCKS = 32, SIZE = 64 * 1024 };
+	void *blocks[BLOCKS];
+
+	for (long i = 0; i < n; i++) {
+		for (int b = 0; b < BLOCKS; b++)
+			if (!(blocks[b] = malloc(SIZE)))
+				return 1;
+			else
+				memset(blocks[b], 1, SIZE);
+		for (int b = 0; b < BLOCKS; b += 2)
+			free(blocks[b]);
+		malloc_trim(0);
+		for (int b = 1; b < BLOCKS; b += 2)
+			free(blocks[b]);
+	}
+	printf("trims=%ld\n", n);
+	return 0;
+}
+
+/* Buffers above glibc's mmap threshold, allocated and freed in a loop. */
+static int run_purge_mmap(long n, long size)
+{
+	for (long i = 0; i < n; i++) {
+		volatile char *b = malloc(size);
+
+		if (!b)
+			return 1;
+		b[0] = 1;
+		free((void *)b);
+	}
+	printf("buffers=%ld\n", n);
+	return 0;
+}
+
 static int run_idle_runtime(long seconds)
 {
 	struct timespec timeout = ts_of_usec(50000);
@@ -1023,6 +1140,14 @@ int main(int argc, char **argv)
 		return run_yield(n, 0);
 	if (!strcmp(mode, "yield-sibling"))
 		return run_yield(n, 1);
+	if (!strcmp(mode, "purge-raw"))
+		return run_purge_raw(n);
+	if (!strcmp(mode, "purge-threads"))
+		return run_purge_threads(n);
+	if (!strcmp(mode, "purge-trim"))
+		return run_purge_trim(n);
+	if (!strcmp(mode, "purge-mmap") && argc > 3)
+		return run_purge_mmap(n, m);
 	if (!strcmp(mode, "idle-runtime"))
 		return run_idle_runtime(n);
 	if (!strcmp(mode, "wait-early") && argc > 3)

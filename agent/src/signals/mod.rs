@@ -45,6 +45,7 @@ mod family_docs;
 pub mod fdclose;
 mod finding_rules;
 pub mod memory;
+pub mod purge;
 mod recorded;
 pub mod sched_yield;
 pub mod sigmask;
@@ -333,7 +334,7 @@ impl SignalArgs {
 }
 
 /// Every signal, in the order the doctor runs their rules.
-pub const SIGNALS: [&Signal; 8] = [
+pub const SIGNALS: [&Signal; 9] = [
     &clock::SIGNAL,
     &sigmask::SIGNAL,
     &sleep::SIGNAL,
@@ -342,6 +343,7 @@ pub const SIGNALS: [&Signal; 8] = [
     &tzfile::SIGNAL,
     &fdclose::SIGNAL,
     &sched_yield::SIGNAL,
+    &purge::SIGNAL,
 ];
 
 /// Every column of `slowpath top`, in display order: each signal's, in
@@ -483,14 +485,14 @@ mod tests {
             let own_patch = usize::from(signal.kernel.rodata.is_some());
             assert_eq!(without.rodata.len(), all.rodata.len() - own_patch);
         }
-        let no_timer = setup_without(&["timer"]);
+        let no_timer = setup_without(&["timer", "purge"]);
         assert_eq!(
             hook_names(&no_timer),
             ["mm_page_alloc", "mm_compaction_begin", "mm_compaction_end"]
         );
         assert!(!no_timer.fentry_syscalls.contains(&"futex"));
         assert!(no_timer.fentry_syscalls.contains(&"nanosleep")); // the sleep signal's
-        let no_memory = setup_without(&["memory"]);
+        let no_memory = setup_without(&["memory", "purge"]);
         let timer_hooks = [
             "hrtimer_expire_entry",
             "hrtimer_expire_exit",

@@ -39,8 +39,15 @@ def by_name():
 CORE_HOOKS = {"sched_process_exit", "sched_process_exec", "cgroup_mkdir"}
 
 
-def every_hook():
-    """The probes of an agent with every collector on: the core's, the
-    syscall hook, and the hooks the signals declare."""
+# The hooks the signals declare on x86_64 only (`slowpath signals` of this
+# host's build lists them): arm64 flushes other CPUs' TLBs without IPIs,
+# so the purge signal has no shootdown hook there.
+X86_ONLY_HOOKS = {"tlb_flush"}
+
+
+def every_hook(arch="x86_64"):
+    """The probes of an agent with every collector on, on `arch`: the
+    core's, the syscall hook, and the hooks the signals declare."""
     syscall = {"sys_enter"} if any(d["syscalls"] for d in declarations()) else set()
-    return CORE_HOOKS | syscall | {h for d in declarations() for h in d["hooks"]}
+    hooks = CORE_HOOKS | syscall | {h for d in declarations() for h in d["hooks"]}
+    return hooks if arch == "x86_64" else hooks - X86_ONLY_HOOKS

@@ -1,0 +1,3 @@
+module slowpath/go-freeosmemory
+
+go 1.21
