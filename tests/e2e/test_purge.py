@@ -185,6 +185,7 @@ def test_a_jemalloc_storm_is_found_with_its_setting_and_shown_in_top(stack, star
     detail = p["detail"]
     assert detail["bytes_given_back_per_second"] >= 1000 * 4096, detail
     assert detail["estimated_cpu_percent"] > 0, detail
+    assert "tlb_shootdowns_per_second" in detail, detail
     assert "MiB/s" in finding["title"], finding["title"]
     last = top_last_frame(agent_bin, agent, "purge")
     storming = [r for r in last if r.get("comm") == "python3" and r["rates"].get("memory_purge", 0) > 1000]

@@ -251,6 +251,10 @@ fn detail(c: &sp_counters, secs: f64, cost: Option<&PurgeCost>) -> (f64, BTreeMa
         };
         detail.insert(name, c.purge_calls[i] as f64 / secs);
     }
+    if cfg!(target_arch = "x86_64") {
+        let shootdowns = c.tlb_shootdowns as f64 / secs;
+        detail.insert("tlb_shootdowns_per_second".into(), shootdowns);
+    }
     if let Some(cost) = cost {
         detail.insert(
             "estimated_cpu_percent".into(),

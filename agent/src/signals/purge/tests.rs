@@ -28,6 +28,9 @@ fn a_storm_gets_the_finding_with_its_bytes_and_cpu() {
     let cpu = p.detail["estimated_cpu_percent"];
     assert!((cpu - cost.cpu(calls, bytes) * 100.0).abs() < 1e-9, "{cpu}");
     assert_eq!(p.detail["madvise_dontneed_per_second"], calls);
+    if cfg!(target_arch = "x86_64") {
+        assert_eq!(p.detail["tlb_shootdowns_per_second"], 0.0);
+    }
     assert!(
         f.title.starts_with("python3 gives memory back"),
         "{}",
