@@ -34,6 +34,14 @@
  *   sched_yield_alone  syscall(SYS_sched_yield) pinned, with nothing else of
  *                      ours runnable on the CPU: the yield returns at once;
  *                      counted, with the caller's runqueue read
+ *   madvise_purge      madvise(MADV_DONTNEED) of one 4 KiB page never
+ *                      touched (nothing to zap: the call's floor), as an
+ *                      allocator purge makes it: counted, with its bytes
+ *   process_switch     a byte passed back and forth through two pipes
+ *                      between this process and a child on the same CPU:
+ *                      ns per switch between the two address spaces (each
+ *                      runs tlb:tlb_flush, the purge signal's shootdown
+ *                      hook on x86_64, and a pipe read and write)
  *   clock_gettime_raw_tall  the traced syscall in T threads of this process
  *                      at once, each pinned to its own CPU (T = every CPU
  *                      this process may use): the median of the threads'
@@ -59,6 +67,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -125,6 +134,17 @@ static double bench_sched_yield(void)
 
 	for (int i = 0; i < SYSCALL_CALLS; i++)
 		syscall(SYS_sched_yield);
+	return (now_ns() - t0) / SYSCALL_CALLS;
+}
+
+static char *purge_page;
+
+static double bench_madvise_purge(void)
+{
+	double t0 = now_ns();
+
+	for (int i = 0; i < SYSCALL_CALLS; i++)
+		madvise(purge_page, 4096, MADV_DONTNEED);
 	return (now_ns() - t0) / SYSCALL_CALLS;
 }
 
@@ -231,6 +251,34 @@ static double bench_pingpong(void)
 	double ns = (now_ns() - t0) / (2.0 * PINGPONGS);
 
 	pthread_join(t, NULL);
+	return ns;
+}
+
+/* ns per switch between two processes pinned to this CPU (the child
+ * inherits the pinning): each round trip is two switches. */
+static double bench_process_switch(void)
+{
+	int ping[2], pong[2];
+	char b = 0;
+	double t0, ns;
+	pid_t child;
+
+	if (pipe(ping) || pipe(pong))
+		return 0;
+	child = fork();
+	if (child == 0) {
+		for (int i = 0; i < PINGPONGS; i++)
+			if (read(ping[0], &b, 1) != 1 || write(pong[1], &b, 1) != 1)
+				_exit(1);
+		_exit(0);
+	}
+	t0 = now_ns();
+	for (int i = 0; i < PINGPONGS; i++)
+		if (write(ping[1], &b, 1) != 1 || read(pong[0], &b, 1) != 1)
+			break;
+	ns = (now_ns() - t0) / (2.0 * PINGPONGS);
+	waitpid(child, NULL, 0);
+	close(ping[0]), close(ping[1]), close(pong[0]), close(pong[1]);
 	return ns;
 }
 
@@ -352,13 +400,18 @@ int main(int argc, char **argv)
 	}
 
 	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000], ta[1000];
-	double lt[1000], so[1000], sn[1000], co[1000], cu[1000], sy[1000];
+	double lt[1000], so[1000], sn[1000], co[1000], cu[1000], sy[1000], mp[1000], ps[1000];
 
 	unsetenv("TZ"); /* glibc checks /etc/localtime on every localtime() */
 	near_buf = map_near_libc();
 	if (!near_buf)
 		perror("mmap near the C library (stat_other_near: 0)");
 
+	purge_page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (purge_page == MAP_FAILED) {
+		perror("mmap (madvise_purge)");
+		return 1;
+	}
 	/* Timer slack (50 us by default) would stretch every 10 us wait. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	/* Warm-up: page tables, caches, the first-touch cost of the arrays. */
@@ -374,6 +427,8 @@ int main(int argc, char **argv)
 	bench_close_open();
 	bench_close_unopened();
 	bench_sched_yield();
+	bench_madvise_purge();
+	bench_process_switch();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
@@ -388,6 +443,8 @@ int main(int argc, char **argv)
 		co[r] = bench_close_open();
 		cu[r] = bench_close_unopened();
 		sy[r] = bench_sched_yield();
+		mp[r] = bench_madvise_purge();
+		ps[r] = bench_process_switch();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
@@ -402,6 +459,8 @@ int main(int argc, char **argv)
 	printf("close_open %.1f\n", median(co, reps));
 	printf("close_unopened %.1f\n", median(cu, reps));
 	printf("sched_yield_alone %.1f\n", median(sy, reps));
+	printf("madvise_purge %.1f\n", median(mp, reps));
+	printf("process_switch %.1f\n", median(ps, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
@@ -414,6 +473,8 @@ int main(int argc, char **argv)
 	printf("close_open_min %.1f\n", co[0]);
 	printf("close_unopened_min %.1f\n", cu[0]);
 	printf("sched_yield_alone_min %.1f\n", sy[0]);
+	printf("madvise_purge_min %.1f\n", mp[0]);
+	printf("process_switch_min %.1f\n", ps[0]);
 	printf("threads %d\n", n_allowed);
 	return 0;
 }
