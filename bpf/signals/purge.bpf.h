@@ -101,6 +101,7 @@ static __always_inline int on_tlb_flush(int reason, const bool btf)
 {
 	struct task_struct *task;
 	struct sp_proc *p;
+	__u32 tgid;
 
 	if (reason != SP_TLB_REMOTE_SEND_IPI)
 		return 0; /* every switch between processes leaves here */
@@ -111,8 +112,15 @@ static __always_inline int on_tlb_flush(int reason, const bool btf)
 	 * exit_mm(), and would make a new entry that no exit removes. */
 	if (BPF_CORE_READ(task, flags) & (SP_PF_KTHREAD | SP_PF_EXITING))
 		return 0;
-	p = proc_of(bpf_get_current_pid_tgid() >> 32, NULL);
-	if (p)
+	/* Into an entry that a counted event made, never a new one: a child's
+	 * first copy-on-write faults flush the CPUs its parent ran on right
+	 * after fork, before it names itself (prctl PR_SET_NAME) or moves to
+	 * its cgroup, and an entry made then would keep the parent's comm and
+	 * cgroup for all the child's counts. A process's flushes before its
+	 * first counted call are not counted; a purging process has made one. */
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	p = bpf_map_lookup_elem(&procs, &tgid);
+	if (p && !(p->flags & SP_PROC_EXITED))
 		__sync_fetch_and_add(&p->c.tlb_shootdowns, 1);
 	return 0;
 }
