@@ -13,6 +13,7 @@ import pytest
 
 from helpers.agent import Agent
 from helpers.prometheus import prom_query, prometheus_server
+from helpers.signals import every_hook
 from helpers.workload import run_workload
 
 pytestmark = pytest.mark.tier("full")
@@ -66,7 +67,8 @@ def test_prometheus_scrapes_exact_counts(agent, prometheus, workload_bin):
         f'sum(slowpath_clock_syscalls_total{{pid="{pid}",fallback="true",clock="monotonic"}})',
         54321,
     )
-    wait_for_value(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', 10)
+    # every hook of every signal, attached (the declarations say which)
+    wait_for_value(prometheus, 'sum(slowpath_probe_attached{job="slowpath"})', len(every_hook()))
 
 
 def test_the_scrape_is_healthy_with_no_fallback(agent, prometheus):
