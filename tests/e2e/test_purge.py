@@ -145,7 +145,7 @@ def test_the_c_workload_counts_every_kind_and_not_willneed(agent, workload_bin):
     assert calls == 3001 and length - 3000 * 131072 == os.path.getsize("/etc/ld.so.cache"), counted
 
 
-def test_shootdowns_are_exact_against_bpftrace(agent, workload_bin, tracefs):
+def test_shootdowns_match_bpftrace_from_the_first_counted_call(agent, workload_bin, tracefs):
     oracle = subprocess.Popen(["bpftrace", "-B", "line", "-e", SHOOTDOWN_COUNTER], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
@@ -163,7 +163,14 @@ def test_shootdowns_are_exact_against_bpftrace(agent, workload_bin, tracefs):
     for run, least in ((c, 19_000), (go, 64)):
         pid = int(re.search(r"pid=(\d+)", run.stdout).group(1))
         assert counted.get(pid, 0) >= least, (counted.get(pid), run.stdout)
-        assert scrape.value(SHOOTDOWNS, pid=str(pid)) == counted[pid], run.args
+        # The agent counts from the process's first counted call on (a flush
+        # before it would make its entry under a parent's comm, see
+        # docs/troubleshooting.md), bpftrace from exec: once in a loaded CI
+        # run (raw-tp) the Go program had 723 of bpftrace's 727, not seen
+        # again in 40 loaded runs here. Never more than bpftrace, never 1 %
+        # fewer.
+        agent_count = scrape.value(SHOOTDOWNS, pid=str(pid))
+        assert counted[pid] * 0.99 <= agent_count <= counted[pid], (run.args, agent_count, counted[pid])
 
 
 @pytest.mark.tier("full")  # a finding end to end (Prometheus and its rules): the whole suite

@@ -118,8 +118,10 @@ def test_no_windows_an_estimate(agent_bin, workload_bin, tmp_path):
     # a counted clock read's program: ~10 ns over an empty one in
     # tests/bench/hotpath.sh, on Intel and AMD
     assert 1 < secs * 1e9 / runs < 200, (secs, runs)
-    # the dispatch, estimated from the same timing at start (tp_btf here)
-    assert s1.value(DISPATCH, probe="sys_enter") > 0
+    # the dispatch, estimated from the same timing at start (tp_btf here);
+    # a disturbed timing at start (CI once) leaves 0, which the agent says
+    if s1.value(DISPATCH, probe="sys_enter") == 0:
+        assert "timed no slower with sys_enter's tracepoint attached" in agent.log_text()
     assert not s1.select(STATS_OVERHEAD), "no window ran, so nothing to subtract"
 
 
