@@ -134,6 +134,11 @@ SP_TWINS(tlb_flush, SP_PROBE_TLB_FLUSH, on_tlb_flush(reason, btf), int reason,
 	 unsigned long pages)
 #endif
 
+/* ---- forks that copy the address space (signals/fork.bpf.h) ------------ */
+
+SP_TWINS(task_newtask, SP_PROBE_TASK_NEWTASK, on_task_newtask(task, clone_flags, btf),
+	 struct task_struct *task, __u64 clone_flags)
+
 /* ---- process lifecycle (compose/lifecycle.h) --------------------------- */
 
 SP_TWINS(sched_process_exit, SP_PROBE_SCHED_PROCESS_EXIT, on_process_exit(task),

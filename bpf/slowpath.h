@@ -102,6 +102,30 @@ enum sp_compaction_trigger {
 	SP_COMPACTION_TRIGGER_COUNT = 3,
 };
 
+/* The time a fork that copies the address space held its caller, from the
+ * fork's syscall entry to task:task_newtask at the end of copy_process()
+ * (signals/fork.bpf.h): bucket i holds the forks that took at most
+ * bound i (enum sp_fork_bound_us) and more than bound i-1; the last
+ * bucket those above 10 s. Not cumulative. */
+enum sp_fork_bucket {
+	SP_FORK_BUCKET_INF = 9,
+	SP_FORK_BUCKET_COUNT = 10,
+};
+
+/* The upper bounds of enum sp_fork_bucket's finite buckets, in us: a copy
+ * costs about 10 to 20 ms per GiB mapped with 4 KiB pages. */
+enum sp_fork_bound_us {
+	SP_FORK_BOUND_0_US = 1000,
+	SP_FORK_BOUND_1_US = 2500,
+	SP_FORK_BOUND_2_US = 10000,
+	SP_FORK_BOUND_3_US = 25000,
+	SP_FORK_BOUND_4_US = 100000,
+	SP_FORK_BOUND_5_US = 250000,
+	SP_FORK_BOUND_6_US = 1000000,
+	SP_FORK_BOUND_7_US = 2500000,
+	SP_FORK_BOUND_8_US = 10000000,
+};
+
 /* What else the CPU had to run when a thread called sched_yield(2): its
  * runqueue's nr_running at the call, the caller included (read from the
  * caller's CFS runqueue, task->se.cfs_rq->rq: signals/sched_yield.bpf.h). */
@@ -145,7 +169,8 @@ enum sp_syscall_group {
 	SP_SYSCALLS_FD_CLOSES = 5,     /* close */
 	SP_SYSCALLS_YIELDS = 6,	       /* sched_yield */
 	SP_SYSCALLS_PURGES = 7,	       /* madvise, munmap */
-	SP_SYSCALL_GROUP_COUNT = 8,
+	SP_SYSCALLS_FORKS = 8,	       /* clone, clone3, fork: their entry time */
+	SP_SYSCALL_GROUP_COUNT = 9,
 };
 
 /* Indexes of the lost-event counters (the `lost` per-CPU array). */
@@ -178,7 +203,8 @@ enum sp_probe {
 	SP_PROBE_MM_COMPACTION_END = 8,
 	SP_PROBE_CGROUP_MKDIR = 9,
 	SP_PROBE_TLB_FLUSH = 10, /* x86 only: arm64 flushes other CPUs' TLBs without IPIs */
-	SP_PROBE_COUNT = 11,
+	SP_PROBE_TASK_NEWTASK = 11,
+	SP_PROBE_COUNT = 12,
 };
 
 /* One in every SP_SELF_TIMED_EVERY runs of a hook on a CPU times itself
@@ -249,6 +275,17 @@ struct sp_counters {
 	 * with reason TLB_REMOTE_SEND_IPI, on the sender's CPU): the shootdown
 	 * IPIs of its purges, unmaps and protection changes (signals/purge.bpf.h) */
 	__u64 tlb_shootdowns;
+	/* forks that copied the address space (no CLONE_VM), counted at
+	 * task:task_newtask for the parent (signals/fork.bpf.h): by the time
+	 * they held it (enum sp_fork_bucket), that time's sum in ns, the
+	 * parent's mapped pages (mm->total_vm) and page-table bytes
+	 * (mm->pgtables_bytes) at each, summed, and those whose child exec'd
+	 * before it exited (the spawn pattern) */
+	__u64 fork_copies[SP_FORK_BUCKET_COUNT];
+	__u64 fork_copy_ns;
+	__u64 fork_mapped_pages;
+	__u64 fork_page_table_bytes;
+	__u64 fork_execs;
 };
 
 /* Bits of sp_proc.flags. */
@@ -349,7 +386,8 @@ enum sp_callsite_kind {
 	SP_CALLSITE_FD_CLOSE = 5,  /* a close() of a descriptor that is not open */
 	SP_CALLSITE_SCHED_YIELD = 6, /* a sched_yield() with nothing else runnable */
 	SP_CALLSITE_PURGE = 7,	     /* a madvise() or munmap() that gives memory back */
-	SP_CALLSITE_KIND_COUNT = 8,
+	SP_CALLSITE_FORK = 8,	     /* a fork that copies the address space */
+	SP_CALLSITE_KIND_COUNT = 9,
 };
 
 /* Key of the `callsites` map: one user stack of one process doing one kind
@@ -493,6 +531,8 @@ struct sp_enums {
 	enum sp_compaction_trigger compaction_trigger;
 	enum sp_yield_runnable yield_runnable;
 	enum sp_purge_call purge_call;
+	enum sp_fork_bucket fork_bucket;
+	enum sp_fork_bound_us fork_bound_us;
 	enum sp_lost_reason lost_reason;
 	enum sp_proc_flag proc_flag;
 	enum sp_proc_key proc_key;

@@ -39,7 +39,7 @@ build_pkgs=(clang libelf-dev zlib1g-dev pkg-config make gcc curl ca-certificates
 test_pkgs=(apache2-utils gnuplot-nox strace linux-perf tzdata bpftool python3 python3-pytest python3-prometheus-client prometheus util-linux
            qemu-system-x86 busybox-static cpio podman debootstrap runc
            iptables systemd dpkg-dev python3-yaml python3-jsonnet python3-venv bpftrace qemu-system-arm libcap2-bin libpth-dev lintian libproc-daemon-perl
-           maven default-jdk-headless libjemalloc2)
+           maven default-jdk-headless libjemalloc2 redis-server)
 arm64_pkgs=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 
 pkgs=("${build_pkgs[@]}")

@@ -73,6 +73,13 @@ fn recorded() -> Vec<Proc> {
     ];
     // its purges flush the TLBs of the other CPUs its threads ran on
     java.tlb_shootdowns = 1_100_000;
+    // it starts a helper with fork and exec (launchMechanism=FORK) from its
+    // 4 GiB heap: 40 ms a spawn
+    java.fork_copies[4] = 30;
+    java.fork_copy_ns = 30 * 40_000_000;
+    java.fork_mapped_pages = 30 * (4 << 30) / 4096;
+    java.fork_page_table_bytes = 30 * (8 << 20);
+    java.fork_execs = 30;
     let mut ruby = sp_counters::default();
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_QUERY)] = 2_000_000;
     ruby.sigprocmask[slot!(sp_sigmask_op::SP_SIGMASK_SETMASK)] = 2_000_000;

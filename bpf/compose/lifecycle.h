@@ -10,6 +10,7 @@
 #include "core/lifecycle.h"
 #include "core/state.h"
 #include "compose/slots.h"
+#include "signals/fork.bpf.h"
 
 static __always_inline int on_process_exit(struct task_struct *task)
 {
@@ -20,6 +21,7 @@ static __always_inline int on_process_exit(struct task_struct *task)
 		return 0;
 	slot_fold_here();
 	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXIT);
+	fork_child_exits(BPF_CORE_READ(task, tgid));
 	return 0;
 }
 
@@ -28,6 +30,7 @@ static __always_inline int on_process_exec(struct task_struct *task)
 	__sync_fetch_and_add(&task_events, 1); /* see current_image() */
 	slot_fold_here();
 	proc_retire(BPF_CORE_READ(task, tgid), SP_EVENT_EXEC);
+	fork_child_execs(BPF_CORE_READ(task, tgid));
 	return 0;
 }
 

@@ -36,12 +36,12 @@ struct {
  * struct sp_counters up to timer_hot_windows, as __u64 words. */
 #define SP_SLOT_WORDS (__builtin_offsetof(struct sp_counters, timer_hot_windows) / sizeof(__u64))
 /* What comes after: counters no slot holds (the hot windows, THP faults,
- * compaction, TLB shootdowns), counted in the process's entry alone. A counter of a new
+ * compaction, TLB shootdowns, forks), counted in the process's entry alone. A counter of a new
  * signal counted at sys_enter or a timer wakeup goes before
  * timer_hot_windows; one added after it would be left out of the slots'
  * folds and resets without an error, so the tail's size is held here. */
 _Static_assert(sizeof(struct sp_counters) - __builtin_offsetof(struct sp_counters, timer_hot_windows) ==
-		       (4 + 2 * SP_COMPACTION_TRIGGER_COUNT) * sizeof(__u64),
+		       (4 + 2 * SP_COMPACTION_TRIGGER_COUNT + SP_FORK_BUCKET_COUNT + 4) * sizeof(__u64),
 	       "a counter after timer_hot_windows in struct sp_counters: a slot would not fold it "
 	       "(put a syscall signal's counters before it, or widen this tail on purpose)");
 

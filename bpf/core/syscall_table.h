@@ -115,7 +115,16 @@
 	  count_madvise_purge, SP_DIRTY_PURGE, SP_CALLSITE_PURGE,              \
 	  SP_WAIT_OTHER)                                                       \
 	X(munmap,          11,  215, ANY,      PURGES,      gate_always,      \
-	  count_munmap, SP_DIRTY_PURGE, SP_CALLSITE_PURGE, SP_WAIT_OTHER)
+	  count_munmap, SP_DIRTY_PURGE, SP_CALLSITE_PURGE, SP_WAIT_OTHER)      \
+	/* forks that copy the address space: their entry time, for          \
+	 * task:task_newtask to time the copy (signals/fork.bpf.h); they add  \
+	 * to no counter here, so no fold group */                            \
+	X(clone,           56,  220, ANY,      FORKS,       gate_clone_copies, \
+	  count_fork_entry, 0, SP_CALLSITE_FORK, SP_WAIT_OTHER)                \
+	X(clone3,          435, 435, ANY,      FORKS,       gate_clone3_copies, \
+	  count_fork_entry, 0, SP_CALLSITE_FORK, SP_WAIT_OTHER)                \
+	X(fork,            57,  0,   X86_NOARGS, FORKS,     gate_always,      \
+	  count_fork_entry, 0, SP_CALLSITE_FORK, SP_WAIT_OTHER)
 /* clang-format on */
 
 /* SP_IF_<arches>(...): the row's code where the syscall exists. */
@@ -123,11 +132,13 @@
 #define SP_IF_ANY(...) __VA_ARGS__
 #define SP_IF_X86_ONLY(...) __VA_ARGS__
 #define SP_IF_NOARGS(...) __VA_ARGS__
+#define SP_IF_X86_NOARGS(...) __VA_ARGS__
 #define SP_ARCH_NR(x86_64, arm64) (x86_64)
 #else
 #define SP_IF_ANY(...) __VA_ARGS__
 #define SP_IF_X86_ONLY(...)
 #define SP_IF_NOARGS(...) __VA_ARGS__
+#define SP_IF_X86_NOARGS(...)
 #define SP_ARCH_NR(x86_64, arm64) (arm64)
 #endif
 
@@ -137,6 +148,7 @@
 #define SP_FN_PREFIX_ANY SP_SYSCALL_FN_PREFIX
 #define SP_FN_PREFIX_X86_ONLY SP_SYSCALL_FN_PREFIX
 #define SP_FN_PREFIX_NOARGS SP_SYSCALL0_FN_PREFIX
+#define SP_FN_PREFIX_X86_NOARGS SP_SYSCALL0_FN_PREFIX
 
 /* SP_NR_<name>: the number of each counted syscall on this arch. */
 #define SP_NR_ROW(name, x86_64, arm64, arches, ...)                            \

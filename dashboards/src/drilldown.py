@@ -336,7 +336,7 @@ def declared_rows(d, ids, signal):
     for r in declared.rates(signal):
         steps = [(None, "green"), (r.threshold, "red")] if r.threshold else None
         d = d.with_panel(timeseries_panel(
-            ids(), f"{r.title} per second", f"""
+            ids(), f"{r.title} per second" if r.unit != RATIO else f"{r.title} (share of the time)", f"""
 This process's {r.title.lower()} (`{declared.series(r)}`): {r.meaning}.{declared.alert_sentence(r)}""",
             r.unit, [target(rate(r.family, r.selector), r.title.lower())],
             w=12, h=8, threshold_steps=steps,

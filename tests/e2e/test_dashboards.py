@@ -361,6 +361,8 @@ def expected_unit(panel):
         return "s"
     if " / " in joined:
         return "percentunit"
+    if re.search(r"rate\(slowpath_\w+_seconds_total", joined):
+        return "percentunit"  # seconds per second: a share of the time
     if re.search(r"\* on \(instance\)(?: group_left)? max by \(instance\) \(slowpath_\w+_seconds\b", joined):
         return "percentunit"  # events per second times seconds per event: a fraction of a core
     if panel["type"] != "heatmap" and all("rate(" in e for e in exprs):

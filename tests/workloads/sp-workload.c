@@ -119,6 +119,14 @@
  *   purge-mmap N SIZE     N malloc(SIZE) and free() of a buffer touched once:
  *                         above glibc's largest mmap threshold (32 MiB) each
  *                         is a mapping of its own, unmapped on every free()
+ *   forks KIND MIB N      touch MIB MiB of anonymous memory, then N times make a
+ *                         child of KIND and wait for it: fork (glibc's fork(),
+ *                         a clone without CLONE_VM; the child exits), fork-exec
+ *                         (the same, the child execs this program's "exit"
+ *                         mode), vfork (the child execs), spawn (posix_spawn of
+ *                         "exit"), clone3 (a raw clone3 with no flags; the
+ *                         child exits). Prints "forks=N"
+ *   exit                  exits at once, printing nothing (an exec target)
  *   idle-runtime SECONDS  an idle language runtime's timers for SECONDS: one
  *                         thread in 50 ms futex timeouts, one in 100 ms
  *                         epoll_wait timeouts (~30 timer wakeups/s in all)
@@ -150,6 +158,7 @@
 #include <sys/timerfd.h>
 #include <sys/wait.h>
 #include <sched.h>
+#include <spawn.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -1024,16 +1033,85 @@ static void exit_on_cpu(void)
 	sched_yield();
 }
 
+extern char **environ;
+
+/* In a forked child: exec this program's "exit" mode. */
+static void fork_child_execs(void)
+{
+	char *const argv[] = {"sp-workload", "exit", NULL};
+
+	execv("/proc/self/exe", argv);
+	_exit(127);
+}
+
+/* clone3's argument, its first version (CLONE_ARGS_SIZE_VER0: 64 bytes),
+ * declared here: <linux/sched.h> clashes with glibc's <sched.h>. */
+struct fork_clone_args {
+	__u64 flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+};
+
+/* One child of `kind` (see "forks"); its pid, or -1. */
+static pid_t fork_one(const char *kind)
+{
+	char *const argv[] = {"sp-workload", "exit", NULL};
+	pid_t child = -1;
+
+	if (!strcmp(kind, "fork") || !strcmp(kind, "fork-exec")) {
+		child = fork();
+		if (child == 0 && kind[4])
+			fork_child_execs();
+		if (child == 0)
+			_exit(0);
+	} else if (!strcmp(kind, "vfork")) {
+		child = vfork();
+		if (child == 0)
+			fork_child_execs();
+	} else if (!strcmp(kind, "spawn")) {
+		if (posix_spawn(&child, "/proc/self/exe", NULL, NULL, argv, environ))
+			return -1;
+	} else if (!strcmp(kind, "clone3")) {
+		struct fork_clone_args args = {.exit_signal = SIGCHLD};
+
+		child = syscall(SYS_clone3, &args, sizeof(args));
+		if (child == 0)
+			_exit(0);
+	}
+	return child;
+}
+
+/* N children of `kind` from a process that touched MIB MiB first. */
+static int run_forks(const char *kind, long mib, long n)
+{
+	size_t len = (size_t)mib << 20;
+	char *heap = mmap(NULL, len ? len : 4096, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (heap == MAP_FAILED)
+		return 1;
+	for (size_t off = 0; off < len; off += 4096)
+		heap[off] = 1;
+	for (long i = 0; i < n; i++) {
+		pid_t child = fork_one(kind);
+
+		if (child < 0 || waitpid(child, NULL, 0) != child)
+			return 1;
+	}
+	printf("forks=%ld\n", n);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
-	/* wait modes take a KIND first, cgroup-churn a directory */
-	int named = !strncmp(mode, "wait", 4) || !strcmp(mode, "cgroup-churn");
+	/* wait and forks modes take a KIND first, cgroup-churn a directory */
+	int named = !strncmp(mode, "wait", 4) || !strcmp(mode, "cgroup-churn") || !strcmp(mode, "forks");
 	long n = argc > 2 && !named ? parse_count(argv[2]) : 0;
 	long m = argc > 3 && !named ? parse_count(argv[3]) : 0;
 	struct timespec ts;
 	struct timeval tv;
 
+	if (!strcmp(mode, "exit"))
+		return 0; /* an exec target: no output */
 	printf("pid=%d\n", getpid());
 	fflush(stdout);
 	atexit(exit_on_cpu);
@@ -1150,6 +1228,8 @@ int main(int argc, char **argv)
 		return run_purge_mmap(n, m);
 	if (!strcmp(mode, "idle-runtime"))
 		return run_idle_runtime(n);
+	if (!strcmp(mode, "forks") && argc > 4)
+		return run_forks(argv[2], parse_count(argv[3]), parse_count(argv[4]));
 	if (!strcmp(mode, "wait-early") && argc > 3)
 		return run_wait_early(argv[2], parse_count(argv[3]));
 	fprintf(stderr, "usage: sp-workload MODE [ARGS...] (see the source)\n");

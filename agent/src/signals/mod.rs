@@ -44,6 +44,7 @@ pub mod declaration;
 mod family_docs;
 pub mod fdclose;
 mod finding_rules;
+pub mod fork;
 pub mod memory;
 pub mod purge;
 mod recorded;
@@ -334,7 +335,7 @@ impl SignalArgs {
 }
 
 /// Every signal, in the order the doctor runs their rules.
-pub const SIGNALS: [&Signal; 9] = [
+pub const SIGNALS: [&Signal; 10] = [
     &clock::SIGNAL,
     &sigmask::SIGNAL,
     &sleep::SIGNAL,
@@ -344,6 +345,7 @@ pub const SIGNALS: [&Signal; 9] = [
     &fdclose::SIGNAL,
     &sched_yield::SIGNAL,
     &purge::SIGNAL,
+    &fork::SIGNAL,
 ];
 
 /// Every column of `slowpath top`, in display order: each signal's, in
@@ -485,14 +487,14 @@ mod tests {
             let own_patch = usize::from(signal.kernel.rodata.is_some());
             assert_eq!(without.rodata.len(), all.rodata.len() - own_patch);
         }
-        let no_timer = setup_without(&["timer", "purge"]);
+        let no_timer = setup_without(&["timer", "purge", "fork"]);
         assert_eq!(
             hook_names(&no_timer),
             ["mm_page_alloc", "mm_compaction_begin", "mm_compaction_end"]
         );
         assert!(!no_timer.fentry_syscalls.contains(&"futex"));
         assert!(no_timer.fentry_syscalls.contains(&"nanosleep")); // the sleep signal's
-        let no_memory = setup_without(&["memory", "purge"]);
+        let no_memory = setup_without(&["memory", "purge", "fork"]);
         let timer_hooks = [
             "hrtimer_expire_entry",
             "hrtimer_expire_exit",
