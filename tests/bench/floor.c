@@ -25,6 +25,7 @@ static const char *const HOOKS[] = {
 	"sys_enter",	       "sched_process_exit",  "sched_process_exec",
 	"mm_page_alloc",       "mm_compaction_begin", "mm_compaction_end",
 	"hrtimer_expire_entry", "hrtimer_expire_exit", "sched_waking",
+	"task_newtask",
 #if defined(__x86_64__)
 	"tlb_flush",
 #endif

@@ -42,6 +42,10 @@
  *                      ns per switch between the two address spaces (each
  *                      runs tlb:tlb_flush, the purge signal's shootdown
  *                      hook on x86_64, and a pipe read and write)
+ *   fork_copy          fork() of this process with 256 MiB touched, the
+ *                      child exiting at once, and the wait for it: ns per
+ *                      fork (a copying fork, counted and timed at its entry
+ *                      and at task:task_newtask)
  *   clock_gettime_raw_tall  the traced syscall in T threads of this process
  *                      at once, each pinned to its own CPU (T = every CPU
  *                      this process may use): the median of the threads'
@@ -82,6 +86,8 @@ static double median(double *v, int n);
 #define TIMED_WAITS 300           /* per repetition: ~20 ms at ~60 us */
 #define PINGPONGS 5000            /* round trips per repetition: ~30 ms */
 #define STAT_CALLS 10000          /* per repetition: ~20 ms at ~2 us */
+#define FORK_HEAP (256UL << 20)   /* touched before the forks: ~2 ms a copy */
+#define FORKS 20                  /* per repetition: ~50 ms */
 
 static double now_ns(void)
 {
@@ -282,6 +288,23 @@ static double bench_process_switch(void)
 	return ns;
 }
 
+/* ns per fork of this process, its FORK_HEAP touched, with the wait for
+ * the child, which exits at once. */
+static double bench_fork_copy(void)
+{
+	double t0 = now_ns();
+
+	for (int i = 0; i < FORKS; i++) {
+		pid_t child = fork();
+
+		if (child == 0)
+			_exit(0);
+		if (child < 0 || waitpid(child, NULL, 0) != child)
+			return 0;
+	}
+	return (now_ns() - t0) / FORKS;
+}
+
 /* T threads doing the traced syscall at once, one per allowed CPU. */
 #define MAX_THREADS 256
 
@@ -401,6 +424,8 @@ int main(int argc, char **argv)
 
 	double cg[1000], pp[1000], pf[1000], tw[1000], pw[1000], ta[1000];
 	double lt[1000], so[1000], sn[1000], co[1000], cu[1000], sy[1000], mp[1000], ps[1000];
+	double fc[1000];
+	char *fork_heap;
 
 	unsetenv("TZ"); /* glibc checks /etc/localtime on every localtime() */
 	near_buf = map_near_libc();
@@ -412,6 +437,12 @@ int main(int argc, char **argv)
 		perror("mmap (madvise_purge)");
 		return 1;
 	}
+	fork_heap = mmap(NULL, FORK_HEAP, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (fork_heap == MAP_FAILED) {
+		perror("mmap (fork_copy)");
+		return 1;
+	}
+	memset(fork_heap, 1, FORK_HEAP);
 	/* Timer slack (50 us by default) would stretch every 10 us wait. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	/* Warm-up: page tables, caches, the first-touch cost of the arrays. */
@@ -429,6 +460,7 @@ int main(int argc, char **argv)
 	bench_sched_yield();
 	bench_madvise_purge();
 	bench_process_switch();
+	bench_fork_copy();
 
 	for (int r = 0; r < reps; r++) {
 		cg[r] = bench_clock_gettime();
@@ -445,6 +477,7 @@ int main(int argc, char **argv)
 		sy[r] = bench_sched_yield();
 		mp[r] = bench_madvise_purge();
 		ps[r] = bench_process_switch();
+		fc[r] = bench_fork_copy();
 	}
 	/* median() sorts, so v[0] is the minimum afterwards. */
 	printf("clock_gettime_raw %.1f\n", median(cg, reps));
@@ -461,6 +494,7 @@ int main(int argc, char **argv)
 	printf("sched_yield_alone %.1f\n", median(sy, reps));
 	printf("madvise_purge %.1f\n", median(mp, reps));
 	printf("process_switch %.1f\n", median(ps, reps));
+	printf("fork_copy %.1f\n", median(fc, reps));
 	printf("clock_gettime_raw_min %.1f\n", cg[0]);
 	printf("getppid_min %.1f\n", pp[0]);
 	printf("page_fault_4k_min %.1f\n", pf[0]);
@@ -475,6 +509,7 @@ int main(int argc, char **argv)
 	printf("sched_yield_alone_min %.1f\n", sy[0]);
 	printf("madvise_purge_min %.1f\n", mp[0]);
 	printf("process_switch_min %.1f\n", ps[0]);
+	printf("fork_copy_min %.1f\n", fc[0]);
 	printf("threads %d\n", n_allowed);
 	return 0;
 }
